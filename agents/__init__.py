@@ -1,0 +1,36 @@
+"""Base-model adapters behind one interface (LangChain ``BaseChatModel``, async, tool binding).
+
+Providers: ``google/<id>`` (Gemini via google-genai), ``openai/<id>`` (OpenAI and compatible
+servers), ``mock/<name>`` (scripted models and the simulated examinee). SDKs are imported only
+when their provider is used.
+"""
+
+from ._errors import (
+    BlockedResponseError,
+    MalformedResponseError,
+    MissingKeyError,
+    ModelError,
+    TransientModelError,
+)
+from ._mock import ScriptedChatModel, cycle, estimate_tokens, message_text
+from ._registry import PROVIDERS, ModelOptions, load_model, parse_spec
+from ._retry import RetryPolicy, classify, retry_async
+
+__all__ = [
+    "PROVIDERS",
+    "BlockedResponseError",
+    "MalformedResponseError",
+    "MissingKeyError",
+    "ModelError",
+    "ModelOptions",
+    "RetryPolicy",
+    "ScriptedChatModel",
+    "TransientModelError",
+    "classify",
+    "cycle",
+    "estimate_tokens",
+    "load_model",
+    "message_text",
+    "parse_spec",
+    "retry_async",
+]

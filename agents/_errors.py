@@ -1,0 +1,34 @@
+"""Provider errors, classified once so that retry decisions never parse messages."""
+
+from __future__ import annotations
+
+
+class ModelError(Exception):
+    """Base class for failures of a model call."""
+
+
+class MissingKeyError(ModelError):
+    """No API key for a provider. The CLI prints this message as one line, no traceback."""
+
+    def __init__(self, provider: str, variables: tuple[str, ...]) -> None:
+        names = " or ".join(variables)
+        super().__init__(f"{provider}: no API key found; set {names}")
+        self.provider = provider
+        self.variables = variables
+
+
+class BlockedResponseError(ModelError):
+    """The provider refused or returned no usable candidate (safety block, empty candidate).
+    Not retried: the same request is blocked again. Recorded as an error, never graded."""
+
+
+class MalformedResponseError(ModelError):
+    """The provider answered with something that cannot be parsed. Retried."""
+
+
+class TransientModelError(ModelError):
+    """A retryable failure raised by our own code (e.g. the examinee's injected faults)."""
+
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after

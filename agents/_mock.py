@@ -1,0 +1,120 @@
+"""A scripted chat model: a real provider for tests and offline runs.
+
+``ScriptedChatModel(outputs=...)`` accepts a list, a generator/iterator, or a callable
+``(messages, tools) -> output``. Each output is a string, an ``AIMessage`` (tool calls
+included), or an exception instance to raise. Every call is kept in ``calls`` so tests can
+assert on exactly what a defender sent.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.utils.function_calling import convert_to_openai_tool
+from pydantic import ConfigDict, Field, PrivateAttr
+
+Output = str | AIMessage | BaseException
+Script = Sequence[Output] | Iterator[Output] | Callable[[list[BaseMessage], list[dict[str, Any]]], Output]
+
+
+def estimate_tokens(text: str) -> int:
+    """A rough, deterministic token count (about four characters a token)."""
+    return max(1, (len(text) + 3) // 4) if text else 0
+
+
+def message_text(message: BaseMessage) -> str:
+    content = message.content
+    if isinstance(content, str):
+        return content
+    parts = []
+    for part in content:
+        if isinstance(part, str):
+            parts.append(part)
+        elif isinstance(part, dict) and part.get("type") == "text":
+            parts.append(str(part.get("text", "")))
+    return "".join(parts)
+
+
+def with_usage(reply: AIMessage, messages: Sequence[BaseMessage]) -> AIMessage:
+    """Attach estimated usage when a scripted reply has none."""
+    if reply.usage_metadata:
+        return reply
+    n_in = sum(estimate_tokens(message_text(m)) for m in messages)
+    n_out = estimate_tokens(message_text(reply)) + 8 * len(reply.tool_calls)
+    reply.usage_metadata = {"input_tokens": n_in, "output_tokens": n_out, "total_tokens": n_in + n_out}
+    return reply
+
+
+class ScriptedChatModel(BaseChatModel):
+    """Replays scripted outputs; raises ``IndexError`` when a list script runs out."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    outputs: Any = Field(default_factory=list)
+    model_name: str = "scripted"
+    calls: list[dict[str, Any]] = Field(default_factory=list)
+    _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
+    _script_iter: Iterator[Output] | None = PrivateAttr(default=None)
+
+    @property
+    def _llm_type(self) -> str:
+        return "medmis-scripted"
+
+    @property
+    def _identifying_params(self) -> dict[str, Any]:
+        return {"model_name": self.model_name}
+
+    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> Any:
+        schemas = [t if isinstance(t, dict) and "function" in t else convert_to_openai_tool(t) for t in tools]
+        return self.bind(tools=schemas, **kwargs)
+
+    def _next(self, messages: list[BaseMessage], tools: list[dict[str, Any]]) -> Output:
+        with self._lock:
+            self.calls.append({"messages": list(messages), "tools": tools})
+            script = self.outputs
+            if callable(script) and not isinstance(script, (list, tuple)):
+                return script(messages, tools)
+            if self._script_iter is None:
+                self._script_iter = iter(script) if isinstance(script, (list, tuple)) else script
+            try:
+                return next(self._script_iter)  # type: ignore[arg-type]
+            except StopIteration:
+                raise IndexError(f"scripted model ran out of outputs after {len(self.calls) - 1} calls") from None
+
+    def _respond(self, messages: list[BaseMessage], kwargs: dict[str, Any]) -> ChatResult:
+        out = self._next(messages, list(kwargs.get("tools") or []))
+        if isinstance(out, BaseException):
+            raise out
+        reply = out.model_copy(deep=True) if isinstance(out, AIMessage) else AIMessage(content=str(out))
+        reply = with_usage(reply, messages)
+        return ChatResult(generations=[ChatGeneration(message=reply)])
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        return self._respond(messages, kwargs)
+
+    async def _agenerate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        return self._respond(messages, kwargs)
+
+
+def cycle(outputs: Sequence[Output]) -> Iterator[Output]:
+    """A script that repeats forever (handy for concurrency tests)."""
+    return itertools.cycle(outputs)

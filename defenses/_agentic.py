@@ -1,0 +1,1 @@
+"""Agentic defenders (LangGraph state machines from graphs/); filled in by the Defenders issue."""
