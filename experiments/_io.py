@@ -1,0 +1,65 @@
+"""Reading and appending ``records.jsonl`` safely (resume-friendly, torn-line tolerant)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from ._types import Record
+
+
+def read_records(path: str | Path, *, dedupe: bool = True) -> list[Record]:
+    """Read records; a torn (partial) last line from a killed run is skipped.
+
+    With ``dedupe`` the last record for a key wins (``--retry-errors`` appends a fresh
+    record for a key that previously failed).
+    """
+    p = Path(path)
+    if not p.exists():
+        return []
+    records: list[Record] = []
+    with p.open("r", encoding="utf-8") as fh:
+        lines = fh.read().split("\n")
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            records.append(Record.model_validate(json.loads(line)))
+        except (json.JSONDecodeError, ValidationError) as exc:
+            is_last = all(not rest.strip() for rest in lines[lineno:])
+            if is_last:
+                break  # torn write of a killed run; the case will be redone
+            raise ValueError(f"{p}:{lineno}: unreadable record: {exc}") from exc
+    if not dedupe:
+        return records
+    latest: dict[tuple[str, str, str, str, str | None], Record] = {}
+    for r in records:
+        latest[r.key] = r
+    return list(latest.values())
+
+
+def repair_torn_tail(path: str | Path) -> None:
+    """Cut a partial last line so that appends start on a fresh line."""
+    p = Path(path)
+    if not p.exists() or p.stat().st_size == 0:
+        return
+    with p.open("rb+") as fh:
+        data = fh.read()
+        if data.endswith(b"\n"):
+            return
+        cut = data.rfind(b"\n") + 1
+        fh.seek(cut)
+        fh.truncate()
+
+
+def append_records(path: str | Path, records: Iterable[Record]) -> None:
+    """Append whole lines and flush them to disk, one write per record."""
+    with open(path, "a", encoding="utf-8") as fh:
+        for r in records:
+            fh.write(r.model_dump_json() + "\n")
+            fh.flush()
+        os.fsync(fh.fileno())
