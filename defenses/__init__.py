@@ -8,6 +8,7 @@ through the ``medmis.defenders`` entry-point group.
 from ._base import (
     ENTRY_POINT_GROUP,
     Defender,
+    DefenderConfigError,
     DefenderContext,
     DefenderOptions,
     DefenderSpec,
@@ -22,6 +23,7 @@ from ._base import (
 __all__ = [
     "ENTRY_POINT_GROUP",
     "Defender",
+    "DefenderConfigError",
     "DefenderContext",
     "DefenderOptions",
     "DefenderSpec",

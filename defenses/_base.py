@@ -29,9 +29,13 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from agents._retry import RetryPolicy, retry_async
 from experiments._types import Answer, Case, TraceStep, Usage
 from tools._probe import cache_probe
-from tools._types import Page, SearchResult, Toolset, ToolError
+from tools._types import Page, SearchResult, ToolError, Toolset
 
 ENTRY_POINT_GROUP = "medmis.defenders"
+
+
+class DefenderConfigError(ValueError):
+    """An unknown defender name or invalid defender options (a user error, not a bug)."""
 
 
 def message_to_dict(message: BaseMessage) -> dict[str, Any]:
@@ -235,12 +239,12 @@ def defender(
         raise ValueError(f"defender names are lower_snake_case, got {name!r}")
 
     def register(factory: Factory) -> Factory:
-        doc = description or (factory.__doc__ or "").strip().splitlines()[0:1]
-        text = doc if isinstance(doc, str) else (doc[0] if doc else "")
+        text = description or ((factory.__doc__ or "").strip().splitlines() or [""])[0]
         existing = _REGISTRY.get(name)
-        if existing is not None and existing.factory is not factory:
-            if getattr(existing.factory, "__qualname__", None) != getattr(factory, "__qualname__", None):
-                raise ValueError(f"defender {name!r} is already registered")
+        # re-importing the same module (e.g. a reload in a notebook) re-registers the same
+        # factory; a different factory under a taken name is a real conflict
+        if existing is not None and existing.factory.__qualname__ != factory.__qualname__:
+            raise DefenderConfigError(f"defender {name!r} is already registered")
         _REGISTRY[name] = DefenderSpec(name, factory, options, text, uses_tools)
         return factory
 
@@ -258,7 +262,7 @@ def _load_entry_points() -> None:
 
 def _load_builtins() -> None:
     # importing registers the built-ins; the agentic ones live beside the graphs they wrap
-    import defenses._agentic  # noqa: F401
+    import defenses._agentic
     import defenses._builtin  # noqa: F401
 
 
@@ -270,7 +274,7 @@ def get_spec(name: str) -> DefenderSpec:
         return _REGISTRY[name]
     except KeyError:
         known = ", ".join(sorted(_REGISTRY))
-        raise KeyError(f"unknown defender {name!r} (registered: {known})") from None
+        raise DefenderConfigError(f"unknown defender {name!r} (registered: {known})") from None
 
 
 def list_defenders() -> list[DefenderSpec]:
@@ -298,6 +302,7 @@ def create_defender(
         try:
             opts = spec.options(**dict(options or {}))
         except ValidationError as exc:
-            raise ValueError(f"invalid options for defender {name!r}: {exc}") from exc
+            errors = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+            raise DefenderConfigError(f"invalid options for defender {name!r}: {errors}") from exc
     solve = spec.factory(opts)
     return Defender(name, opts, solve, label or _label(name, opts), spec.uses_tools)

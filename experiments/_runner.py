@@ -1,0 +1,537 @@
+"""The paired harness: every (model, defender) through clean / type1 / type2, resumably.
+
+A run directory holds ``manifest.json`` (what was run, with which versions and data),
+``records.jsonl`` (one graded line per case key), ``traces/`` (one JSONL per model x defender,
+one line per case with every step) and the report files. Re-running the same command skips
+keys already recorded; ``retry_errors`` re-runs only the keys whose last record is an error.
+Clean cases run first, as a phase of their own, so that pairing is available for the live
+ASR figure and for any defender that wants it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import platform
+import re
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Literal
+
+from langchain_core.language_models import BaseChatModel
+from pydantic import BaseModel, ConfigDict, Field
+
+from agents._registry import ModelOptions, load_model
+from agents._retry import RetryPolicy
+from defenses._base import Defender, DefenderContext, create_defender
+
+from ._io import read_records, repair_torn_tail
+from ._protocols import Type1Targets, build_cases
+from ._types import PROTOCOLS, Answer, Case, ProtocolName, Record
+
+CacheMode = Literal["live", "record", "replay", "refresh"]
+SearchBackendName = Literal["tavily", "local"]
+
+_VERSIONED_PACKAGES = (
+    "medmis",
+    "langgraph",
+    "langchain-core",
+    "langchain-openai",
+    "openai",
+    "google-genai",
+    "tavily-python",
+    "trafilatura",
+    "httpx",
+    "pydantic",
+    "diskcache",
+    "bm25s",
+)
+
+
+class DefenderConfig(BaseModel):
+    """A defender to run: registry name, options, and an optional display label."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    options: dict[str, Any] = Field(default_factory=dict)
+    label: str | None = None
+
+
+class RunConfig(BaseModel):
+    """Everything that determines a run (recorded in manifest.json)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    data: str
+    subset: str | None = None
+    limit: int | None = None
+    models: list[str]
+    model_options: ModelOptions = Field(default_factory=ModelOptions)
+    defenders: list[DefenderConfig]
+    protocols: list[ProtocolName] = Field(default_factory=lambda: list(PROTOCOLS))
+    type1_targets: Type1Targets = "sampled"
+    shuffle_type2: bool = False
+    seed: int = 0
+    out: str
+    max_connections: int = 8
+    max_retries: int = 4
+    retry_base_delay: float = 1.0
+    retry_deadline_s: float = 300.0
+    tool_timeout_s: float = 30.0
+    cache: CacheMode = "live"
+    cache_dir: str | None = None
+    search: SearchBackendName = "local"
+    corpus_dir: str | None = None
+    allow_hosts: list[str] = Field(default_factory=list)
+    retry_errors: bool = False
+    progress: bool = True
+    write_report: bool = True
+
+
+@dataclass
+class RunStats:
+    """Live figures for the progress line and for budget checks."""
+
+    done: int = 0
+    errors: int = 0
+    graded: dict[str, list[int]] = field(default_factory=lambda: {p: [0, 0] for p in PROTOCOLS})
+    flips: list[int] = field(default_factory=lambda: [0, 0])  # [type1 flips, type1 paired]
+    input_tokens: int = 0
+    output_tokens: int = 0
+    by_model_tokens: dict[str, list[int]] = field(default_factory=dict)
+    stopped_reason: str | None = None
+
+    def describe(self) -> str:
+        parts = []
+        for proto in PROTOCOLS:
+            k, n = self.graded[proto]
+            if n:
+                parts.append(f"{proto} acc {100 * k / n:.0f}%")
+        if self.flips[1]:
+            parts.append(f"T1 ASR {100 * self.flips[0] / self.flips[1]:.0f}%")
+        if self.errors:
+            parts.append(f"errors {self.errors}")
+        return " | ".join(parts)
+
+
+@dataclass
+class RunResult:
+    out: Path
+    records: int
+    new_records: int
+    stats: RunStats
+    report: dict[str, Path] = field(default_factory=dict)
+
+
+def _safe_name(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.=-]+", "_", text).strip("_") or "x"
+
+
+def package_versions() -> dict[str, str]:
+    out = {}
+    for name in _VERSIONED_PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+_SECRET_FLAG = re.compile(r"(key|token|secret|password)", re.IGNORECASE)
+
+
+def scrub_argv(argv: Sequence[str]) -> list[str]:
+    """The command line as recorded: values of any secret-looking flag are masked."""
+    out: list[str] = []
+    mask_next = False
+    for arg in argv:
+        if mask_next:
+            out.append("***")
+            mask_next = False
+            continue
+        if arg.startswith("--") and _SECRET_FLAG.search(arg):
+            if "=" in arg:
+                out.append(arg.split("=", 1)[0] + "=***")
+            else:
+                out.append(arg)
+                mask_next = True
+            continue
+        out.append(arg)
+    return out
+
+
+def is_simulated(model_spec: str) -> bool:
+    return model_spec.startswith("mock/")
+
+
+class Harness:
+    """Runs one configuration. Build with :func:`run_experiment` unless you need the parts."""
+
+    def __init__(
+        self,
+        config: RunConfig,
+        *,
+        model_factory: Callable[[str], BaseChatModel] | None = None,
+        tools: Any = None,
+        argv: Sequence[str] | None = None,
+        stop_when: Callable[[RunStats], str | None] | None = None,
+    ) -> None:
+        self.config = config
+        self.out = Path(config.out)
+        self._model_factory = model_factory
+        self._models: dict[str, BaseChatModel] = {}
+        self._tools = tools
+        self._tools_built = tools is not None
+        self._store: Any = None
+        self.argv = list(argv if argv is not None else sys.argv)
+        self.stop_when = stop_when
+        self.stats = RunStats()
+        self.retry = RetryPolicy(
+            max_retries=config.max_retries,
+            base_delay=config.retry_base_delay,
+            deadline_s=config.retry_deadline_s,
+        )
+        self.defenders: list[Defender] = [
+            create_defender(d.name, d.options, label=d.label) for d in config.defenders
+        ]
+        labels = [d.label for d in self.defenders]
+        if len(set(labels)) != len(labels):
+            raise ValueError(f"defender labels must be unique, got {labels}")
+
+    # -- resources -------------------------------------------------------------------------
+    def _cache_dir(self) -> Path:
+        return Path(self.config.cache_dir) if self.config.cache_dir else self.out / "cache"
+
+    def _get_store(self) -> Any:
+        if self.config.cache == "live":
+            return None
+        if self._store is None:
+            from tools._store import RecordStore
+
+            self._store = RecordStore(self._cache_dir(), self.config.cache)
+        return self._store
+
+    def model(self, spec: str) -> BaseChatModel:
+        """The chat model for a spec, built once, wired to the record/replay store."""
+        if spec not in self._models:
+            if self._model_factory is not None:
+                chat = self._model_factory(spec)
+            else:
+                chat = load_model(spec, self.config.model_options)
+            store = self._get_store()
+            if store is not None:
+                from tools._store import attach_cache
+
+                chat = attach_cache(chat, store)
+            self._models[spec] = chat
+        return self._models[spec]
+
+    def tools(self) -> Any:
+        if not self._tools_built:
+            self._tools_built = True
+            if any(d.uses_tools for d in self.defenders):
+                from tools._web import make_tools
+
+                self._tools = make_tools(
+                    search=self.config.search,
+                    cache_mode=self.config.cache,
+                    cache_dir=str(self._cache_dir()) if self.config.cache != "live" else None,
+                    allow_hosts=tuple(self.config.allow_hosts),
+                    corpus_dir=self.config.corpus_dir,
+                    store=self._get_store(),
+                )
+        return self._tools
+
+    async def aclose(self) -> None:
+        closer = getattr(self._tools, "aclose", None)
+        if closer is not None:
+            await closer()
+        if self._store is not None and hasattr(self._store, "close"):
+            self._store.close()
+
+    # -- run ---------------------------------------------------------------------------------
+    def load_cases(self) -> tuple[list[Case], Any]:
+        from ._data import load_dataset
+
+        dataset = load_dataset(self.config.data, subset=self.config.subset, limit=self.config.limit)
+        cases = build_cases(
+            dataset.items,
+            self.config.protocols,
+            seed=self.config.seed,
+            type1_targets=self.config.type1_targets,
+            shuffle_type2=self.config.shuffle_type2,
+        )
+        return cases, dataset
+
+    def write_manifest(self, dataset: Any, n_cases: int) -> None:
+        manifest_path = self.out / "manifest.json"
+        previous: dict[str, Any] = {}
+        if manifest_path.exists():
+            try:
+                previous = json.loads(manifest_path.read_text(encoding="utf-8"))
+            except json.JSONDecodeError:
+                previous = {}
+        now = datetime.now(UTC).isoformat(timespec="seconds")
+        manifest = {
+            "command": scrub_argv(self.argv),
+            "config": self.config.model_dump(mode="json"),
+            "models": self.config.models,
+            "defenders": [
+                {"label": d.label, "name": d.name, "options": d.options.model_dump(mode="json")}
+                for d in self.defenders
+            ],
+            "protocols": list(self.config.protocols),
+            "seed": self.config.seed,
+            "dataset": {
+                "source": str(self.config.data),
+                "sha256": getattr(dataset, "sha256", None),
+                "items": len(getattr(dataset, "items", [])),
+                "subset": self.config.subset,
+            },
+            "cases_per_model_defender": n_cases,
+            "simulated": any(is_simulated(m) for m in self.config.models),
+            "versions": package_versions(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "created": previous.get("created", now),
+            "updated": now,
+            "runs": int(previous.get("runs", 0)) + 1,
+        }
+        manifest_path.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+    def _trace_path(self, model: str, defender: str) -> Path:
+        return self.out / "traces" / f"{_safe_name(model)}__{_safe_name(defender)}.jsonl"
+
+    async def run_case(self, spec: str, defender: Defender, case: Case) -> tuple[Record, dict[str, Any]]:
+        """Run one case; failures of the case are recorded on the record, never graded."""
+        ctx = DefenderContext(
+            model=self.model(spec),
+            model_spec=spec,
+            tools=self.tools() if defender.uses_tools else None,
+            model_factory=self.model,
+            retry=self.retry,
+            tool_timeout_s=self.config.tool_timeout_s,
+        )
+        start = time.perf_counter()
+        try:
+            answer = await defender(case, ctx)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            answer = Answer(
+                error=f"{type(exc).__name__}: {exc}".splitlines()[0][:300],
+                usage=ctx.usage,
+                llm_calls=ctx.llm_calls,
+                tool_calls=ctx.tool_calls,
+                trace=ctx.trace,
+            )
+        latency = time.perf_counter() - start
+        item = case.item
+        record = Record(
+            model=spec,
+            defender=defender.label,
+            protocol=case.protocol,
+            item_id=item.id,
+            subset=item.subset,
+            target=case.target,
+            gold=item.gold,
+            choice=None if answer.error else answer.choice,
+            correct=None if answer.error else answer.choice == item.gold,
+            content_type=item.content_type,
+            provenance=item.provenance,
+            error=answer.error,
+            usage=answer.usage,
+            llm_calls=answer.llm_calls,
+            tool_calls=answer.tool_calls,
+            latency_s=round(latency, 6),
+            seed=case.seed,
+            method=answer.method,
+            defender_options=defender.options.model_dump(mode="json"),
+            extra=answer.extra,
+            trace_file=str(self._trace_path(spec, defender.label).relative_to(self.out)),
+        )
+        trace = {
+            "model": spec,
+            "defender": defender.label,
+            "protocol": case.protocol,
+            "item_id": item.id,
+            "target": case.target,
+            "context": [c.model_dump() for c in case.context],
+            "choice": record.choice,
+            "gold": item.gold,
+            "error": answer.error,
+            "raw": answer.raw,
+            "method": answer.method,
+            "extra": answer.extra,
+            "steps": [s.model_dump(mode="json") for s in answer.trace],
+        }
+        return record, trace
+
+    def _update_stats(self, record: Record, clean: dict[tuple[str, str, str], bool]) -> None:
+        s = self.stats
+        s.done += 1
+        s.input_tokens += record.usage.input_tokens
+        s.output_tokens += record.usage.output_tokens
+        tok = s.by_model_tokens.setdefault(record.model, [0, 0])
+        tok[0] += record.usage.input_tokens
+        tok[1] += record.usage.output_tokens
+        if record.error:
+            s.errors += 1
+            return
+        g = s.graded[record.protocol]
+        g[0] += int(bool(record.correct))
+        g[1] += 1
+        if record.protocol == "clean":
+            clean[(record.model, record.defender, record.item_id)] = bool(record.correct)
+        elif record.protocol == "type1" and clean.get((record.model, record.defender, record.item_id)):
+            s.flips[0] += int(not record.correct)
+            s.flips[1] += 1
+
+    async def run(self) -> RunResult:
+        cfg = self.config
+        self.out.mkdir(parents=True, exist_ok=True)
+        (self.out / "traces").mkdir(exist_ok=True)
+        cases, dataset = self.load_cases()
+        self.write_manifest(dataset, len(cases))
+        records_path = self.out / "records.jsonl"
+        repair_torn_tail(records_path)
+        existing = read_records(records_path)
+        done = {r.key for r in existing if r.error is None or not cfg.retry_errors}
+        clean_state: dict[tuple[str, str, str], bool] = {}
+        for r in sorted(existing, key=lambda r: r.protocol != "clean"):
+            if r.key in done:
+                self._update_stats(r, clean_state)
+        self.stats.done = 0  # progress counts this invocation's work
+
+        todo: list[list[tuple[str, Defender, Case]]] = [[], []]
+        for spec in cfg.models:
+            for d in self.defenders:
+                for case in cases:
+                    key = (spec, d.label, case.protocol, case.item.id, case.target)
+                    if key not in done:
+                        todo[0 if case.protocol == "clean" else 1].append((spec, d, case))
+        total = len(todo[0]) + len(todo[1])
+        new = 0
+        trace_handles: dict[Path, Any] = {}
+        progress = _Progress(total, enabled=cfg.progress and total > 0)
+        try:
+            with records_path.open("a", encoding="utf-8") as rec_fh:
+                for phase in todo:
+                    if self.stats.stopped_reason:
+                        break
+                    new += await self._run_phase(phase, rec_fh, trace_handles, clean_state, progress)
+                rec_fh.flush()
+                os.fsync(rec_fh.fileno())
+        finally:
+            progress.close()
+            for fh in trace_handles.values():
+                fh.close()
+            await self.aclose()
+        if self.stats.stopped_reason:
+            self._mark_stopped(self.stats.stopped_reason)
+        result = RunResult(self.out, len(read_records(records_path)), new, self.stats)
+        if cfg.write_report:
+            from ._report import write_report
+
+            result.report = write_report(self.out)
+        return result
+
+    def _mark_stopped(self, reason: str) -> None:
+        path = self.out / "manifest.json"
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+        manifest["stopped"] = reason
+        path.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+    async def _run_phase(
+        self,
+        jobs: list[tuple[str, Defender, Case]],
+        rec_fh: Any,
+        trace_handles: dict[Path, Any],
+        clean_state: dict[tuple[str, str, str], bool],
+        progress: _Progress,
+    ) -> int:
+        queue: asyncio.Queue[tuple[str, Defender, Case]] = asyncio.Queue()
+        for job in jobs:
+            queue.put_nowait(job)
+        written = 0
+
+        async def worker() -> None:
+            nonlocal written
+            while not queue.empty() and not self.stats.stopped_reason:
+                spec, d, case = queue.get_nowait()
+                record, trace = await self.run_case(spec, d, case)
+                # single-threaded event loop: these writes never interleave within a line
+                path = self.out / record.trace_file if record.trace_file else self._trace_path(spec, d.label)
+                fh = trace_handles.get(path)
+                if fh is None:
+                    repair_torn_tail(path)
+                    fh = trace_handles[path] = path.open("a", encoding="utf-8")
+                fh.write(json.dumps(trace, ensure_ascii=False, default=str) + "\n")
+                fh.flush()
+                append_line(rec_fh, record)
+                written += 1
+                self._update_stats(record, clean_state)
+                progress.advance(self.stats.describe())
+                if self.stop_when is not None:
+                    reason = self.stop_when(self.stats)
+                    if reason:
+                        self.stats.stopped_reason = reason
+
+        n_workers = max(1, min(self.config.max_connections, len(jobs)))
+        await asyncio.gather(*(worker() for _ in range(n_workers)))
+        return written
+
+
+def append_line(fh: Any, record: Record) -> None:
+    fh.write(record.model_dump_json() + "\n")
+    fh.flush()
+
+
+class _Progress:
+    """A rich progress bar with the live accuracy / ASR line (silent when disabled)."""
+
+    def __init__(self, total: int, *, enabled: bool) -> None:
+        self._bar: Any = None
+        if not enabled:
+            return
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeRemainingColumn,
+        )
+
+        self._bar = Progress(
+            TextColumn("[bold]medmis run"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeRemainingColumn(),
+            TextColumn("{task.description}"),
+            transient=False,
+            redirect_stdout=False,
+            redirect_stderr=False,
+        )
+        self._bar.start()
+        self._task = self._bar.add_task("", total=total)
+
+    def advance(self, description: str) -> None:
+        if self._bar is not None:
+            self._bar.update(self._task, advance=1, description=description)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+
+async def run_experiment(config: RunConfig, **kwargs: Any) -> RunResult:
+    """Run (or resume) a configuration and write its report."""
+    return await Harness(config, **kwargs).run()
+
