@@ -1,0 +1,342 @@
+"""Ablation grids: models x defenders (with option sweeps) x protocols, as one resumable run.
+
+A TOML config names the data, the models (with a price table), the defenders and their
+option sweeps. ``medmis ablate CONFIG --dry-run`` prints the number of cases, the expected
+model and tool calls and a token and cost estimate per cell; without ``--dry-run`` the grid
+runs through the paired harness into one run directory (re-running resumes it). An optional
+budget cap stops the run cleanly once the estimated spend reaches it. With
+``delivery.type2_shuffled = true`` a second pass re-runs type2 with a seeded shuffle of the
+sentence order (no regeneration needed) into ``OUT/type2_shuffled``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import sys
+import tomllib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from agents._registry import ModelOptions
+from defenses._base import create_defender, get_spec
+
+from ._protocols import Type1Targets, build_cases, render_prompt
+from ._runner import CacheMode, DefenderConfig, RunConfig, RunStats, run_experiment
+from ._types import PROTOCOLS, Case, ProtocolName
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class ModelEntry(BaseModel):
+    """A model in the grid with its price per million tokens (USD) for estimates and caps."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    spec: str
+    price_in_per_mtok: float = 0.0
+    price_out_per_mtok: float = 0.0
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class DefenderEntry(BaseModel):
+    """A defender with fixed options and an optional sweep (each list is one axis)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    options: dict[str, Any] = Field(default_factory=dict)
+    sweep: dict[str, list[Any]] = Field(default_factory=dict)
+
+    def expand(self) -> list[DefenderConfig]:
+        if not self.sweep:
+            return [DefenderConfig(name=self.name, options=dict(self.options))]
+        keys = sorted(self.sweep)
+        out = []
+        for values in itertools.product(*(self.sweep[k] for k in keys)):
+            opts = dict(self.options)
+            opts.update(dict(zip(keys, values, strict=True)))
+            out.append(DefenderConfig(name=self.name, options=opts))
+        return out
+
+
+class Delivery(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    type2_shuffled: bool = False
+
+
+class AblationConfig(BaseModel):
+    """The whole ablation (the TOML file, validated)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = "ablation"
+    description: str = ""
+    data: str
+    subset: str | None = None
+    limit: int | None = None
+    protocols: list[ProtocolName] = Field(default_factory=lambda: list(PROTOCOLS))
+    type1_targets: Type1Targets = "sampled"
+    seed: int = 0
+    out: str = "runs/ablation"
+    max_connections: int = 8
+    max_retries: int = 4
+    cache: CacheMode = "record"
+    cache_dir: str | None = None
+    search: Literal["tavily", "local"] = "local"
+    corpus_dir: str | None = None
+    allow_hosts: list[str] = Field(default_factory=list)
+    budget_usd: float | None = None
+    model_options: dict[str, Any] = Field(default_factory=dict)
+    models: list[ModelEntry]
+    defenders: list[DefenderEntry]
+    delivery: Delivery = Field(default_factory=Delivery)
+    baseline: str = "none"
+
+    @model_validator(mode="after")
+    def _check(self) -> AblationConfig:
+        if not self.models:
+            raise ValueError("an ablation needs at least one model")
+        if not self.defenders:
+            raise ValueError("an ablation needs at least one defender")
+        return self
+
+    def defender_configs(self) -> list[DefenderConfig]:
+        return [d for entry in self.defenders for d in entry.expand()]
+
+    def resolve(self, path: str) -> str:
+        """Relative data/corpus paths are taken from the repository root when not found here."""
+        p = Path(path)
+        if p.is_absolute() or p.exists() or ":" in path.split("/")[0]:
+            return path
+        candidate = ROOT / path
+        return str(candidate) if candidate.exists() else path
+
+
+def load_config(path: str | Path) -> AblationConfig:
+    with open(path, "rb") as fh:
+        raw = tomllib.load(fh)
+    return AblationConfig.model_validate(raw)
+
+
+# Expected calls per case when no earlier records exist to calibrate from: (model calls,
+# tool calls, prompt-growth factor). The growth factor scales the baseline prompt's tokens
+# for multi-turn agents that resend their growing history.
+_HEURISTICS: dict[str, dict[str, tuple[float, float, float]]] = {
+    "none": {"clean": (1, 0, 1), "type1": (1, 0, 1), "type2": (1, 0, 1)},
+    "warning": {"clean": (1, 0, 1.3), "type1": (1, 0, 1.3), "type2": (1, 0, 1.3)},
+    "context_blind": {"clean": (1, 0, 1), "type1": (1, 0, 1), "type2": (1, 0, 1)},
+    "spotlight": {"clean": (1, 0, 1.3), "type1": (1, 0, 1.5), "type2": (1, 0, 1.8)},
+    "search_agent": {"clean": (1, 0, 1), "type1": (4, 3, 6), "type2": (4, 3, 7)},
+    "claim_verify": {"clean": (1, 0, 1), "type1": (3, 2, 4), "type2": (8, 8, 12)},
+    "prior_reconcile": {"clean": (1, 0, 1), "type1": (2.5, 0, 3), "type2": (2.5, 0, 3.5)},
+    "isolate_vote": {"clean": (1, 0, 1), "type1": (2, 0, 2), "type2": (5, 0, 5.5)},
+    "escalate": {"clean": (1, 0, 1), "type1": (3, 1, 4), "type2": (4, 2, 6)},
+}
+_DEFAULT_HEURISTIC = (3.0, 1.0, 4.0)
+_OUTPUT_TOKENS_PER_CALL = 350
+
+
+class CellEstimate(BaseModel):
+    model: str
+    defender: str
+    cases: int
+    llm_calls: float
+    tool_calls: float
+    input_tokens: float
+    output_tokens: float
+    cost_usd: float
+    basis: str
+
+
+def _calibration(out: Path) -> dict[tuple[str, str, str], tuple[float, float, float, float]]:
+    """Mean (llm calls, tool calls, tokens in, tokens out) per case from earlier records."""
+    from ._io import read_records
+
+    sums: dict[tuple[str, str, str], list[float]] = {}
+    for r in read_records(out / "records.jsonl"):
+        if r.error:
+            continue
+        s = sums.setdefault((r.model, r.defender, r.protocol), [0, 0, 0, 0, 0])
+        s[0] += r.llm_calls
+        s[1] += r.tool_calls
+        s[2] += r.usage.input_tokens
+        s[3] += r.usage.output_tokens
+        s[4] += 1
+    return {k: (v[0] / v[4], v[1] / v[4], v[2] / v[4], v[3] / v[4]) for k, v in sums.items() if v[4]}
+
+
+def estimate(config: AblationConfig, cases: Sequence[Case], out: Path) -> list[CellEstimate]:
+    """Expected calls, tokens and cost per model x defender cell."""
+    from agents._mock import estimate_tokens
+
+    calib = _calibration(out)
+    base_tokens = {c.key: sum(estimate_tokens(str(m.content)) for m in render_prompt(c)) for c in cases}
+    cells = []
+    for model in config.models:
+        for dconf in config.defender_configs():
+            label = create_defender(dconf.name, dconf.options).label
+            totals = [0.0, 0.0, 0.0, 0.0]
+            calibrated = 0
+            for case in cases:
+                cal = calib.get((model.spec, label, case.protocol))
+                if cal is not None:
+                    calibrated += 1
+                    calls, tools_n, tin, tout = cal
+                else:
+                    calls, tools_n, growth = _HEURISTICS.get(dconf.name, {}).get(case.protocol, _DEFAULT_HEURISTIC)
+                    tin = base_tokens[case.key] * growth
+                    tout = calls * _OUTPUT_TOKENS_PER_CALL
+                totals[0] += calls
+                totals[1] += tools_n
+                totals[2] += tin
+                totals[3] += tout
+            cost = totals[2] / 1e6 * model.price_in_per_mtok + totals[3] / 1e6 * model.price_out_per_mtok
+            basis = "earlier records" if calibrated == len(cases) and cases else (
+                "heuristic" if not calibrated else f"mixed ({calibrated}/{len(cases)} calibrated)")
+            cells.append(CellEstimate(
+                model=model.spec, defender=label, cases=len(cases), llm_calls=totals[0],
+                tool_calls=totals[1], input_tokens=totals[2], output_tokens=totals[3],
+                cost_usd=cost, basis=basis,
+            ))
+    return cells
+
+
+def format_estimates(cells: Sequence[CellEstimate]) -> str:
+    head = f"{'model':<28} {'defender':<34} {'cases':>6} {'llm calls':>10} {'tool calls':>10} {'tokens in':>11} {'tokens out':>11} {'cost $':>9}  basis"
+    lines = [head, "-" * len(head)]
+    for c in cells:
+        lines.append(
+            f"{c.model:<28} {c.defender:<34} {c.cases:>6} {c.llm_calls:>10.0f} {c.tool_calls:>10.0f} "
+            f"{c.input_tokens:>11.0f} {c.output_tokens:>11.0f} {c.cost_usd:>9.4f}  {c.basis}"
+        )
+    total = sum(c.cost_usd for c in cells)
+    lines.append(f"total: {sum(c.cases for c in cells)} cases, "
+                 f"{sum(c.llm_calls for c in cells):.0f} model calls, "
+                 f"{sum(c.tool_calls for c in cells):.0f} tool calls, estimated ${total:.4f}")
+    return "\n".join(lines)
+
+
+def spent_usd(stats: RunStats, prices: dict[str, ModelEntry]) -> float:
+    total = 0.0
+    for spec, (tin, tout) in stats.by_model_tokens.items():
+        m = prices.get(spec)
+        if m is not None:
+            total += tin / 1e6 * m.price_in_per_mtok + tout / 1e6 * m.price_out_per_mtok
+    return total
+
+
+def _run_config(config: AblationConfig, out: Path, *, progress: bool, shuffled: bool) -> RunConfig:
+    return RunConfig(
+        data=config.resolve(config.data),
+        subset=config.subset,
+        limit=config.limit,
+        models=[m.spec for m in config.models],
+        model_options=ModelOptions(**config.model_options),
+        defenders=config.defender_configs(),
+        protocols=["clean", "type2"] if shuffled else config.protocols,
+        type1_targets=config.type1_targets,
+        shuffle_type2=shuffled,
+        seed=config.seed,
+        out=str(out),
+        max_connections=config.max_connections,
+        max_retries=config.max_retries,
+        cache=config.cache,
+        # one shared store: the shuffled pass replays the clean answers instead of paying again
+        cache_dir=config.cache_dir or str(out.parent / "cache" if shuffled else out / "cache"),
+        search=config.search,
+        corpus_dir=config.resolve(config.corpus_dir) if config.corpus_dir else None,
+        allow_hosts=config.allow_hosts,
+        progress=progress,
+    )
+
+
+def _check_keys(config: AblationConfig) -> str | None:
+    """A one-line explanation when a real provider's key is missing (before anything runs)."""
+    import os
+
+    needs = {
+        "google": ("GOOGLE_API_KEY", "GEMINI_API_KEY"),
+        "openai": ("OPENAI_API_KEY",),
+    }
+    missing = []
+    for m in config.models:
+        provider = m.spec.split("/", 1)[0]
+        variables = needs.get(provider)
+        base_url = m.options.get("base_url") or config.model_options.get("base_url")
+        if provider == "openai" and (base_url or os.environ.get("OPENAI_BASE_URL")):
+            continue  # a local OpenAI-compatible server needs no key
+        if variables and not any(os.environ.get(v) for v in variables):
+            missing.append(f"{m.spec} needs {' or '.join(variables)}")
+    uses_tools = any(get_spec(d.name).uses_tools for d in config.defender_configs())
+    if config.search == "tavily" and uses_tools and not os.environ.get("TAVILY_API_KEY"):
+        missing.append("search = 'tavily' needs TAVILY_API_KEY")
+    if not missing:
+        return None
+    demo = ROOT / "experiments" / "configs" / "demo.toml"
+    return ("missing API keys: " + "; ".join(missing)
+            + f". To see the whole pipeline offline, run: medmis ablate {demo.relative_to(ROOT)}")
+
+
+async def run_ablation(config: AblationConfig, *, out: Path, progress: bool = True,
+                       argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """Run the grid (and the optional shuffled-type2 pass); returns a summary."""
+    prices = {m.spec: m for m in config.models}
+
+    def budget_stop(stats: RunStats) -> str | None:
+        if config.budget_usd is None:
+            return None
+        spent = spent_usd(stats, prices)
+        return f"budget cap ${config.budget_usd:.2f} reached (${spent:.4f} spent)" if spent >= config.budget_usd else None
+
+    main_cfg = _run_config(config, out, progress=progress, shuffled=False)
+    main = await run_experiment(main_cfg, argv=argv, stop_when=budget_stop)
+    summary: dict[str, Any] = {"out": str(out), "records": main.records, "new": main.new_records,
+                               "stopped": main.stats.stopped_reason}
+    if config.delivery.type2_shuffled and not main.stats.stopped_reason and "type2" in config.protocols:
+        shuf_cfg = _run_config(config, out / "type2_shuffled", progress=progress, shuffled=True)
+        shuf = await run_experiment(shuf_cfg, argv=argv, stop_when=budget_stop)
+        summary["type2_shuffled"] = {"out": str(shuf.out), "records": shuf.records, "new": shuf.new_records}
+    from ._report import write_report
+
+    summary["report"] = {k: str(v) for k, v in write_report(out, baseline=config.baseline).items()}
+    return summary
+
+
+def ablate_command(path: str, *, out: str | None = None, dry_run: bool = False, progress: bool = True,
+                   argv: Sequence[str] | None = None) -> int:
+    """``medmis ablate``: print the plan (dry run) or run it."""
+    from .cli import CliError
+
+    config = load_config(path)
+    out_dir = Path(out or config.out)
+    run_cfg = _run_config(config, out_dir, progress=progress, shuffled=False)
+    from ._data import load_dataset
+
+    dataset = load_dataset(run_cfg.data, subset=config.subset, limit=config.limit)
+    cases = build_cases(dataset.items, config.protocols, seed=config.seed, type1_targets=config.type1_targets)
+    if config.delivery.type2_shuffled:
+        cases = cases + [c for c in build_cases(dataset.items, ["type2"], seed=config.seed, shuffle_type2=True)]
+    cells = estimate(config, cases, out_dir)
+    print(f"ablation {config.name!r}: {len(dataset.items)} items, {len(config.models)} model(s) x "
+          f"{len(config.defender_configs())} defender(s), protocols {', '.join(config.protocols)}"
+          + (" (+ shuffled type2 pass)" if config.delivery.type2_shuffled else ""))
+    print(format_estimates(cells))
+    if config.budget_usd is not None:
+        print(f"budget cap: ${config.budget_usd:.2f}")
+    if dry_run:
+        return 0
+    problem = _check_keys(config)
+    if problem:
+        raise CliError(problem)
+    summary = asyncio.run(run_ablation(config, out=out_dir, progress=progress, argv=argv))
+    print(json.dumps(summary, indent=2), file=sys.stdout)
+    report_md = summary["report"].get("report.md")
+    if report_md:
+        print(f"\nreport: {report_md}")
+    return 0
