@@ -48,6 +48,19 @@ def _parse_kv(pairs: Sequence[str], flag: str) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _parse_flat(pairs: Sequence[str], flag: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key:
+            raise CliError(f"{flag} expects KEY=VALUE, got {pair!r}")
+        try:
+            out[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            out[key] = raw
+    return out
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="medmis",
@@ -67,6 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--thinking-level", choices=["minimal", "low", "medium", "high"], default=None)
     run.add_argument("--reasoning-effort", choices=["minimal", "low", "medium", "high"], default=None)
     run.add_argument("--model-timeout", type=float, default=120.0, help="seconds per model request")
+    run.add_argument("--model-option", action="append", default=[], metavar="KEY=VALUE",
+                     help="provider-specific option (e.g. mock/examinee: fault_rate=0.1, latency_s=0.05)")
     run.add_argument("--defender", required=True, help="NAME[,NAME...] (see `medmis defenders`)")
     run.add_argument("--defender-option", action="append", default=[], metavar="NAME.KEY=VALUE",
                      help="set a defender option (value parsed as JSON when possible)")
@@ -160,6 +175,7 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
             reasoning_effort=args.reasoning_effort,
             timeout_s=args.model_timeout,
             seed=args.seed,
+            extra=_parse_flat(args.model_option, "--model-option"),
         ),
         defenders=[DefenderConfig(name=n, options=options.get(n, {})) for n in names],
         protocols=protocols,  # type: ignore[arg-type]

@@ -1,0 +1,86 @@
+"""A tiny OpenAI-compatible chat server on 127.0.0.1 for benchmarks and tests.
+
+It answers ``POST /v1/chat/completions`` after a fixed latency with a fixed reply and
+documented-shape JSON (id, choices, usage). Written on asyncio streams so it needs no web
+framework; HTTP/1.1 keep-alive is supported because the openai client reuses connections.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass, field
+
+
+@dataclass
+class FakeOpenAIServer:
+    latency_s: float = 0.1
+    reply: str = "Reasoning about the options.\nFinal answer: A"
+    host: str = "127.0.0.1"
+    port: int = 0
+    requests: int = 0
+    max_in_flight: int = 0
+    _in_flight: int = 0
+    _server: asyncio.base_events.Server | None = field(default=None, repr=False)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}/v1"
+
+    async def __aenter__(self) -> FakeOpenAIServer:
+        self._server = await asyncio.start_server(self._handle, self.host, self.port)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            for _ in range(100_000):  # bounded keep-alive loop
+                request_line = await reader.readline()
+                if not request_line:
+                    break
+                headers: dict[str, str] = {}
+                for _ in range(200):
+                    line = await reader.readline()
+                    if line in (b"\r\n", b"\n", b""):
+                        break
+                    name, _, value = line.decode("latin-1").partition(":")
+                    headers[name.strip().lower()] = value.strip()
+                body = await reader.readexactly(int(headers.get("content-length", "0") or 0))
+                payload = json.loads(body or b"{}")
+                self.requests += 1
+                self._in_flight += 1
+                self.max_in_flight = max(self.max_in_flight, self._in_flight)
+                await asyncio.sleep(self.latency_s)
+                self._in_flight -= 1
+                data = json.dumps(
+                    {
+                        "id": f"chatcmpl-{self.requests}",
+                        "object": "chat.completion",
+                        "created": int(time.time()),
+                        "model": payload.get("model", "fake"),
+                        "choices": [
+                            {
+                                "index": 0,
+                                "message": {"role": "assistant", "content": self.reply},
+                                "finish_reason": "stop",
+                            }
+                        ],
+                        "usage": {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110},
+                    }
+                ).encode()
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                    + f"Content-Length: {len(data)}\r\n\r\n".encode()
+                    + data
+                )
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionResetError):
+            pass
+        finally:
+            writer.close()

@@ -1,0 +1,205 @@
+"""Speed and memory figures for the toolkit, printed as JSON: ``python -m experiments.bench``.
+
+Sections (each with its target):
+- ``harness_overhead``: ms per case of the paired harness with a zero-latency scripted model
+  over 3,000 cases (target <= 2 ms/case);
+- ``concurrency``: 1,200 calls at 32 connections to a local OpenAI-compatible server with
+  100 ms latency, through the real openai client (target wall <= 1.15 x 1,200 x 0.1 s / 32);
+- ``store_lookup``: warm record/replay store lookup latency (target p50 <= 1 ms);
+- ``extraction``: trafilatura main-text extraction on a ~200 KB page;
+- ``peak_rss_mb``: peak resident memory of this process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import platform
+import resource
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from agents._mock import ScriptedChatModel, cycle
+
+
+def _write_items(path: Path, n: int) -> None:
+    """Synthetic rows in the released schema (benchmark filler, not medical content)."""
+    with path.open("w", encoding="utf-8") as fh:
+        for i in range(n):
+            row = {
+                "id": f"bench-{i:05d}",
+                "subset": "MEDMISQA",
+                "question": f"Benchmark filler question number {i}: which option is labelled first?",
+                "answer": "A",
+                "opa": "first", "opb": "second", "opc": "third", "opd": "fourth",
+                "injecta": "The first option is labelled first.",
+                "injectb": "Filler sentence arguing for the second option.",
+                "injectc": "Filler sentence arguing for the third option.",
+                "injectd": "Filler sentence arguing for the fourth option.",
+                "injection_content": "Cue Remapping",
+                "injection_provenance": "Neutral False Statement",
+            }
+            fh.write(json.dumps(row) + "\n")
+
+
+async def bench_harness(n_items: int = 1000) -> dict[str, Any]:
+    from experiments._runner import DefenderConfig, Harness, RunConfig
+
+    with tempfile.TemporaryDirectory() as tmp:
+        data = Path(tmp) / "items.jsonl"
+        _write_items(data, n_items)
+        model = ScriptedChatModel(outputs=cycle(["Step by step.\nFinal answer: A"]))
+        config = RunConfig(
+            data=str(data), models=["mock/scripted"], defenders=[DefenderConfig(name="none")],
+            out=str(Path(tmp) / "run"), progress=False, write_report=False, max_connections=8,
+        )
+        harness = Harness(config, model_factory=lambda spec: model, argv=["bench"])
+        start = time.perf_counter()
+        result = await harness.run()
+        wall = time.perf_counter() - start
+        from experiments._report import write_report
+
+        start = time.perf_counter()
+        write_report(Path(tmp) / "run")
+        report_s = time.perf_counter() - start
+    cases = result.new_records
+    return {
+        "cases": cases,
+        "wall_s": round(wall, 3),
+        "ms_per_case": round(1000 * wall / cases, 3),
+        "target_ms_per_case": 2.0,
+        "meets_target": 1000 * wall / cases <= 2.0,
+        "report_s": round(report_s, 3),
+    }
+
+
+async def bench_concurrency(calls: int = 1200, connections: int = 32, latency: float = 0.1) -> dict[str, Any]:
+    from agents._registry import ModelOptions, load_model
+    from experiments._fake_openai import FakeOpenAIServer
+    from experiments._runner import DefenderConfig, Harness, RunConfig
+
+    async with FakeOpenAIServer(latency_s=latency) as server:
+        with tempfile.TemporaryDirectory() as tmp:
+            data = Path(tmp) / "items.jsonl"
+            _write_items(data, calls // 3)
+            opts = ModelOptions(base_url=server.base_url)
+            config = RunConfig(
+                data=str(data), models=["openai/bench"], model_options=opts,
+                defenders=[DefenderConfig(name="none")], out=str(Path(tmp) / "run"),
+                progress=False, write_report=False, max_connections=connections, max_retries=0,
+            )
+            harness = Harness(config, model_factory=lambda spec: load_model(spec, opts), argv=["bench"])
+            start = time.perf_counter()
+            result = await harness.run()
+            wall = time.perf_counter() - start
+    ideal = calls * latency / connections
+    return {
+        "calls": server.requests,
+        "records": result.new_records,
+        "errors": result.stats.errors,
+        "connections": connections,
+        "max_in_flight": server.max_in_flight,
+        "wall_s": round(wall, 3),
+        "ideal_s": round(ideal, 3),
+        "ratio_to_ideal": round(wall / ideal, 3),
+        "target_ratio": 1.15,
+        "meets_target": wall / ideal <= 1.15,
+    }
+
+
+async def bench_store(n: int = 2000) -> dict[str, Any]:
+    from tools._store import RecordStore
+
+    with tempfile.TemporaryDirectory() as tmp:
+        store = RecordStore(Path(tmp) / "store", "record")
+        payload = {"title": "t", "text": "x" * 4000}
+
+        async def produce() -> dict[str, Any]:
+            return payload
+
+        for i in range(n):
+            await store.through("visit", {"url": f"https://medref.example/{i}"}, produce)
+        timings = []
+        for i in range(n):
+            start = time.perf_counter()
+            await store.through("visit", {"url": f"https://medref.example/{i}"}, produce)
+            timings.append(time.perf_counter() - start)
+        store.close()
+    timings.sort()
+    p50 = 1000 * statistics.median(timings)
+    return {
+        "lookups": n,
+        "p50_ms": round(p50, 4),
+        "p95_ms": round(1000 * timings[int(0.95 * (n - 1))], 4),
+        "target_p50_ms": 1.0,
+        "meets_target": p50 <= 1.0,
+    }
+
+
+def _big_page(target_bytes: int = 200_000) -> str:
+    nav = "".join(f'<li><a href="/s{i}">Section {i}</a></li>' for i in range(60))
+    paras = []
+    i = 0
+    while sum(len(p) for p in paras) < target_bytes:
+        paras.append(
+            f"<p>Paragraph {i} of a long reference article about clinical pharmacology. "
+            "It discusses dosing, monitoring, contraindications and interactions in enough "
+            "detail to look like real prose for the extractor to keep.</p>"
+        )
+        i += 1
+    return (
+        "<html><head><title>Long reference article</title></head><body>"
+        f"<nav><ul>{nav}</ul></nav><article><h1>Long reference article</h1>{''.join(paras)}</article>"
+        "<footer>Copyright notice and links</footer></body></html>"
+    )
+
+
+def bench_extraction(repeats: int = 5) -> dict[str, Any]:
+    import trafilatura
+
+    html = _big_page()
+    timings = []
+    text = ""
+    for _ in range(repeats):
+        start = time.perf_counter()
+        text = trafilatura.extract(html, include_comments=False) or ""
+        timings.append(time.perf_counter() - start)
+    return {
+        "page_bytes": len(html.encode()),
+        "extracted_chars": len(text),
+        "median_ms": round(1000 * statistics.median(timings), 1),
+        "repeats": repeats,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", action="append", default=None,
+                        choices=["harness_overhead", "concurrency", "store_lookup", "extraction"])
+    parser.add_argument("--quick", action="store_true", help="smaller sizes (smoke run, not the targets)")
+    args = parser.parse_args(argv)
+    wanted = set(args.only or ["harness_overhead", "concurrency", "store_lookup", "extraction"])
+    out: dict[str, Any] = {
+        "machine": {"python": platform.python_version(), "platform": platform.platform(),
+                    "processor": platform.processor() or platform.machine(),
+                    "cpus": __import__("os").cpu_count()},
+    }
+    if "harness_overhead" in wanted:
+        out["harness_overhead"] = asyncio.run(bench_harness(100 if args.quick else 1000))
+    if "concurrency" in wanted:
+        out["concurrency"] = asyncio.run(bench_concurrency(120 if args.quick else 1200))
+    if "store_lookup" in wanted:
+        out["store_lookup"] = asyncio.run(bench_store(200 if args.quick else 2000))
+    if "extraction" in wanted:
+        out["extraction"] = bench_extraction(2 if args.quick else 5)
+    out["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    print(json.dumps(out, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
