@@ -1,0 +1,624 @@
+"""The record/replay store for web fetches and model calls.
+
+Every tool call and model call can pass through one :class:`RecordStore`, a
+:class:`diskcache.Cache` keyed by ``kind`` (``"search"``, ``"visit"``, ``"model"``, …) plus the
+SHA-256 of the canonical JSON of the call's arguments. The store has four modes:
+
+* ``live``: never touch the store; call through.
+* ``record``: read-through; a hit returns the stored value, a miss calls and writes.
+* ``replay``: store only; a miss raises :class:`~tools._types.ReplayMissError`, so a test can
+  never reach the network by accident.
+* ``refresh``: always call and overwrite.
+
+Values are JSON and are stored as canonical JSON text next to the original key arguments, so a
+replay returns exactly what was recorded and the store can be exported as a diffable cassette
+(see :mod:`tools._cassette`). Failed calls are never stored.
+
+:class:`StoreCache` plugs the same store into LangChain as a chat-model cache (kind ``"model"``);
+:func:`attach_cache` puts it on a model.
+
+Lookups and writes run inline on the calling thread, the event loop included: measured on a
+warm SQLite page cache a read takes ~10 µs and a write ~70 µs, while a hop through
+``asyncio.to_thread`` alone costs ~90 µs. diskcache opens one SQLite connection per thread and
+reopens it after a fork, and SQLite's write-ahead log lets readers proceed while another
+process writes, so one store may be shared by threads and tasks and opened by many processes.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import re
+import threading
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal, get_args
+
+import diskcache
+from langchain_core._api import suppress_langchain_beta_warning
+from langchain_core.caches import RETURN_VAL_TYPE, BaseCache
+from langchain_core.language_models import BaseChatModel
+from langchain_core.load import Serializable, dumps, load
+from langchain_core.messages import AIMessage, AIMessageChunk
+from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, Generation, GenerationChunk
+
+from tools._probe import mark_cache
+from tools._types import ReplayMissError
+
+CacheMode = Literal["live", "record", "replay", "refresh"]
+CACHE_MODES: tuple[str, ...] = get_args(CacheMode)
+
+MODEL_KIND = "model"
+
+_KIND_RE = re.compile(r"[a-z][a-z0-9_.-]*")
+_RECORD_HINT = "run once with --cache record"
+
+
+def canonical_json(obj: Any) -> str:
+    """The one JSON spelling of ``obj``: sorted keys, no spaces, UTF-8 kept as is.
+
+    Raises:
+        TypeError: ``obj`` is not JSON-able.
+    """
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def key_digest(kind: str, key: dict[str, Any]) -> str:
+    """The store key for a call: ``"<kind>:<sha256 of canonical key JSON>"``."""
+    return f"{kind}:{hashlib.sha256(canonical_json(key).encode('utf-8')).hexdigest()}"
+
+
+def _short_repr(obj: Any, limit: int = 300) -> str:
+    text = repr(obj)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One stored call: its kind, the original key arguments, the value and when it was stored."""
+
+    kind: str
+    key: dict[str, Any]
+    value: Any
+    created: float
+
+    def to_json(self) -> str:
+        """The stored text (canonical JSON of all four fields)."""
+        return canonical_json(
+            {"kind": self.kind, "key": self.key, "value": self.value, "created": self.created}
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> Entry:
+        data = json.loads(text)
+        return cls(data["kind"], data["key"], data["value"], float(data["created"]))
+
+
+class RecordStore:
+    """A process-safe record/replay store for JSON values.
+
+    Args:
+        directory: Where the diskcache lives (created if missing).
+        mode: ``live``, ``record``, ``replay`` or ``refresh`` (see the module docstring).
+        size_limit: Bytes on disk before the least recently stored entries are evicted.
+        expire_s: Seconds an entry lives after it is written; ``None`` keeps it until pruned
+            or evicted. Use ``None`` for stores that are themselves test fixtures.
+
+    Example::
+
+        with RecordStore(".cache/medmis", "record") as store:
+            page = await store.through("visit", {"url": url}, lambda: fetch(url))
+    """
+
+    def __init__(
+        self,
+        directory: str | Path,
+        mode: CacheMode = "record",
+        *,
+        size_limit: int = 2**30,
+        expire_s: float | None = 30 * 86400,
+    ) -> None:
+        if mode not in CACHE_MODES:
+            raise ValueError(f"cache mode must be one of {', '.join(CACHE_MODES)}; got {mode!r}")
+        self.directory = Path(directory)
+        self.mode: CacheMode = mode
+        self.size_limit = size_limit
+        self.expire_s = expire_s
+        self._cache: diskcache.Cache | None = None
+        self._lock = threading.Lock()
+        self._hits: Counter[str] = Counter()
+        self._misses: Counter[str] = Counter()
+
+    # -- plumbing -------------------------------------------------------------------------
+
+    @property
+    def cache(self) -> diskcache.Cache:
+        """The underlying diskcache, opened on first use (live runs never create a directory)."""
+        if self._cache is None:
+            with self._lock:
+                if self._cache is None:
+                    self._cache = diskcache.Cache(
+                        str(self.directory),
+                        # SQLite busy timeout: how long a writer waits for another process
+                        timeout=60,
+                        size_limit=self.size_limit,
+                        # the default, but explicit: an LRU policy would turn every read
+                        # into a write and make concurrent readers contend
+                        eviction_policy="least-recently-stored",
+                        statistics=False,
+                    )
+        return self._cache
+
+    def close(self) -> None:
+        """Close this thread's database connection (the store reopens on next use)."""
+        if self._cache is not None:
+            self._cache.close()
+
+    def __enter__(self) -> RecordStore:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"RecordStore({str(self.directory)!r}, mode={self.mode!r})"
+
+    @staticmethod
+    def check_kind(kind: str) -> None:
+        """Raise ``ValueError`` unless ``kind`` is a lower-case word (``visit``, ``model``)."""
+        # the kind is the prefix of every disk key and the unit of stats/prune/export
+        if not _KIND_RE.fullmatch(kind):
+            raise ValueError(f"store kinds are lower-case words like 'visit'; got {kind!r}")
+
+    def _count(self, kind: str, hit: bool) -> None:
+        with self._lock:
+            (self._hits if hit else self._misses)[kind] += 1
+        mark_cache(hit)
+
+    def _read(self, digest: str) -> Entry | None:
+        text = self.cache.get(digest)
+        return None if text is None else Entry.from_json(text)
+
+    def _write(self, digest: str, entry: Entry) -> None:
+        self.cache.set(digest, entry.to_json(), expire=self.expire_s)
+
+    # -- sync helpers ---------------------------------------------------------------------
+
+    def get_entry(self, kind: str, key: dict[str, Any]) -> Entry | None:
+        """The stored entry for a call, or ``None`` (ignores the mode; no stats, no probe)."""
+        self.check_kind(kind)
+        return self._read(key_digest(kind, key))
+
+    def get(self, kind: str, key: dict[str, Any], default: Any = None) -> Any:
+        """The stored value for a call, or ``default`` (ignores the mode; no stats, no probe)."""
+        entry = self.get_entry(kind, key)
+        return default if entry is None else entry.value
+
+    def put(
+        self, kind: str, key: dict[str, Any], value: Any, *, created: float | None = None
+    ) -> Any:
+        """Store ``value`` for a call, overwriting any entry (ignores the mode).
+
+        Returns:
+            The value as a replay will return it (round-tripped through JSON).
+
+        Raises:
+            TypeError: ``key`` or ``value`` is not JSON-able.
+        """
+        self.check_kind(kind)
+        if not isinstance(key, dict):
+            raise TypeError(f"store keys are dicts of call arguments; got {type(key).__name__}")
+        stamp = round(time.time() if created is None else created, 3)
+        entry = Entry(kind, key, value, stamp)
+        text = entry.to_json()  # serialise before touching the disk so a bad value writes nothing
+        self.cache.set(key_digest(kind, key), text, expire=self.expire_s)
+        return json.loads(text)["value"]
+
+    def delete(self, kind: str, key: dict[str, Any]) -> bool:
+        """Remove one call's entry; ``True`` when there was one."""
+        self.check_kind(kind)
+        return bool(self.cache.delete(key_digest(kind, key)))
+
+    def lookup(self, kind: str, key: dict[str, Any]) -> Entry | None:
+        """A mode-aware lookup: counts a hit or miss and marks the cache probe.
+
+        ``record`` and ``replay`` read the store; ``refresh`` reports a miss without reading
+        (the caller then produces and calls :meth:`put`). ``live`` returns ``None`` without
+        touching the store or the probe.
+
+        Raises:
+            ReplayMissError: ``replay`` mode and nothing stored for the call.
+        """
+        self.check_kind(kind)
+        if self.mode == "live":
+            return None
+        digest = key_digest(kind, key)
+        entry = self._read(digest) if self.mode in ("record", "replay") else None
+        self._count(kind, entry is not None)
+        if entry is None and self.mode == "replay":
+            raise ReplayMissError(f"replay miss: {kind} {_short_repr(key)}: {_RECORD_HINT}")
+        return entry
+
+    # -- the main entry point -------------------------------------------------------------
+
+    async def through(
+        self, kind: str, key: dict[str, Any], produce: Callable[[], Awaitable[Any]]
+    ) -> Any:
+        """Return the value for a call, from the store or from ``produce`` per the mode.
+
+        Args:
+            kind: What is being called (``"search"``, ``"visit"``, …); part of the key.
+            key: Everything that changes the result, and nothing else (no timeouts, no
+                retry counts). Must be JSON-able.
+            produce: Makes the value when the store cannot; its exceptions propagate and are
+                never stored.
+
+        Returns:
+            The value. In ``record``/``replay``/``refresh`` it is the JSON round trip of what
+            ``produce`` returned, so a hit and the miss that recorded it return equal data.
+
+        Raises:
+            ReplayMissError: ``replay`` mode and the call was never recorded.
+            TypeError: ``key`` or the produced value is not JSON-able.
+        """
+        if self.mode == "live":
+            return await produce()
+        entry = self.lookup(kind, key)
+        if entry is not None:
+            return entry.value
+        value = await produce()
+        return self.put(kind, key, value)
+
+    # -- maintenance ----------------------------------------------------------------------
+
+    def _disk_keys(self, kinds: Sequence[str] | None = None) -> Iterator[str]:
+        wanted = None if kinds is None else set(kinds)
+        for disk_key in self.cache.iterkeys():
+            if not isinstance(disk_key, str) or ":" not in disk_key:
+                continue  # not ours; a store directory should hold nothing else
+            if wanted is None or disk_key.split(":", 1)[0] in wanted:
+                yield disk_key
+
+    def entries(self, kinds: Sequence[str] | None = None) -> Iterator[Entry]:
+        """Every live entry (optionally of some kinds), in disk-key order."""
+        for disk_key in self._disk_keys(kinds):
+            text = self.cache.get(disk_key)
+            if text is not None:  # expired or deleted since the key listing
+                yield Entry.from_json(text)
+
+    def stats(self) -> dict[str, Any]:
+        """Entries per kind, bytes on disk, and this process's hits and misses per kind."""
+        per_kind: Counter[str] = Counter(k.split(":", 1)[0] for k in self._disk_keys())
+        with self._lock:
+            hits, misses = dict(self._hits), dict(self._misses)
+        return {
+            "directory": str(self.directory),
+            "mode": self.mode,
+            "entries": dict(sorted(per_kind.items())),
+            "total_entries": sum(per_kind.values()),
+            "size_bytes": int(self.cache.volume()),
+            "size_limit": self.size_limit,
+            "expire_s": self.expire_s,
+            "hits": sum(hits.values()),
+            "misses": sum(misses.values()),
+            "hits_by_kind": dict(sorted(hits.items())),
+            "misses_by_kind": dict(sorted(misses.items())),
+        }
+
+    def prune(self, older_than_s: float | None = None, kind: str | None = None) -> int:
+        """Remove entries; returns how many went.
+
+        Expired entries always go (and the store is culled to its size limit). Beyond that:
+        with ``older_than_s``, entries stored more than that many seconds ago (of ``kind``
+        only, if given); with only ``kind``, every entry of that kind. With neither, nothing
+        else is removed, so a bare prune is never a wipe.
+        """
+        if kind is not None:
+            self.check_kind(kind)
+        removed = int(self.cache.expire())
+        if older_than_s is not None or kind is not None:
+            cutoff = None if older_than_s is None else time.time() - older_than_s
+            for disk_key in list(self._disk_keys(None if kind is None else [kind])):
+                if cutoff is not None:
+                    text = self.cache.get(disk_key)
+                    if text is None or Entry.from_json(text).created >= cutoff:
+                        continue
+                if self.cache.delete(disk_key):
+                    removed += 1
+        return removed + int(self.cache.cull())
+
+
+# --------------------------------------------------------------------------------------
+# LangChain adapter
+# --------------------------------------------------------------------------------------
+
+# Call parameters that never change what the model says; everything else stays in the key
+# (a denylist, so an unknown new parameter costs a cache miss rather than a wrong hit).
+# Headers and keys are dropped too: they would put credentials into exported cassettes.
+_VOLATILE_PARAMS = frozenset(
+    {
+        "timeout",
+        "request_timeout",
+        "max_retries",
+        "retries",
+        "http_client",
+        "http_async_client",
+        "client",
+        "async_client",
+        "root_client",
+        "root_async_client",
+        "callbacks",
+        "callback_manager",
+        "verbose",
+        "streaming",
+        "stream",
+        "disable_streaming",
+        "rate_limiter",
+        "tags",
+        "metadata",
+        "cache",
+        "name",
+        "run_name",
+        "run_id",
+        "default_headers",
+        "extra_headers",
+        "headers",
+        "client_args",
+        "openai_organization",
+        "organization",
+        "openai_proxy",
+    }
+)
+_MODEL_NAME_PARAMS = ("model", "model_name", "model_id", "deployment_name", "azure_deployment")
+# Message fields that are run-specific or never sent to a provider.
+_DROPPED_MESSAGE_FIELDS = frozenset(
+    {"id", "response_metadata", "usage_metadata", "artifact", "tool_call_chunks", "chunk_position"}
+)
+_CHUNK_TYPES = {
+    "AIMessageChunk": "ai",
+    "HumanMessageChunk": "human",
+    "SystemMessageChunk": "system",
+    "ToolMessageChunk": "tool",
+    "ChatMessageChunk": "chat",
+    "FunctionMessageChunk": "function",
+}
+_ADDRESS_RE = re.compile(r" at 0x[0-9a-fA-F]+")
+_GENERATION_CLASSES: list[type[Serializable]] = [
+    Generation,
+    GenerationChunk,
+    ChatGeneration,
+    ChatGenerationChunk,
+    AIMessage,
+    AIMessageChunk,
+]
+
+
+def _is_empty(value: Any) -> bool:
+    return value is None or value == {} or value == []
+
+
+def _clean_param(value: Any) -> Any:
+    """Strip unserialisable object reprs (memory addresses) from a serialised parameter."""
+    if isinstance(value, dict):
+        if value.get("lc") == 1 and value.get("type") == "not_implemented":
+            return "not_implemented:" + ".".join(map(str, value.get("id") or []))
+        return {k: _clean_param(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean_param(v) for v in value]
+    if isinstance(value, str):
+        return _ADDRESS_RE.sub("", value)
+    return value
+
+
+def _is_secret(value: Any) -> bool:
+    return isinstance(value, dict) and value.get("lc") == 1 and value.get("type") == "secret"
+
+
+def _call_params(text: str) -> dict[str, Any]:
+    """Parse LangChain's ``str(sorted(params.items()))`` back into a dict."""
+    try:
+        items = ast.literal_eval(text.strip())
+        return {str(k): v for k, v in items}
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        # a parameter with no literal repr (a class, a client object): keep the text, minus
+        # addresses, so the key is still deterministic; such calls just never share entries
+        return {"_params_repr": _ADDRESS_RE.sub("", text)}
+
+
+def normalize_llm_string(llm_string: str) -> dict[str, Any]:
+    """Turn LangChain's ``llm_string`` into ``{"provider", "model", "params"}`` for a key.
+
+    Serialisable models give ``<constructor JSON>---<repr of call params>``; the others give
+    just the repr of their invocation params (``_type``, identifying params, call kwargs).
+    Volatile parameters (timeouts, retries, clients, callbacks, headers, keys) are dropped,
+    as are unset (``None``) ones.
+    """
+    provider: str | None = None
+    params: dict[str, Any] = {}
+    rest = llm_string
+    try:
+        manifest, end = json.JSONDecoder().raw_decode(llm_string)
+    except ValueError:
+        manifest, end = None, 0
+    if isinstance(manifest, dict) and llm_string.startswith("---", end):
+        provider = ".".join(map(str, manifest.get("id") or [])) or None
+        params.update(manifest.get("kwargs") or {})
+        rest = llm_string[end + 3 :]
+    params.update(_call_params(rest))
+    type_name = params.pop("_type", None)
+    provider = provider or (str(type_name) if type_name is not None else None)
+    model = next((params[k] for k in _MODEL_NAME_PARAMS if isinstance(params.get(k), str)), None)
+    kept = {
+        k: _clean_param(v)
+        for k, v in params.items()
+        if k not in _VOLATILE_PARAMS
+        and k not in _MODEL_NAME_PARAMS
+        and "api_key" not in k
+        and not _is_secret(v)
+        and v is not None
+    }
+    return {"provider": provider, "model": model, "params": kept}
+
+
+class _IdAliases:
+    """Replace run-specific ids (tool-call ids, content-block ids) by positional aliases.
+
+    Links survive (a tool result still names the call it answers) but two runs whose
+    provider minted different ids produce the same key.
+    """
+
+    def __init__(self) -> None:
+        self._names: dict[str, str] = {}
+
+    def __call__(self, value: Any) -> Any:
+        if not isinstance(value, str):
+            return value
+        if value not in self._names:
+            self._names[value] = f"id{len(self._names)}"
+        return self._names[value]
+
+    def scrub(self, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {
+                k: self(v) if k in ("id", "tool_call_id") else self.scrub(v)
+                for k, v in value.items()
+            }
+        if isinstance(value, list):
+            return [self.scrub(v) for v in value]
+        return value
+
+
+def normalize_prompt(prompt: str) -> list[Any]:
+    """Turn LangChain's serialised message list into what the provider actually sees.
+
+    Drops message ids, response/usage metadata and tool artifacts; aliases tool-call ids;
+    maps message chunks to their message types so streamed and plain histories match.
+    """
+    try:
+        messages = json.loads(prompt)
+    except ValueError:
+        return [prompt]
+    if not isinstance(messages, list):
+        messages = [messages]
+    aliases = _IdAliases()
+    out: list[Any] = []
+    for message in messages:
+        if not (isinstance(message, dict) and isinstance(message.get("kwargs"), dict)):
+            out.append(aliases.scrub(message))
+            continue
+        kwargs = message["kwargs"]
+        kind = kwargs.get("type") or str((message.get("id") or ["?"])[-1])
+        view: dict[str, Any] = {"type": _CHUNK_TYPES.get(kind, kind)}
+        for field, value in kwargs.items():
+            if field in _DROPPED_MESSAGE_FIELDS or field == "type" or _is_empty(value):
+                continue
+            if field == "tool_call_id":
+                view[field] = aliases(value)
+            else:
+                view[field] = aliases.scrub(value)
+        out.append(view)
+    return out
+
+
+def model_cache_key(prompt: str, llm_string: str) -> dict[str, Any]:
+    """The store key for a LangChain model call (see :class:`StoreCache`)."""
+    return {**normalize_llm_string(llm_string), "messages": normalize_prompt(prompt)}
+
+
+def _strip_message_id(generation: Generation) -> Generation:
+    # LangChain stamps each reply with a run id; storing it would make every re-recording
+    # differ from the last and leak one run's id into another run's trace
+    message = getattr(generation, "message", None)
+    if message is not None and getattr(message, "id", None) is not None:
+        return generation.model_copy(update={"message": message.model_copy(update={"id": None})})
+    return generation
+
+
+class StoreCache(BaseCache):
+    """A LangChain chat-model cache backed by a :class:`RecordStore` (kind ``"model"``).
+
+    The key is built from a normalised view of the call (:func:`model_cache_key`): provider,
+    model name, base URL and every output-relevant parameter (temperature, tools,
+    tool_choice, reasoning settings, seed, max tokens, stop, …), and the messages without
+    ids. LangChain only calls :meth:`update` after a successful generation, so failures are
+    never stored. In ``replay`` mode a miss raises from :meth:`lookup` so no live call is made.
+
+    Only ``invoke``/``ainvoke``/``generate`` go through a LangChain cache; ``stream`` and
+    ``astream`` bypass it.
+    """
+
+    def __init__(self, store: RecordStore, *, kind: str = MODEL_KIND) -> None:
+        RecordStore.check_kind(kind)
+        self.store = store
+        self.kind = kind
+
+    def lookup(self, prompt: str, llm_string: str) -> RETURN_VAL_TYPE | None:
+        """Return the stored generations, or ``None`` to let LangChain call the model.
+
+        Raises:
+            ReplayMissError: ``replay`` mode and the call was never recorded.
+        """
+        if self.store.mode == "live":
+            return None
+        key = model_cache_key(prompt, llm_string)
+        try:
+            entry = self.store.lookup(self.kind, key)
+        except ReplayMissError:
+            # the generic message would print the whole conversation; name the model instead
+            digest = key_digest(self.kind, key).split(":", 1)[1]
+            raise ReplayMissError(
+                f"replay miss: {self.kind} {key['model']!r} via {key['provider']} "
+                f"({len(key['messages'])} messages, key {digest[:16]}): {_RECORD_HINT}"
+            ) from None
+        if entry is None:
+            return None
+        with suppress_langchain_beta_warning():
+            return [
+                load(g, allowed_objects=_GENERATION_CLASSES) for g in entry.value["generations"]
+            ]
+
+    def update(self, prompt: str, llm_string: str, return_val: RETURN_VAL_TYPE) -> None:
+        """Store the generations of a successful call (a no-op in ``live``/``replay``)."""
+        if self.store.mode not in ("record", "refresh"):
+            return
+        generations = [json.loads(dumps(_strip_message_id(g))) for g in return_val]
+        self.store.put(self.kind, model_cache_key(prompt, llm_string), {"generations": generations})
+
+    def clear(self, **kwargs: Any) -> None:
+        """Remove every entry of this cache's kind from the store."""
+        self.store.prune(kind=self.kind)
+
+    # The store answers in microseconds (see the module docstring), so the async variants
+    # run inline rather than paying for an executor hop as BaseCache's defaults would.
+    async def alookup(self, prompt: str, llm_string: str) -> RETURN_VAL_TYPE | None:
+        """Async :meth:`lookup`."""
+        return self.lookup(prompt, llm_string)
+
+    async def aupdate(self, prompt: str, llm_string: str, return_val: RETURN_VAL_TYPE) -> None:
+        """Async :meth:`update`."""
+        self.update(prompt, llm_string, return_val)
+
+    async def aclear(self, **kwargs: Any) -> None:
+        """Async :meth:`clear`."""
+        self.clear(**kwargs)
+
+
+def attach_cache(model: BaseChatModel, store: RecordStore) -> BaseChatModel:
+    """A copy of ``model`` whose calls go through ``store``; ``model`` itself in ``live`` mode.
+
+    The copy shares the original's clients; tools bound afterwards (``bind_tools``) are part
+    of each call's key.
+    """
+    if store.mode == "live":
+        return model
+    return model.model_copy(update={"cache": StoreCache(store)})
