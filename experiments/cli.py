@@ -99,6 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     rep = sub.add_parser("report", help="(re)write DIR/metrics.json, metrics.csv, report.md (and plots/HTML)")
     rep.add_argument("dir")
     rep.add_argument("--baseline", default="none")
+    rep.add_argument("--seed", type=int, default=0, help="seed of the paired bootstrap")
 
     abl = sub.add_parser("ablate", help="run an ablation grid from a TOML config")
     abl.add_argument("config")
@@ -210,7 +211,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     run_dir = Path(args.dir)
     if not (run_dir / "records.jsonl").exists():
         raise CliError(f"{run_dir}: no records.jsonl here")
-    paths = write_report(run_dir, baseline=args.baseline)
+    paths = write_report(run_dir, baseline=args.baseline, seed=args.seed)
     for name, path in paths.items():
         print(f"{name}: {path}")
     return 0
