@@ -1,0 +1,49 @@
+"""LangGraph state machines behind the agentic defenders.
+
+Each graph is built from small named nodes, compiled once per configured defender and run
+once per case with an explicit recursion limit. Nodes get the case and its
+:class:`~defenses.DefenderContext` from ``config["configurable"]`` (see :func:`run_config`)
+and do every model and tool call through the context, which traces, counts, caches and
+retries them.
+"""
+
+from ._claim_verify import ClaimVerifyOptions, build_claim_verify_graph, claim_verify_solver
+from ._common import GraphDeps, deps, parse_json_object, run_config, sentences_supporting
+from ._escalate import build_escalate_graph, escalate_solver
+from ._isolate_vote import (
+    IsolateVoteOptions,
+    VoteResult,
+    build_isolate_vote_graph,
+    decide_vote,
+    isolate_vote_solver,
+)
+from ._prior_reconcile import (
+    PriorReconcileOptions,
+    build_prior_reconcile_graph,
+    prior_reconcile_solver,
+)
+from ._search_agent import SearchAgentOptions, build_search_agent_graph, search_agent_solver
+
+__all__ = [
+    "ClaimVerifyOptions",
+    "GraphDeps",
+    "IsolateVoteOptions",
+    "PriorReconcileOptions",
+    "SearchAgentOptions",
+    "VoteResult",
+    "build_claim_verify_graph",
+    "build_escalate_graph",
+    "build_isolate_vote_graph",
+    "build_prior_reconcile_graph",
+    "build_search_agent_graph",
+    "claim_verify_solver",
+    "decide_vote",
+    "deps",
+    "escalate_solver",
+    "isolate_vote_solver",
+    "parse_json_object",
+    "prior_reconcile_solver",
+    "run_config",
+    "search_agent_solver",
+    "sentences_supporting",
+]

@@ -1,0 +1,140 @@
+"""A cost-aware ladder: cheap defensive prompt first, claim verification only on conflict.
+
+Shape: ``warned`` (the ``warning`` defender) and ``prior`` (a context-free answer) run in
+parallel → ``decide``; when they agree the warned answer stands, otherwise ``verify`` runs the
+claim-verification graph on the conflicting sentences only (those that argue for the
+in-context answer) and answers from the annotated context. Both first steps are injected by
+the defender layer so this module never duplicates a prompt-level defender. A case without
+context is the warned call alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, TypedDict
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.state import CompiledStateGraph
+
+from defenses._base import DefenderContext, SolveFn
+from defenses._common import answer_from_text
+from experiments._types import Answer, Case
+
+from ._claim_verify import RECURSION_LIMIT as VERIFY_LIMIT
+from ._claim_verify import (
+    ClaimVerifyOptions,
+    ClaimVerifyState,
+    build_claim_verify_graph,
+    public_verdicts,
+)
+from ._common import deps, run_config, sentences_supporting
+
+StepFn = Callable[[Case, DefenderContext], Awaitable[Answer]]
+
+
+class EscalateState(TypedDict, total=False):
+    warned_text: str
+    warned: str | None
+    prior: str | None
+    escalated: bool
+    targets: list[int]
+    verdicts: list[dict[str, Any]]
+    final: str
+
+
+def build_escalate_graph(
+    warned_step: StepFn, prior_step: StepFn, verify: ClaimVerifyOptions
+) -> CompiledStateGraph:
+    """Compile the escalation ladder.
+
+    Args:
+        warned_step: The first rung (the ``warning`` defender's solve function).
+        prior_step: A context-free answer (the ``context_blind`` defender's solve function).
+        verify: Options of the claim-verification rung.
+    """
+    verifier = build_claim_verify_graph(verify)
+
+    async def warned(state: EscalateState, config: RunnableConfig) -> dict[str, Any]:
+        d = deps(config)
+        answer = await warned_step(d.case, d.ctx)
+        return {"warned_text": answer.raw, "warned": answer.choice}
+
+    async def prior(state: EscalateState, config: RunnableConfig) -> dict[str, Any]:
+        d = deps(config)
+        answer = await prior_step(d.case, d.ctx)
+        return {"prior": answer.choice}
+
+    async def decide(state: EscalateState, config: RunnableConfig) -> dict[str, Any]:
+        d = deps(config)
+        if not d.case.context:
+            return {"escalated": False, "final": state.get("warned_text", "")}
+        # an unparsed warned answer is no evidence of resisting the context, so it escalates
+        agree = state.get("warned") is not None and state.get("warned") == state.get("prior")
+        targets = [] if agree else sentences_supporting(d.case, state.get("warned"))
+        d.ctx.note(
+            "escalate",
+            {
+                "warned": state.get("warned"),
+                "prior": state.get("prior"),
+                "escalated": not agree,
+                "targets": targets,
+            },
+        )
+        return {
+            "escalated": not agree,
+            "targets": targets,
+            "final": state.get("warned_text", "") if agree else "",
+        }
+
+    async def verify_conflict(state: EscalateState, config: RunnableConfig) -> dict[str, Any]:
+        d = deps(config)
+        # a fresh config: the nested graph gets its own step budget, not what is left of ours
+        result: ClaimVerifyState = await verifier.ainvoke(  # type: ignore[assignment]
+            {"targets": state.get("targets", [])},
+            run_config(d.ctx, d.case, recursion_limit=VERIFY_LIMIT),
+        )
+        return {"final": result.get("final", ""), "verdicts": public_verdicts(result)}
+
+    def route_start(state: EscalateState, config: RunnableConfig) -> list[str]:
+        return ["warned", "prior"] if deps(config).case.context else ["warned"]
+
+    def route_decide(state: EscalateState) -> str:
+        return "verify" if state.get("escalated") else END
+
+    graph = StateGraph(EscalateState)
+    graph.add_node("warned", warned)
+    graph.add_node("prior", prior)
+    graph.add_node("decide", decide)
+    graph.add_node("verify", verify_conflict)
+    graph.add_conditional_edges(START, route_start, ["warned", "prior"])
+    graph.add_edge("warned", "decide")
+    graph.add_edge("prior", "decide")
+    graph.add_conditional_edges("decide", route_decide, ["verify", END])
+    graph.add_edge("verify", END)
+    return graph.compile(name="escalate")
+
+
+RECURSION_LIMIT = 8
+
+
+def escalate_solver(warned_step: StepFn, prior_step: StepFn, verify: ClaimVerifyOptions) -> SolveFn:
+    """The ``escalate`` defender: one compiled graph reused for every case."""
+    graph = build_escalate_graph(warned_step, prior_step, verify)
+
+    async def solve(case: Case, ctx: DefenderContext) -> Answer:
+        state: EscalateState = await graph.ainvoke(
+            {}, run_config(ctx, case, recursion_limit=RECURSION_LIMIT)
+        )  # type: ignore[assignment]
+        return answer_from_text(
+            state.get("final", ""),
+            case,
+            ctx,
+            escalated=bool(state.get("escalated")),
+            warned=state.get("warned"),
+            prior=state.get("prior"),
+            verified_sentences=state.get("targets", []),
+            verdicts=state.get("verdicts", []),
+        )
+
+    return solve

@@ -1,0 +1,204 @@
+"""Isolate-then-aggregate voting, after RobustRAG (arXiv 2405.15556).
+
+Shape: one ``isolated`` answer per context sentence (fan-out with ``Send``; each sees a single
+sentence and may say it cannot tell) and one ``prior`` answer without context, in parallel
+→ ``vote``. The winner must lead the runner-up by ``margin`` votes, otherwise the context-free
+answer stands: one false sentence alone cannot outvote the model's own knowledge. A case
+without context is one call.
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+from collections.abc import Sequence
+from typing import Annotated, Any, Literal, TypedDict
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.state import CompiledStateGraph
+from langgraph.types import Send
+from pydantic import BaseModel, Field
+
+from agents._mock import message_text
+from defenses._base import DefenderContext, DefenderOptions, SolveFn
+from experiments._extract import extract_answer
+from experiments._protocols import answer_instruction, render_prompt
+from experiments._types import Answer, Case
+
+from ._common import deps, run_config
+
+UNSURE = "UNSURE"
+_UNSURE = re.compile(rf"final\s+answer\s*[:：]\s*[*_\s]*{UNSURE}\b", re.IGNORECASE)
+
+
+class IsolateVoteOptions(DefenderOptions):
+    """Options of ``isolate_vote``.
+
+    Attributes:
+        margin: Votes by which the winner must lead the runner-up; below it the context-free
+            answer is kept. ``0`` is a plain plurality (ties go to the context-free answer).
+        prior_weight: Weight of the context-free voter (each isolated sentence weighs 1).
+        max_sentences: At most this many sentences are answered in isolation.
+    """
+
+    margin: int = Field(default=1, ge=0, le=20)
+    prior_weight: float = Field(default=1.0, ge=0.0, le=20.0)
+    max_sentences: int = Field(default=12, ge=1, le=50)
+
+
+class Ballot(TypedDict):
+    source: str
+    index: int | None
+    choice: str | None
+    weight: float
+
+
+class IsolateVoteState(TypedDict, total=False):
+    ballots: Annotated[list[Ballot], operator.add]
+    choice: str | None
+    decided_by: str
+    tally: dict[str, float]
+
+
+class SentenceTask(TypedDict):
+    index: int
+
+
+class VoteResult(BaseModel):
+    """The outcome of a margin vote."""
+
+    choice: str | None
+    decided_by: Literal["margin", "fallback_prior", "fallback_plurality", "no_votes"]
+    tally: dict[str, float]
+    lead: float
+
+
+def decide_vote(ballots: Sequence[Ballot], options: Sequence[str], *, margin: int) -> VoteResult:
+    """Margin vote over ballots (abstentions and unparsed answers carry no vote).
+
+    The leader wins if it leads the runner-up by at least ``margin``; ties at the top go to
+    the context-free (prior) answer, then to option order. Otherwise the prior answer is kept;
+    if the prior abstained too, a strict plurality leader still wins, else nothing is chosen.
+    """
+    tally: dict[str, float] = {}
+    for b in ballots:
+        if b["choice"] is not None and b["weight"] > 0:
+            tally[b["choice"]] = tally.get(b["choice"], 0.0) + b["weight"]
+    prior = next((b["choice"] for b in ballots if b["source"] == "prior"), None)
+    order = {k: i for i, k in enumerate(options)}
+    ranked = sorted(tally, key=lambda k: (-tally[k], k != prior, order.get(k, len(order))))
+    if not ranked:
+        return VoteResult(
+            choice=prior,
+            decided_by="no_votes" if prior is None else "fallback_prior",
+            tally=tally,
+            lead=0.0,
+        )
+    top = ranked[0]
+    lead = tally[top] - (tally[ranked[1]] if len(ranked) > 1 else 0.0)
+    if lead >= margin:
+        return VoteResult(choice=top, decided_by="margin", tally=tally, lead=lead)
+    if prior is not None:
+        return VoteResult(choice=prior, decided_by="fallback_prior", tally=tally, lead=lead)
+    return VoteResult(
+        choice=top if lead > 0 else None, decided_by="fallback_plurality", tally=tally, lead=lead
+    )
+
+
+def _isolated_instruction(case: Case) -> str:
+    return (
+        answer_instruction(case.item)
+        + f' If the statement and your own knowledge do not let you tell, end with "Final answer: {UNSURE}" instead.'
+    )
+
+
+ISOLATED_PREFACE = "Below is a single statement from an unverified source, shown on its own."
+
+
+def build_isolate_vote_graph(opts: IsolateVoteOptions) -> CompiledStateGraph:
+    """Compile the isolate-and-vote graph."""
+
+    async def isolated(state: SentenceTask, config: RunnableConfig) -> dict[str, Any]:
+        d = deps(config)
+        sentence = d.case.context[state["index"]].text
+        messages = render_prompt(
+            d.case,
+            context=[sentence],
+            preface=ISOLATED_PREFACE,
+            instruction=_isolated_instruction(d.case),
+        )
+        reply = await d.ctx.generate(messages, name=f"isolated_{state['index']}")
+        text = message_text(reply)
+        # checked before extraction: an abstention must not become a vote through an
+        # extractor fallback that picks up an option named in the reasoning
+        choice = None if _UNSURE.search(text) else extract_answer(text, d.case.item.options).choice
+        return {
+            "ballots": [Ballot(source="context", index=state["index"], choice=choice, weight=1.0)]
+        }
+
+    async def prior(state: IsolateVoteState, config: RunnableConfig) -> dict[str, Any]:
+        d = deps(config)
+        reply = await d.ctx.generate(render_prompt(d.case, context=[]), name="prior")
+        choice = extract_answer(message_text(reply), d.case.item.options).choice
+        return {
+            "ballots": [Ballot(source="prior", index=None, choice=choice, weight=opts.prior_weight)]
+        }
+
+    async def vote(state: IsolateVoteState, config: RunnableConfig) -> dict[str, Any]:
+        d = deps(config)
+        ballots = sorted(
+            state.get("ballots", []), key=lambda b: (b["source"] != "prior", b["index"] or 0)
+        )
+        result = decide_vote(ballots, list(d.case.item.options), margin=opts.margin)
+        d.ctx.note("vote", {"ballots": ballots, **result.model_dump()})
+        return {"choice": result.choice, "decided_by": result.decided_by, "tally": result.tally}
+
+    def fan_out(state: IsolateVoteState, config: RunnableConfig) -> list[Send | str]:
+        n = min(len(deps(config).case.context), opts.max_sentences)
+        return ["prior", *(Send("isolated", {"index": i}) for i in range(n))]
+
+    graph = StateGraph(IsolateVoteState)
+    graph.add_node("prior", prior)
+    graph.add_node("isolated", isolated, input_schema=SentenceTask)
+    graph.add_node("vote", vote)
+    graph.add_conditional_edges(START, fan_out, ["prior", "isolated"])
+    graph.add_edge("prior", "vote")
+    graph.add_edge("isolated", "vote")
+    graph.add_edge("vote", END)
+    return graph.compile(name="isolate_vote")
+
+
+RECURSION_LIMIT = 6
+
+
+def isolate_vote_solver(opts: IsolateVoteOptions) -> SolveFn:
+    """The ``isolate_vote`` defender: one compiled graph reused for every case."""
+    graph = build_isolate_vote_graph(opts)
+
+    async def solve(case: Case, ctx: DefenderContext) -> Answer:
+        state: IsolateVoteState = await graph.ainvoke(
+            {}, run_config(ctx, case, recursion_limit=RECURSION_LIMIT)
+        )  # type: ignore[assignment]
+        ballots = sorted(
+            state.get("ballots", []), key=lambda b: (b["source"] != "prior", b["index"] or 0)
+        )
+        choice = state.get("choice")
+        tally = state.get("tally", {})
+        summary = ", ".join(f"{k}={v:g}" for k, v in tally.items()) or "no votes"
+        raw = f"Votes: {summary} (decided by {state.get('decided_by')})."
+        if choice is not None:
+            raw += f"\nFinal answer: {choice}"
+        return Answer(
+            choice=choice,
+            raw=raw,
+            method="vote",
+            extra={
+                "votes": [dict(b) for b in ballots],
+                "tally": tally,
+                "decided_by": state.get("decided_by"),
+                "margin": opts.margin,
+            },
+        )
+
+    return solve
