@@ -1,0 +1,193 @@
+"""OpenAI and OpenAI-compatible servers (vLLM, SGLang, Ollama, llama.cpp) via ``ChatOpenAI``.
+
+``OpenAIChat`` is a thin subclass of ``langchain_openai.ChatOpenAI`` that:
+
+* sends its requests through (legacy) ``httpx`` clients rather than the SDK's default
+  ``httpx2``, so respx-mocked tests and the record/replay layer see every call;
+* never retries inside the SDK (``max_retries=0``): the run's
+  :class:`~agents._retry.RetryPolicy` retries in ``DefenderContext.generate``;
+* always speaks Chat Completions (``use_responses_api=False``) because that is the one
+  endpoint every compatible server implements;
+* sends ``max_tokens`` instead of ``max_completion_tokens`` to non-OpenAI servers, since
+  several compatible servers only know the older name, while api.openai.com rejects
+  ``max_tokens`` for reasoning models;
+* turns a 2xx body that cannot be read as a chat completion (non-JSON, no ``choices``, an
+  ``error`` object) into :class:`MalformedResponseError`, which ``classify`` retries, and a
+  ``content_filter`` finish into :class:`BlockedResponseError`, which it does not;
+* reports ``provider``, ``model`` and ``base_url`` in ``_identifying_params`` (the
+  record/replay cache key) and leaves timeouts and retry counts out.
+
+Usage comes from the response's ``usage`` block (non-streaming); ``output_tokens`` is
+``completion_tokens``, which already includes OpenAI's reasoning tokens.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+from urllib.parse import urlparse
+
+import httpx
+import openai
+from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
+from langchain_core.language_models import BaseChatModel, LanguageModelInput
+from langchain_core.messages import BaseMessage
+from langchain_core.outputs import ChatResult
+from langchain_openai import ChatOpenAI
+from pydantic import SecretStr
+
+from ._errors import BlockedResponseError, MalformedResponseError, MissingKeyError
+from ._registry import ModelOptions
+
+KEY_VARIABLE = "OPENAI_API_KEY"
+BASE_URL_VARIABLE = "OPENAI_BASE_URL"
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+# vLLM, SGLang, Ollama and llama.cpp accept any key, but the SDK refuses to send none.
+PLACEHOLDER_KEY = "EMPTY"
+
+# What ``ChatOpenAI._create_chat_result`` raises on a body that is not a chat completion.
+_PARSE_ERRORS = (KeyError, TypeError, ValueError, AttributeError, IndexError)
+# What the SDK raises earlier, while decoding a 2xx body labelled JSON (nothing in request
+# building decodes JSON, so these can only come from the response).
+_BODY_ERRORS = (json.JSONDecodeError, openai.APIResponseValidationError)
+
+
+def is_openai_host(base_url: str | None) -> bool:
+    """Whether ``base_url`` points at OpenAI's own API (the default when unset)."""
+    if not base_url:
+        return True
+    host = (urlparse(base_url).hostname or "").lower()
+    return host == "api.openai.com" or host.endswith(".openai.com")
+
+
+class OpenAIChat(ChatOpenAI):
+    """``ChatOpenAI`` with the toolkit's error mapping and cache identity."""
+
+    @property
+    def _llm_type(self) -> str:
+        return "medmis-openai"
+
+    def _legacy_token_limit(self, params: dict[str, Any]) -> dict[str, Any]:
+        if not is_openai_host(self.openai_api_base) and "max_completion_tokens" in params:
+            params["max_tokens"] = params.pop("max_completion_tokens")
+        return params
+
+    @property
+    def _default_params(self) -> dict[str, Any]:
+        return self._legacy_token_limit(super()._default_params)
+
+    def _get_request_payload(
+        self, input_: LanguageModelInput, *, stop: list[str] | None = None, **kwargs: Any
+    ) -> dict:
+        # ChatOpenAI renames max_tokens once more while building the payload
+        return self._legacy_token_limit(super()._get_request_payload(input_, stop=stop, **kwargs))
+
+    @property
+    def _identifying_params(self) -> dict[str, Any]:
+        params = {k: v for k, v in self._default_params.items() if k not in ("model", "stream")}
+        return {
+            "provider": "openai",
+            "model": self.model_name,
+            "base_url": self.openai_api_base or DEFAULT_BASE_URL,
+            **params,
+        }
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        try:
+            return super()._generate(messages, stop, run_manager, **kwargs)
+        except _BODY_ERRORS as exc:
+            raise MalformedResponseError(f"openai response could not be parsed: {exc}"[:300]) from exc
+
+    async def _agenerate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        try:
+            return await super()._agenerate(messages, stop, run_manager, **kwargs)
+        except _BODY_ERRORS as exc:
+            raise MalformedResponseError(f"openai response could not be parsed: {exc}"[:300]) from exc
+
+    def _create_chat_result(
+        self,
+        response: dict | openai.BaseModel,
+        generation_info: dict | None = None,
+    ) -> ChatResult:
+        # Both the sync and the async path parse through here, so one wrapper covers both.
+        try:
+            result = super()._create_chat_result(response, generation_info)
+        except _PARSE_ERRORS as exc:
+            raise MalformedResponseError(f"openai response could not be parsed: {exc}"[:300]) from exc
+        if not result.generations:
+            raise MalformedResponseError("openai response has no choices")
+        info = result.generations[0].generation_info or {}
+        if info.get("finish_reason") == "content_filter":
+            raise BlockedResponseError("openai stopped the answer: finish_reason=content_filter")
+        return result
+
+
+def resolve_key(base_url: str | None) -> str:
+    """The API key to send: ``OPENAI_API_KEY``, or a placeholder for a non-OpenAI server.
+
+    Raises:
+        MissingKeyError: When no key is set and the base URL is OpenAI's.
+    """
+    key = os.environ.get(KEY_VARIABLE, "").strip()
+    if key:
+        return key
+    if not is_openai_host(base_url):
+        return PLACEHOLDER_KEY
+    raise MissingKeyError("openai", (KEY_VARIABLE,))
+
+
+def build(model_id: str, opts: ModelOptions) -> BaseChatModel:
+    """Build the chat model for ``openai/<model_id>``.
+
+    Args:
+        model_id: The model name the server expects (``gpt-4.1-mini``, or the name a vLLM /
+            Ollama server was started with).
+        opts: Shared generation options. ``thinking_level`` is ignored (OpenAI uses
+            ``reasoning_effort``, sent only when set); ``extra`` is sent verbatim in the
+            request body (``extra_body``), e.g. ``top_k`` or ``chat_template_kwargs`` for
+            vLLM.
+
+    Returns:
+        An :class:`OpenAIChat`.
+
+    Raises:
+        MissingKeyError: When ``OPENAI_API_KEY`` is unset and no non-OpenAI base URL is
+            configured (``opts.base_url`` or ``OPENAI_BASE_URL``).
+    """
+    base_url = opts.base_url or os.environ.get(BASE_URL_VARIABLE) or None
+    key = resolve_key(base_url)
+    kwargs: dict[str, Any] = {}
+    if opts.reasoning_effort is not None:
+        kwargs["reasoning_effort"] = opts.reasoning_effort
+    if opts.extra:
+        kwargs["extra_body"] = dict(opts.extra)
+    return OpenAIChat(
+        model=model_id,
+        api_key=SecretStr(key),
+        base_url=base_url or DEFAULT_BASE_URL,
+        temperature=opts.temperature,
+        max_completion_tokens=opts.max_output_tokens,
+        seed=opts.seed,
+        timeout=opts.timeout_s,
+        max_retries=0,
+        # Legacy httpx, not the SDK's default httpx2: the toolkit's transports, respx-mocked
+        # tests and ``classify`` all speak httpx.
+        http_client=httpx.Client(timeout=opts.timeout_s),
+        http_async_client=httpx.AsyncClient(timeout=opts.timeout_s),
+        use_responses_api=False,
+        stream_usage=False,
+        **kwargs,
+    )
