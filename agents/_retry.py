@@ -11,6 +11,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import UTC
 from email.utils import parsedate_to_datetime
 from typing import TypeVar
 
@@ -46,7 +47,41 @@ def _parse_retry_after(value: str | None) -> float | None:
         when = parsedate_to_datetime(value)
     except (TypeError, ValueError):
         return None
+    if when.tzinfo is None:  # RFC 5322 "-0000": UTC with unknown origin, not local time
+        when = when.replace(tzinfo=UTC)
     return max(0.0, when.timestamp() - time.time())
+
+
+def _retry_after(headers: httpx.Headers) -> float | None:
+    ms = headers.get("retry-after-ms")  # OpenAI sends milliseconds as well
+    if ms:
+        try:
+            return max(0.0, float(ms) / 1000.0)
+        except ValueError:
+            pass
+    return _parse_retry_after(headers.get("retry-after"))
+
+
+def _transport_error_types() -> tuple[type[BaseException], ...]:
+    """Transport/timeouts of httpx and of httpx2 (the default transport of openai>=3 and
+    google-genai>=3, whose exceptions do not subclass httpx's)."""
+    types: list[type[BaseException]] = [httpx.TimeoutException, httpx.TransportError, asyncio.TimeoutError]
+    try:
+        import httpx2  # type: ignore[import-not-found]
+
+        types += [httpx2.TimeoutException, httpx2.TransportError]
+    except ImportError:
+        pass
+    try:
+        import openai
+
+        types += [openai.APITimeoutError, openai.APIConnectionError]
+    except ImportError:  # pragma: no cover - openai is a core dependency
+        pass
+    return tuple(types)
+
+
+_TRANSPORT_ERRORS: tuple[type[BaseException], ...] | None = None
 
 
 def _status_and_headers(exc: BaseException) -> tuple[int | None, httpx.Headers | None]:
@@ -73,19 +108,14 @@ def classify(exc: BaseException) -> tuple[bool, float | None]:
         return True, exc.retry_after
     if isinstance(exc, MalformedResponseError):
         return True, None
-    if isinstance(exc, (httpx.TimeoutException, httpx.TransportError, asyncio.TimeoutError)):
+    global _TRANSPORT_ERRORS
+    if _TRANSPORT_ERRORS is None:
+        _TRANSPORT_ERRORS = _transport_error_types()
+    if isinstance(exc, _TRANSPORT_ERRORS):
         return True, None
-    try:  # the openai SDK wraps transport failures in its own classes
-        import openai
-
-        if isinstance(exc, (openai.APITimeoutError, openai.APIConnectionError)):
-            return True, None
-    except ImportError:  # pragma: no cover - openai is a core dependency
-        pass
     status, headers = _status_and_headers(exc)
     if status is not None and status in RETRY_STATUS:
-        retry_after = _parse_retry_after(headers.get("retry-after")) if headers else None
-        return True, retry_after
+        return True, _retry_after(headers) if headers else None
     return False, None
 
 
@@ -109,7 +139,8 @@ async def retry_async(
             backoff = min(policy.max_delay, policy.base_delay * (2 ** (attempt - 1)))
             delay = rng.uniform(0, backoff)
             if retry_after is not None:
-                delay = max(delay, min(retry_after, policy.max_delay))
+                # the server's wait is honoured in full; the deadline decides whether to wait
+                delay = max(delay, retry_after)
             if time.monotonic() - start + delay > policy.deadline_s:
                 raise
             await sleep(delay)

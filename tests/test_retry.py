@@ -122,11 +122,6 @@ def test_headers_that_are_not_httpx_headers() -> None:
     assert classify(exc) == (True, 3.0)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug in agents/_retry.py: httpx2 (the default transport of openai>=3 and google-genai>=3) "
-    "raises its own transport errors, which are not subclasses of httpx's",
-)
 def test_httpx2_transport_errors_are_retryable() -> None:
     httpx2 = pytest.importorskip("httpx2")
     assert classify(httpx2.ConnectError("refused")) == (True, None)
@@ -223,11 +218,23 @@ async def test_backoff_is_exponential_full_jitter_and_capped() -> None:
     assert sleep2.delays == sleep.delays
 
 
-async def test_retry_after_is_honoured_and_capped() -> None:
+async def test_retry_after_is_honoured_in_full_within_the_deadline() -> None:
+    # waiting less than the server asked would only earn another 429
     fn, sleep = Flaky(TransientModelError("busy", retry_after=7), TransientModelError("busy", retry_after=100)), Sleeps()
-    policy = RetryPolicy(max_retries=3, base_delay=0.01, max_delay=30.0)
+    policy = RetryPolicy(max_retries=3, base_delay=0.01, max_delay=30.0, deadline_s=300.0)
     assert await retry_async(fn, policy, sleep=sleep) == "ok"
-    assert sleep.delays == [7.0, 30.0]
+    assert sleep.delays == [7.0, 100.0]
+
+
+def test_retry_after_ms_and_utc_dates() -> None:
+    class Err(Exception):
+        def __init__(self, headers: dict[str, str]) -> None:
+            self.status_code = 429
+            self.response = httpx.Response(429, headers=headers)
+
+    assert classify(Err({"retry-after-ms": "1500", "retry-after": "9"})) == (True, 1.5)
+    retryable, after = classify(Err({"retry-after": "Thu, 01 Jan 2099 00:00:00 -0000"}))
+    assert retryable and after is not None and after > 1e9
 
 
 async def test_deadline_stops_a_wait_that_would_overrun_it() -> None:
