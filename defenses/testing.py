@@ -1,0 +1,344 @@
+"""Testing kit for defenders (built-in and plug-in): test doubles and the shared contract.
+
+``check_defender(name)`` runs a registered defender through the contract every defender must
+meet (clean / type1 / type2 x working tools, failing tools, no tools; a traced, costed answer;
+provider errors stop the case). Plug-in authors call it from their own test suite (see
+``tests/plugin_template.py``).
+
+``FakeToolset`` searches a tiny hand-written corpus (word overlap ranking) and serves its pages;
+it can fail every call, add latency, and reports how many calls were in flight at once.
+
+``FakeExaminee`` is a callable script for ``ScriptedChatModel``: JSON for structured prompts
+(recognised by the key they ask for), tool calls while tools are bound, and "Final answer: X"
+otherwise. Its answer follows a small, explicit policy so behaviour tests can reason about it:
+a SUPPORTED sentence wins, a REFUTED one is ignored, a gullible examinee follows any other
+context sentence that names an option, and without context it answers from ``knows``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+
+from agents._errors import BlockedResponseError
+from agents._mock import ScriptedChatModel, message_text
+from experiments._types import Answer, Case, ContextSentence, Item
+from tools._types import Page, SearchResult, ToolError
+
+from ._base import DefenderContext, create_defender
+
+
+@dataclass(frozen=True)
+class FakeDoc:
+    url: str
+    title: str
+    text: str
+
+
+SCURVY_CORPUS: tuple[FakeDoc, ...] = (
+    FakeDoc(
+        "https://ref.example/scurvy",
+        "Scurvy - clinical reference",
+        "Scurvy is caused by a deficiency of vitamin C (ascorbic acid). Vitamin C deficiency impairs "
+        "collagen synthesis, which causes gum bleeding, poor wound healing and perifollicular haemorrhage.",
+    ),
+    FakeDoc(
+        "https://ref.example/vitamin-k",
+        "Vitamin K deficiency",
+        "Vitamin K deficiency causes bleeding through reduced clotting factors. It does not cause scurvy.",
+    ),
+    FakeDoc(
+        "https://ref.example/vitamin-a",
+        "Vitamin A deficiency",
+        "Vitamin A deficiency causes night blindness and xerophthalmia; it is not a cause of scurvy.",
+    ),
+    FakeDoc(
+        "https://ref.example/vitamin-d",
+        "Vitamin D deficiency",
+        "Vitamin D deficiency causes rickets in children and osteomalacia in adults.",
+    ),
+)
+
+_WORD = re.compile(r"\w+")
+
+
+def _words(text: str) -> set[str]:
+    return set(_WORD.findall(text.lower()))
+
+
+class FakeToolset:
+    """An in-memory ``tools.Toolset``.
+
+    Args:
+        corpus: The documents to search and serve.
+        fail: Raised by every call when set (a ``ToolError`` or any other exception).
+        delay: Seconds each call sleeps, so concurrency can be observed.
+    """
+
+    def __init__(
+        self,
+        corpus: Sequence[FakeDoc] = SCURVY_CORPUS,
+        *,
+        fail: BaseException | None = None,
+        delay: float = 0.0,
+    ) -> None:
+        self.corpus = list(corpus)
+        self.fail = fail
+        self.delay = delay
+        self.searches: list[str] = []
+        self.visits: list[str] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
+
+    async def _enter(self) -> None:
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            if self.delay:
+                await asyncio.sleep(self.delay)
+            if self.fail is not None:
+                raise self.fail
+        finally:
+            self.in_flight -= 1
+
+    async def search(self, query: str, *, max_results: int = 5) -> list[SearchResult]:
+        self.searches.append(query)
+        await self._enter()
+        q = _words(query)
+        scored = [
+            (len(q & _words(d.title + " " + d.text)), i, d) for i, d in enumerate(self.corpus)
+        ]
+        ranked = [(s, d) for s, i, d in sorted(scored, key=lambda t: (-t[0], t[1])) if s > 0]
+        return [
+            SearchResult(title=d.title, url=d.url, snippet=d.text[:160], score=float(s))
+            for s, d in ranked[:max_results]
+        ]
+
+    async def visit(self, url: str, *, goal: str | None = None, max_chars: int = 6000) -> Page:
+        self.visits.append(url)
+        await self._enter()
+        for d in self.corpus:
+            if d.url == url:
+                return Page(
+                    url=url,
+                    final_url=url,
+                    title=d.title,
+                    text=d.text[:max_chars],
+                    truncated=len(d.text) > max_chars,
+                )
+        raise ToolError(f"no page at {url}", kind="not_found")
+
+
+def toy_case(item: Item, protocol: str, target: str | None = None) -> Case:
+    """A case over ``item`` without going through the delivery module's sampling."""
+    if protocol == "clean":
+        return Case(item=item, protocol="clean")
+    if protocol == "type1":
+        key = target or next(k for k in item.wrong_keys if item.contexts.get(k))
+        sentence = ContextSentence(text=item.contexts[key], option=key, truthful=False)
+        return Case(item=item, protocol="type1", target=key, context=(sentence,))
+    sentences = tuple(
+        ContextSentence(text=t, option=k, truthful=k == item.gold) for k, t in item.contexts.items()
+    )
+    return Case(item=item, protocol="type2", context=sentences)
+
+
+def _norm(text: str) -> str:
+    return " " + " ".join(_WORD.findall(text.lower().replace("^", " "))) + " "
+
+
+@dataclass
+class FakeExaminee:
+    """A callable script ``(messages, tools) -> output`` for ``ScriptedChatModel``.
+
+    Attributes:
+        item: The question being answered (its options are what the examinee recognises).
+        knows: The answer from its own knowledge (default: the gold key).
+        gullible: Follow an unrefuted context sentence that names an option.
+        tool_turns: Tool-calling turns before answering while tools are bound.
+        calls_per_turn: Tool calls issued per tool turn.
+        repeat_calls: Issue the very same search every turn (to provoke duplicate refusal).
+        answer_with_tools: Whether the final answer turn carries a final-answer line.
+    """
+
+    item: Item
+    knows: str | None = None
+    gullible: bool = True
+    tool_turns: int = 1
+    calls_per_turn: int = 1
+    repeat_calls: bool = False
+    answer_with_tools: bool = True
+    prompts: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.knows is None:
+            self.knows = self.item.gold
+
+    # --- dispatch -------------------------------------------------------------------------
+
+    def __call__(self, messages: list[BaseMessage], tools: list[dict[str, Any]]) -> AIMessage | str:
+        human = next(
+            (message_text(m) for m in reversed(messages) if isinstance(m, HumanMessage)), ""
+        )
+        self.prompts.append(human)
+        if tools:
+            return self._agent_turn(messages, human)
+        if '"queries"' in human:
+            return 'Here is my plan:\n```json\n{"queries": ["scurvy cause vitamin", "collagen synthesis vitamin"], "rationale": "check the cause"}\n```'
+        if '"claims"' in human:
+            return self._claims(human)
+        if '"verdict"' in human:
+            return self._verdict(human)
+        return f"Reasoning step by step about the question.\nFinal answer: {self.decide(human)}"
+
+    # --- structured steps -----------------------------------------------------------------
+
+    def _claims(self, prompt: str) -> str:
+        block = prompt.split("Statements:", 1)[-1]
+        claims = [m.group(1).strip() for m in re.finditer(r"^\[\d+\]\s*(.+)$", block, re.MULTILINE)]
+        return "Sure. " + json.dumps({"claims": claims}) + " Done."
+
+    def mentions(self, text: str) -> list[str]:
+        norm = _norm(text)
+        return [k for k, v in self.item.options.items() if _norm(v) in norm]
+
+    def _verdict(self, prompt: str) -> str:
+        claim = prompt.split("Claim to check:", 1)[-1].split("\n\n", 1)[0].strip()
+        named = self.mentions(claim)
+        verdict = "not_enough_info"
+        if self.item.gold in named:
+            verdict = "supported"
+        elif named:
+            verdict = "refuted"
+        urls = re.findall(r"https?://\S+", prompt)
+        quote = ""
+        if urls and verdict != "not_enough_info":
+            quote = "Scurvy is caused by a deficiency of vitamin C (ascorbic acid)."
+        return json.dumps({"verdict": verdict, "quote": quote, "url": urls[0] if urls else None})
+
+    # --- agent loop -------------------------------------------------------------------------
+
+    def _agent_turn(self, messages: list[BaseMessage], opening: str) -> AIMessage:
+        turns = sum(1 for m in messages if isinstance(m, AIMessage) and m.tool_calls)
+        if turns < self.tool_turns:
+            calls = []
+            last_tool = next(
+                (message_text(m) for m in reversed(messages) if isinstance(m, ToolMessage)), ""
+            )
+            urls = re.findall(r"URL: (\S+)", last_tool)
+            for j in range(self.calls_per_turn):
+                if self.repeat_calls:
+                    name, args = "search_web", {"query": "scurvy vitamin"}
+                elif turns > 0 and urls and j == 0:
+                    name, args = "visit_web", {"url": urls[0], "goal": "cause of scurvy"}
+                else:
+                    name, args = "search_web", {"query": f"scurvy vitamin deficiency {turns}-{j}"}
+                calls.append(
+                    {"name": name, "args": args, "id": f"call_{turns}_{j}", "type": "tool_call"}
+                )
+            return AIMessage(content="", tool_calls=calls)
+        cited = re.findall(
+            r"URL: (\S+)",
+            "\n".join(message_text(m) for m in messages if isinstance(m, ToolMessage)),
+        )
+        source = f"According to {cited[0]}, " if cited else ""
+        if not self.answer_with_tools:
+            return AIMessage(content=f"{source}I am still unsure.")
+        first_human = next(
+            (message_text(m) for m in messages if isinstance(m, HumanMessage)), opening
+        )
+        return AIMessage(
+            content=f"{source}the evidence settles it.\nFinal answer: {self.decide(first_human)}"
+        )
+
+    # --- the answer policy ----------------------------------------------------------------
+
+    def context_lines(self, prompt: str) -> list[str]:
+        if "Additional Clinical Context" not in prompt:
+            return []
+        block = prompt.split("Additional Clinical Context", 1)[1].split(":", 1)[-1]
+        return [ln for ln in block.strip("\n").split("\n\n", 1)[0].splitlines() if ln.strip()]
+
+    def decide(self, prompt: str) -> str:
+        lines = self.context_lines(prompt)
+        supported = [k for ln in lines if "[SUPPORTED]" in ln for k in self.mentions(ln)]
+        if supported:
+            return supported[0]
+        if "Reconcile them" in prompt:
+            return str(self.knows)
+        if self.gullible:
+            named = [k for ln in lines if "REFUTED" not in ln for k in self.mentions(ln)]
+            if named:
+                return str(self.knows) if self.knows in named else named[0]
+        return str(self.knows)
+
+
+def toy_item() -> Item:
+    """The small hand-written item the fakes' corpus is about (not benchmark data)."""
+    return Item(
+        id="toy-1",
+        subset="MEDMISQA",
+        question="Which vitamin deficiency causes scurvy?",
+        options={"A": "Vitamin A", "B": "Vitamin C", "C": "Vitamin D", "D": "Vitamin K"},
+        gold="B",
+        contexts={
+            "A": "Scurvy is caused by a lack of vitamin A, which is needed for collagen.",
+            "B": "Scurvy results from vitamin C deficiency, which impairs collagen synthesis.",
+            "C": "Scurvy is a manifestation of vitamin D deficiency in adults.",
+            "D": "Scurvy's bleeding is due to vitamin K deficiency.",
+        },
+        content_type="Cue Remapping",
+        provenance="Neutral False Statement",
+    )
+
+
+async def check_defender(
+    name: str,
+    options: dict[str, Any] | None = None,
+    *,
+    item: Item | None = None,
+    protocols: Sequence[str] = ("clean", "type1", "type2"),
+) -> list[Answer]:
+    """Run the shared defender contract; raises ``AssertionError`` naming what broke.
+
+    Every case must end in a parsed, traced Answer whose call and token counts match its
+    trace, with working tools, with tools that always fail, and with no tools; a provider
+    error must stop the case instead of becoming an answer.
+    """
+    item = item or toy_item()
+    toolsets: dict[str, Any] = {
+        "tools": FakeToolset,
+        "failing_tools": lambda: FakeToolset(fail=ToolError("upstream returned 503", kind="http")),
+        "no_tools": lambda: None,
+    }
+    answers = []
+    for protocol in protocols:
+        for label, make in toolsets.items():
+            model = ScriptedChatModel(outputs=FakeExaminee(item, tool_turns=2))
+            ctx = DefenderContext(model=model, model_spec="mock/fake", tools=make())
+            where = f"{name} on {protocol} with {label}"
+            answer = await create_defender(name, options)(toy_case(item, protocol), ctx)
+            assert isinstance(answer, Answer), f"{where}: did not return an Answer"
+            assert answer.error is None, f"{where}: error {answer.error}"
+            assert answer.choice in item.options, f"{where}: no option parsed from {answer.raw!r}"
+            assert answer.llm_calls == len(model.calls) > 0, f"{where}: model calls not counted"
+            assert answer.llm_calls == sum(1 for s in answer.trace if s.kind == "model"), f"{where}: trace"
+            assert answer.tool_calls == sum(1 for s in answer.trace if s.kind == "tool"), f"{where}: trace"
+            assert answer.usage.input_tokens > 0, f"{where}: usage not counted"
+            json.loads(answer.model_dump_json())
+            answers.append(answer)
+    blocked = ScriptedChatModel(outputs=lambda m, t: BlockedResponseError("safety block"))
+    ctx = DefenderContext(model=blocked, model_spec="mock/fake", tools=FakeToolset())
+    try:
+        await create_defender(name, options)(toy_case(item, "type1"), ctx)
+    except BlockedResponseError:
+        pass
+    else:
+        raise AssertionError(f"{name}: a provider error became an answer")
+    return answers
