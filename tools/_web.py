@@ -1,0 +1,271 @@
+"""``WebTools``: the :class:`~tools._types.Toolset` defenders use (search + visit).
+
+It composes a search backend, the URL policy, the page fetcher and the record/replay store:
+
+* ``search`` asks the backend through the store (kind ``"search"``, key ``{backend, query,
+  max_results}``) and filters the contamination blocklist on the way *out*, so extending the
+  blocklist also applies to recorded results.
+* ``visit`` checks the scheme and the blocklist, then serves local-corpus URLs offline (no
+  store, no network: they are already deterministic); any other URL is fetched through the
+  store (kind ``"visit"``, key ``{url, goal, max_chars}``) with the address check on every hop.
+  The address check needs DNS, so it runs only when a page is really fetched: replays stay
+  offline.
+
+Results cross the store as JSON and are rebuilt from that JSON in every mode, so a replayed
+call returns exactly what the recorded call returned. Errors are never stored.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable, Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+import httpx
+
+from ._safety import Blocklist, Resolver, UrlPolicy
+from ._search import LocalSearch, SearchBackend, TavilySearch
+from ._types import Page, SearchResult, ToolError
+from ._visit import DEFAULT_HEADERS, fetch_page, page_from_document
+
+if TYPE_CHECKING:
+    from ._store import CacheMode
+
+SearchName = Literal["tavily", "local"]
+
+
+class CallStore(Protocol):
+    """What the tools need of a store (``tools._store.RecordStore`` provides it)."""
+
+    async def through(
+        self, kind: str, key: dict[str, Any], produce: Callable[[], Awaitable[Any]]
+    ) -> Any: ...
+
+
+MAX_SEARCH_RESULTS = 20
+# extra results asked of the backend so that blocklisted ones can be dropped without
+# leaving the model short
+BLOCKLIST_SLACK = 5
+
+
+class WebTools:
+    """Web search and page visits with URL safety, a contamination blocklist and caching.
+
+    Args:
+        search: ``"local"`` (BM25 over ``corpus_dir``), ``"tavily"`` (needs ``TAVILY_API_KEY``)
+            or any :class:`~tools._search.SearchBackend`.
+        corpus_dir: Local corpus folder (default ``fixtures/corpus``). Its documents are also
+            what ``visit`` serves offline; with ``search="tavily"`` it is used only when given.
+        allow_hosts: ``HOST[:PORT]`` entries exempt from the private-address check.
+        blocklist: Contamination blocklist (default :meth:`Blocklist.default`).
+        store: Record/replay store; None calls through every time.
+        client: HTTP client for visits (default: one owned and closed by ``aclose``).
+        resolve: DNS resolver for the URL policy (tests inject a fake).
+        fetch_timeout: Deadline in seconds for one page download, redirects included.
+        max_bytes: Largest page body accepted.
+        own_store: Close ``store`` in ``aclose`` (set by :func:`make_tools`).
+    """
+
+    def __init__(
+        self,
+        search: SearchName | SearchBackend = "local",
+        *,
+        corpus_dir: str | Path | None = None,
+        allow_hosts: Iterable[str] = (),
+        blocklist: Blocklist | None = None,
+        store: CallStore | None = None,
+        client: httpx.AsyncClient | None = None,
+        resolve: Resolver | None = None,
+        fetch_timeout: float = 20.0,
+        max_bytes: int = 2_000_000,
+        own_store: bool = False,
+    ) -> None:
+        self._owned: list[Callable[[], Awaitable[Any]]] = []
+        self.local: LocalSearch | None = None
+        if search == "local":
+            self.local = LocalSearch(corpus_dir)
+            self.backend: SearchBackend = self.local
+        elif search == "tavily":
+            if corpus_dir is not None:  # first: a bad folder must not leak the Tavily client
+                self.local = LocalSearch(corpus_dir)
+            tavily = TavilySearch()
+            self._owned.append(tavily.aclose)
+            self.backend = tavily
+        elif isinstance(search, str):
+            raise ValueError(f"unknown search backend {search!r} (use 'tavily' or 'local')")
+        else:
+            self.backend = search
+            if isinstance(search, LocalSearch):
+                self.local = search
+            elif corpus_dir is not None:
+                self.local = LocalSearch(corpus_dir)
+        self.blocklist = Blocklist.default() if blocklist is None else blocklist
+        self.policy = UrlPolicy(allow_hosts, self.blocklist, resolve)
+        self.store = store
+        if own_store and store is not None and hasattr(store, "close"):
+            closer = store.close
+
+            async def close_store() -> None:
+                closer()
+
+            self._owned.append(close_store)
+        if client is None:
+            # redirects are followed by fetch_page itself, hop by hop, under the URL policy
+            client = httpx.AsyncClient(
+                follow_redirects=False,
+                headers=DEFAULT_HEADERS,
+                timeout=httpx.Timeout(15.0, connect=10.0),
+            )
+            self._owned.append(client.aclose)
+        self.client = client
+        self.fetch_timeout = fetch_timeout
+        self.max_bytes = max_bytes
+
+    async def search(self, query: str, *, max_results: int = 5) -> list[SearchResult]:
+        """Ranked results for ``query``, blocklisted URLs removed.
+
+        Raises:
+            ToolError: An empty query, or the backend's model-visible failures.
+        """
+        query = " ".join(query.split())
+        if not query:
+            raise ToolError("the search query is empty; say what to search for", kind="error")
+        max_results = max(1, min(int(max_results), MAX_SEARCH_RESULTS))
+        backend = self.backend
+
+        async def produce() -> list[dict[str, Any]]:
+            wanted = min(max_results + BLOCKLIST_SLACK, MAX_SEARCH_RESULTS)
+            results = await backend.search(query, wanted)
+            return [r.model_dump(mode="json") for r in results]
+
+        key = {"backend": backend.cache_id, "query": query, "max_results": max_results}
+        raw = await self._through("search", key, produce)
+        results = [SearchResult.model_validate(r) for r in raw]
+        return self.blocklist.filter(results)[:max_results]
+
+    async def visit(self, url: str, *, goal: str | None = None, max_chars: int = 6000) -> Page:
+        """The main text of ``url``, focused on ``goal`` and clipped to ``max_chars``.
+
+        Raises:
+            ToolError: ``refused``, ``http``, ``timeout``, ``content`` or ``not_found`` (see
+                :func:`~tools._visit.fetch_page`).
+        """
+        url = _with_scheme(url.strip())
+        goal = " ".join(goal.split()) if goal else ""
+        max_chars = max(200, int(max_chars))
+        # scheme and blocklist first: before the corpus (a user corpus may hold a mirror of a
+        # blocked page) and before the store (a newly blocked page is refused even if recorded)
+        self.policy.check_static(url)
+        if self.local is not None:
+            doc = self.local.document(url)
+            if doc is not None:
+                return page_from_document(doc, url, goal=goal or None, max_chars=max_chars)
+
+        async def produce() -> dict[str, Any]:
+            page = await fetch_page(
+                url,
+                client=self.client,
+                safety=self.policy,
+                goal=goal or None,
+                max_chars=max_chars,
+                max_bytes=self.max_bytes,
+                timeout=self.fetch_timeout,
+            )
+            return page.model_dump(mode="json")
+
+        key = {"url": url, "goal": goal or None, "max_chars": max_chars}
+        page = Page.model_validate(await self._through("visit", key, produce))
+        self.blocklist.check(page.final_url)  # a recorded redirect may end on a blocked page
+        return page
+
+    async def _through(
+        self, kind: str, key: dict[str, Any], produce: Callable[[], Awaitable[Any]]
+    ) -> Any:
+        if self.store is None:
+            return await produce()
+        return await self.store.through(kind, key, produce)
+
+    async def aclose(self) -> None:
+        """Close what this object created (HTTP clients, the Tavily client, an owned store)."""
+        owned, self._owned = self._owned, []
+        for close in reversed(owned):
+            await close()
+
+    async def __aenter__(self) -> WebTools:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+_BARE_HOST = re.compile(r"^[\w-]+(?:\.[\w-]+)*\.[a-z]{2,}(?::\d+)?(?:[/?#]|$)", re.IGNORECASE)
+
+
+def _with_scheme(url: str) -> str:
+    # models often write "www.example.org/page"; read it as https rather than refuse it
+    return f"https://{url}" if "://" not in url and _BARE_HOST.match(url) else url
+
+
+def _blocklist(spec: Blocklist | str | Path | Iterable[str] | None) -> Blocklist:
+    if spec is None:
+        return Blocklist.default()
+    if isinstance(spec, Blocklist):
+        return spec
+    if isinstance(spec, (str, Path)):
+        return Blocklist.from_file(spec)
+    return Blocklist.default().extend(spec)
+
+
+def make_tools(
+    search: SearchName = "local",
+    cache_mode: CacheMode = "live",
+    cache_dir: str | Path | None = None,
+    allow_hosts: Iterable[str] = (),
+    *,
+    corpus_dir: str | Path | None = None,
+    store: CallStore | None = None,
+    blocklist: Blocklist | str | Path | Iterable[str] | None = None,
+    resolve: Resolver | None = None,
+    client: httpx.AsyncClient | None = None,
+) -> WebTools:
+    """Build the web tools a run or the CLI uses.
+
+    Args:
+        search: ``"local"`` or ``"tavily"``.
+        cache_mode: ``live`` (no store unless ``store`` is given), ``record``, ``replay`` or
+            ``refresh``.
+        cache_dir: Store folder for the non-live modes (default ``.medmis-cache``).
+        allow_hosts: ``--allow-host`` values.
+        corpus_dir: Local corpus folder (``--corpus-dir``).
+        store: An existing store to share (e.g. the runner's, also used for model calls);
+            it is not closed by the tools.
+        blocklist: A :class:`Blocklist`; a file path (its patterns are added to the defaults);
+            or a list of extra patterns.
+        resolve: DNS resolver override (tests).
+        client: HTTP client override (tests).
+
+    Raises:
+        ToolError: ``kind="config"`` for a missing Tavily key or an unusable corpus folder.
+    """
+    own_store = False
+    if store is None and cache_mode != "live":
+        from ._store import RecordStore  # lazy: diskcache is only needed when caching
+
+        store = RecordStore(cache_dir or ".medmis-cache", cache_mode)
+        own_store = True
+    try:
+        return WebTools(
+            search,
+            corpus_dir=corpus_dir,
+            allow_hosts=tuple(allow_hosts),
+            blocklist=_blocklist(blocklist),
+            store=store,
+            client=client,
+            resolve=resolve,
+            own_store=own_store,
+        )
+    except BaseException:
+        if own_store and store is not None and hasattr(store, "close"):
+            store.close()
+        raise
