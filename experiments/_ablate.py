@@ -91,6 +91,7 @@ class AblationConfig(BaseModel):
     search: Literal["tavily", "local"] = "local"
     corpus_dir: str | None = None
     allow_hosts: list[str] = Field(default_factory=list)
+    blocklist: str | None = None
     budget_usd: float | None = None
     model_options: dict[str, Any] = Field(default_factory=dict)
     models: list[ModelEntry]
@@ -252,6 +253,7 @@ def _run_config(config: AblationConfig, out: Path, *, progress: bool, shuffled: 
         search=config.search,
         corpus_dir=config.resolve(config.corpus_dir) if config.corpus_dir else None,
         allow_hosts=config.allow_hosts,
+        blocklist=config.resolve(config.blocklist) if config.blocklist else None,
         progress=progress,
     )
 

@@ -54,6 +54,10 @@ _VERSIONED_PACKAGES = (
 )
 
 
+class RunSetupError(Exception):
+    """The run cannot start (e.g. web tools misconfigured); printed as one line by the CLI."""
+
+
 class DefenderConfig(BaseModel):
     """A defender to run: registry name, options, and an optional display label."""
 
@@ -90,6 +94,7 @@ class RunConfig(BaseModel):
     search: SearchBackendName = "local"
     corpus_dir: str | None = None
     allow_hosts: list[str] = Field(default_factory=list)
+    blocklist: str | None = None
     retry_errors: bool = False
     progress: bool = True
     write_report: bool = True
@@ -237,16 +242,21 @@ class Harness:
         if not self._tools_built:
             self._tools_built = True
             if any(d.uses_tools for d in self.defenders):
+                from tools._types import ToolError
                 from tools._web import make_tools
 
-                self._tools = make_tools(
-                    search=self.config.search,
-                    cache_mode=self.config.cache,
-                    cache_dir=str(self._cache_dir()) if self.config.cache != "live" else None,
-                    allow_hosts=tuple(self.config.allow_hosts),
-                    corpus_dir=self.config.corpus_dir,
-                    store=self._get_store(),
-                )
+                try:
+                    self._tools = make_tools(
+                        search=self.config.search,
+                        cache_mode=self.config.cache,
+                        cache_dir=str(self._cache_dir()) if self.config.cache != "live" else None,
+                        allow_hosts=tuple(self.config.allow_hosts),
+                        corpus_dir=self.config.corpus_dir,
+                        store=self._get_store(),
+                        blocklist=self.config.blocklist,
+                    )
+                except ToolError as exc:
+                    raise RunSetupError(f"web tools: {exc.message}") from exc
         return self._tools
 
     async def aclose(self) -> None:
@@ -399,6 +409,7 @@ class Harness:
         self.out.mkdir(parents=True, exist_ok=True)
         (self.out / "traces").mkdir(exist_ok=True)
         cases, dataset = self.load_cases()
+        self.tools()  # fail before any case runs when the tools cannot be built
         self.write_manifest(dataset, len(cases))
         records_path = self.out / "records.jsonl"
         repair_torn_tail(records_path)

@@ -30,6 +30,8 @@ def _add_cache_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--corpus-dir", default=None, help="folder of documents for --search local (default: fixtures/corpus)")
     p.add_argument("--allow-host", action="append", default=[], metavar="HOST[:PORT]",
                    help="let visit_web reach this host even if it resolves to a private address")
+    p.add_argument("--blocklist", default=None, metavar="FILE",
+                   help="extra contamination patterns (one per line) added to the default blocklist")
 
 
 def _parse_kv(pairs: Sequence[str], flag: str) -> dict[str, dict[str, Any]]:
@@ -191,6 +193,7 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         search=args.search,
         corpus_dir=args.corpus_dir,
         allow_hosts=args.allow_host,
+        blocklist=args.blocklist,
         retry_errors=args.retry_errors,
         progress=not args.no_progress,
     )
@@ -241,6 +244,7 @@ def _tool_flags(args: argparse.Namespace) -> dict[str, Any]:
         "cache_dir": args.cache_dir or ".medmis-cache",
         "allow_hosts": tuple(args.allow_host),
         "corpus_dir": args.corpus_dir,
+        "blocklist": args.blocklist,
     }
 
 
@@ -248,10 +252,12 @@ def _cmd_tools(args: argparse.Namespace) -> int:
     from tools._cli import tools_search, tools_visit
 
     if args.tools_command == "search":
-        print(asyncio.run(tools_search(args.query, max_results=args.max_results, **_tool_flags(args))))
+        text = asyncio.run(tools_search(args.query, max_results=args.max_results, **_tool_flags(args)))
     else:
-        print(asyncio.run(tools_visit(args.url, goal=args.goal, max_chars=args.max_chars, **_tool_flags(args))))
-    return 0
+        text = asyncio.run(tools_visit(args.url, goal=args.goal, max_chars=args.max_chars, **_tool_flags(args)))
+    print(text)
+    # the JSON shows what a model would be told; the exit status tells scripts it failed
+    return 1 if "error" in json.loads(text) else 0
 
 
 def _cmd_cache(args: argparse.Namespace) -> int:
@@ -300,7 +306,11 @@ def _config_errors() -> tuple[type[BaseException], ...]:
     from agents._errors import MissingKeyError
     from defenses._base import DefenderConfigError
 
-    errors: list[type[BaseException]] = [CliError, MissingKeyError, DefenderConfigError, FileNotFoundError]
+    from ._runner import RunSetupError
+
+    errors: list[type[BaseException]] = [
+        CliError, MissingKeyError, DefenderConfigError, RunSetupError, FileNotFoundError,
+    ]
     try:
         from ._data import DataError
 
