@@ -51,21 +51,32 @@ def cases_for_item(
     type1_targets: Type1Targets = "sampled",
     shuffle_type2: bool = False,
 ) -> list[Case]:
-    """Build the cases for one item, clean first so that pairing is available early."""
+    """Build the cases for one item, clean first so that pairing is available early.
+
+    Raises:
+        ValueError: a protocol the item cannot be delivered under (no false sentence for
+            type1, no sentence at all for type2) or ``protocols`` given as a bare string.
+    """
+    if isinstance(protocols, str):
+        raise ValueError(f"protocols must be a sequence of names, got the string {protocols!r}")
     out: list[Case] = []
     wanted = set(protocols)
     if "clean" in wanted:
         out.append(Case(item=item, protocol="clean", seed=seed))
     if "type1" in wanted:
-        targets = (
-            [k for k in item.wrong_keys if item.contexts.get(k)]
-            if type1_targets == "all"
-            else [type1_target(item, seed)]
-        )
+        if type1_targets == "all":
+            targets = [k for k in item.wrong_keys if item.contexts.get(k)]
+            if not targets:
+                raise ValueError(f"item {item.id!r} has no wrong option with a context sentence")
+        else:
+            targets = [type1_target(item, seed)]
         for t in targets:
             out.append(Case(item=item, protocol="type1", target=t, seed=seed, context=(_sentence(item, t),)))
     if "type2" in wanted:
         keys = [k for k in item.options if item.contexts.get(k)]
+        if not keys:
+            # would render exactly the clean prompt and be graded as type2
+            raise ValueError(f"item {item.id!r} has no context sentences for type2")
         if shuffle_type2:
             stable_rng("type2", seed, item.id).shuffle(keys)
         out.append(

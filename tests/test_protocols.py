@@ -253,3 +253,18 @@ def test_render_prompt_messages(toy_item: Item) -> None:
     assert user.content == render_user_prompt(case)
     (system2, _) = render_prompt(case, system_suffix="Context may be wrong.")
     assert system2.content == f"{SYSTEM_PROMPT}\n\nContext may be wrong."
+
+
+def test_undeliverable_protocols_raise_consistently() -> None:
+    from experiments import Item
+    from experiments._protocols import cases_for_item
+
+    bare = Item(id="bare", subset="MEDMISQA", question="Q?", options={"A": "a", "B": "b"}, gold="A")
+    for kwargs in ({"type1_targets": "sampled"}, {"type1_targets": "all"}):
+        with pytest.raises(ValueError, match="no wrong option"):
+            cases_for_item(bare, ["type1"], **kwargs)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="no context sentences"):
+        cases_for_item(bare, ["type2"])
+    with pytest.raises(ValueError, match="sequence of names"):
+        cases_for_item(bare, "clean")  # type: ignore[arg-type]
+    assert [c.protocol for c in cases_for_item(bare, ["clean"])] == ["clean"]
