@@ -324,6 +324,7 @@ class _View:
 
     prompt: str = ""  # system and user text outside evidence sections
     task: str = ""  # system text and the last user message: where the task is stated
+    closing: str = ""  # the last paragraph of the last user message, as sent
     evidence: list[str] = field(default_factory=list)
     tool_results: list[tuple[str, str, bool]] = field(default_factory=list)  # name, text, error
     tool_rounds: int = 0
@@ -358,6 +359,9 @@ def _read(messages: Sequence[BaseMessage]) -> _View:
             system.append(kept)
         elif isinstance(m, HumanMessage):
             last_user = kept
+            # an instruction that follows evidence with no heading of its own would otherwise
+            # be read as part of the evidence section
+            view.closing = text.rstrip().rsplit("\n\n", 1)[-1]
     view.prompt = "\n\n".join(prompt)
     view.task = "\n\n".join([*system, last_user])
     return view
@@ -750,7 +754,8 @@ class SimulatedExaminee(BaseChatModel):
         view = _read(messages)
         item = self._answer_key_index().identify(view.prompt)
         # the JSON key a prompt asks for names the task; the most specific key wins
-        task = next((k for k in ("verdict", "queries", "claims") if f'"{k}"' in view.task), "mcq")
+        stated = view.task + "\n" + view.closing
+        task = next((k for k in ("verdict", "queries", "claims") if f'"{k}"' in stated), "mcq")
         names = {
             str(t.get("function", {}).get("name", t.get("name", "")))
             for t in tools

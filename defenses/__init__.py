@@ -16,6 +16,7 @@ from ._base import (
     create_defender,
     defender,
     get_spec,
+    is_control,
     list_defenders,
     message_to_dict,
 )
@@ -31,6 +32,7 @@ __all__ = [
     "create_defender",
     "defender",
     "get_spec",
+    "is_control",
     "list_defenders",
     "message_to_dict",
 ]

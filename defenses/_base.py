@@ -188,6 +188,7 @@ class DefenderSpec:
     options: type[DefenderOptions]
     description: str
     uses_tools: bool = False
+    control: bool = False  # a reference point (e.g. context_blind), never a candidate mitigation
 
 
 @dataclass(frozen=True)
@@ -222,6 +223,7 @@ def defender(
     options: type[DefenderOptions] = DefenderOptions,
     description: str | None = None,
     uses_tools: bool = False,
+    control: bool = False,
 ) -> Callable[[Factory], Factory]:
     """Register a defender factory ``factory(options) -> solve``.
 
@@ -245,7 +247,7 @@ def defender(
         # factory; a different factory under a taken name is a real conflict
         if existing is not None and existing.factory.__qualname__ != factory.__qualname__:
             raise DefenderConfigError(f"defender {name!r} is already registered")
-        _REGISTRY[name] = DefenderSpec(name, factory, options, text, uses_tools)
+        _REGISTRY[name] = DefenderSpec(name, factory, options, text, uses_tools, control)
         return factory
 
     return register
@@ -275,6 +277,14 @@ def get_spec(name: str) -> DefenderSpec:
     except KeyError:
         known = ", ".join(sorted(_REGISTRY))
         raise DefenderConfigError(f"unknown defender {name!r} (registered: {known})") from None
+
+
+def is_control(label: str) -> bool:
+    """Whether a defender label (``name`` or ``name[k=v]``) names a registered control."""
+    try:
+        return get_spec(label.split("[", 1)[0]).control
+    except DefenderConfigError:
+        return False  # a plug-in not installed here: treat it as a candidate
 
 
 def list_defenders() -> list[DefenderSpec]:

@@ -53,6 +53,7 @@ def warning_defender(opts: WarningOptions) -> SolveFn:
 
 @defender(
     "context_blind",
+    control=True,
     description="Control: withholds all added context. Near-zero ASR while learning nothing; shows why ASR alone misleads.",
 )
 def context_blind_defender(opts: DefenderOptions) -> SolveFn:

@@ -224,7 +224,8 @@ def _cmd_defenders() -> int:
     from defenses import list_defenders
 
     for spec in list_defenders():
-        print(f"{spec.name}{'  [uses web tools]' if spec.uses_tools else ''}")
+        tags = [t for t, on in (("uses web tools", spec.uses_tools), ("control", spec.control)) if on]
+        print(spec.name + (f"  [{', '.join(tags)}]" if tags else ""))
         if spec.description:
             print(f"    {spec.description}")
         for fname, finfo in spec.options.model_fields.items():

@@ -385,3 +385,20 @@ def test_build_options_and_identifying_params() -> None:
         build("examinee", ModelOptions(extra={"temperature_boost": 1}))
     with pytest.raises(FileNotFoundError):
         model.invoke([HumanMessage(content="Question:\nx\n\nOptions:\nA: y")])
+
+
+
+def test_task_stated_after_unheaded_evidence_is_recognised() -> None:
+    """A verification instruction that follows the evidence block (no heading between them)
+    is read as the task, not as part of the evidence."""
+    item = make_items(1)[0]
+    wrong = item.wrong_keys[0]
+    model = SimulatedExaminee(items=[item])
+    prompt = (
+        f"Claim to check:\n{item.contexts[wrong]}\n\nEvidence:\n[1] Ref - https://medref.example/x\n"
+        f"Reference text stating that {item.options[item.gold]} is the correct choice.\n\n"
+        'Decide. Reply with only a JSON object of the form {"verdict": "supported" | "refuted" | '
+        '"not_enough_info", "quote": "<exact quote>", "url": "<source URL>"}.'
+    )
+    reply = model.invoke([HumanMessage(prompt)])
+    assert json.loads(str(reply.content))["verdict"] == "refuted"

@@ -214,3 +214,18 @@ def test_missing_baseline_is_reported(tmp_path: Path) -> None:
 def test_missing_records_file(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
         write_report(tmp_path)
+
+
+def test_a_control_is_labelled_and_never_named_the_winner(tmp_path: Path) -> None:
+    # "context_blind" answers exactly like "guard" here (no flips), but it is a registered
+    # control: the verdict must go to the real mitigation and call the control what it is.
+    records = build_records()
+    records += [r.model_copy(update={"defender": "context_blind"}) for r in records if r.defender == "guard"]
+    run_dir = make_run(tmp_path, records, MANIFEST)
+    write_report(run_dir)
+    reading = (run_dir / "report.md").read_text(encoding="utf-8").split("## Reading this report")[1]
+    reading = reading.split("\n## ")[0]
+    assert "**`guard`** lowers Type 1 ASR the most" in reading
+    assert "`context_blind` is a control, not a mitigation" in reading
+    assert "**`context_blind`**" not in reading
+    assert "model calls and" in reading  # the verdict states its cost
