@@ -59,7 +59,7 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import ConfigDict, Field, PrivateAttr, SecretStr
 
 from ._errors import BlockedResponseError, MalformedResponseError, MissingKeyError
-from ._registry import ModelOptions
+from ._registry import HTTP_LIMITS, ModelOptions
 
 KEY_VARIABLES = ("GOOGLE_API_KEY", "GEMINI_API_KEY")
 BASE_URL_VARIABLE = "GOOGLE_GEMINI_BASE_URL"
@@ -381,8 +381,10 @@ class GeminiChat(BaseChatModel):
             base_url=self.base_url,
             timeout=int(self.timeout_s * 1000),  # the SDK takes milliseconds
             retry_options=types.HttpRetryOptions(attempts=1),
-            httpx_client=httpx.Client(timeout=self.timeout_s),
-            httpx_async_client=httpx.AsyncClient(timeout=self.timeout_s),
+            httpx_client=httpx.Client(timeout=self.timeout_s, limits=httpx.Limits(**HTTP_LIMITS)),
+            httpx_async_client=httpx.AsyncClient(
+                timeout=self.timeout_s, limits=httpx.Limits(**HTTP_LIMITS)
+            ),
         )
         return genai.Client(api_key=self.api_key.get_secret_value(), http_options=options)
 

@@ -38,7 +38,7 @@ from langchain_openai import ChatOpenAI
 from pydantic import SecretStr
 
 from ._errors import BlockedResponseError, MalformedResponseError, MissingKeyError
-from ._registry import ModelOptions
+from ._registry import HTTP_LIMITS, ModelOptions
 
 KEY_VARIABLE = "OPENAI_API_KEY"
 BASE_URL_VARIABLE = "OPENAI_BASE_URL"
@@ -185,8 +185,8 @@ def build(model_id: str, opts: ModelOptions) -> BaseChatModel:
         max_retries=0,
         # Legacy httpx, not the SDK's default httpx2: the toolkit's transports, respx-mocked
         # tests and ``classify`` all speak httpx.
-        http_client=httpx.Client(timeout=opts.timeout_s),
-        http_async_client=httpx.AsyncClient(timeout=opts.timeout_s),
+        http_client=httpx.Client(timeout=opts.timeout_s, limits=httpx.Limits(**HTTP_LIMITS)),
+        http_async_client=httpx.AsyncClient(timeout=opts.timeout_s, limits=httpx.Limits(**HTTP_LIMITS)),
         use_responses_api=False,
         stream_usage=False,
         **kwargs,

@@ -31,6 +31,11 @@ class ModelOptions(BaseModel):
     extra: dict[str, Any] = {}
 
 
+# httpx keeps only 20 idle connections by default; with more concurrent cases than that, every
+# extra request would open a fresh connection. Keep as many as the pool may hold.
+HTTP_LIMITS = {"max_connections": 256, "max_keepalive_connections": 256}
+
+
 def parse_spec(spec: str) -> tuple[str, str]:
     provider, sep, model_id = spec.partition("/")
     if not sep or not model_id:

@@ -3,6 +3,10 @@
 It answers ``POST /v1/chat/completions`` after a fixed latency with a fixed reply and
 documented-shape JSON (id, choices, usage). Written on asyncio streams so it needs no web
 framework; HTTP/1.1 keep-alive is supported because the openai client reuses connections.
+
+``python -m experiments._fake_openai --latency 0.1`` serves it from a separate process (it
+prints its base URL and the request count on exit), so a benchmark does not charge the
+server's CPU to the harness it measures.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ class FakeOpenAIServer:
     max_in_flight: int = 0
     _in_flight: int = 0
     _server: asyncio.base_events.Server | None = field(default=None, repr=False)
+    _writers: set[asyncio.StreamWriter] = field(default_factory=set, repr=False)
 
     @property
     def base_url(self) -> str:
@@ -36,9 +41,12 @@ class FakeOpenAIServer:
     async def __aexit__(self, *exc: object) -> None:
         if self._server is not None:
             self._server.close()
+            for writer in list(self._writers):  # idle keep-alive connections
+                writer.close()
             await self._server.wait_closed()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._writers.add(writer)
         try:
             for _ in range(100_000):  # bounded keep-alive loop
                 request_line = await reader.readline()
@@ -80,7 +88,33 @@ class FakeOpenAIServer:
                     + data
                 )
                 await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionResetError):
+        except (asyncio.IncompleteReadError, ConnectionResetError, asyncio.CancelledError):
             pass
         finally:
+            self._writers.discard(writer)
             writer.close()
+
+
+async def _serve(latency: float, port: int) -> None:
+    async with FakeOpenAIServer(latency_s=latency, port=port) as server:
+        print(server.base_url, flush=True)
+        try:
+            await asyncio.Event().wait()
+        finally:
+            print(f"requests={server.requests} max_in_flight={server.max_in_flight}", flush=True)
+
+
+def main() -> None:
+    import argparse
+    import contextlib
+
+    parser = argparse.ArgumentParser(description="OpenAI-compatible test server on 127.0.0.1")
+    parser.add_argument("--latency", type=float, default=0.1)
+    parser.add_argument("--port", type=int, default=0)
+    args = parser.parse_args()
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(_serve(args.latency, args.port))
+
+
+if __name__ == "__main__":
+    main()
