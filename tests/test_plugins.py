@@ -60,5 +60,5 @@ async def test_template_runs_against_the_readme_plugin(installed_plugin: None) -
 def test_unknown_defender_names_the_registered_ones() -> None:
     from defenses import DefenderConfigError
 
-    with pytest.raises(DefenderConfigError, match="registered: .*none"):
+    with pytest.raises(DefenderConfigError, match=r"registered: .*none"):
         get_spec("no_such_defender")
