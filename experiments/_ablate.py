@@ -316,6 +316,11 @@ def ablate_command(path: str, *, out: str | None = None, dry_run: bool = False, 
     from .cli import CliError
 
     config = load_config(path)
+    if not dry_run:
+        # before loading data: the HLE config reads the hub, which a keyless user may not reach
+        problem = _check_keys(config)
+        if problem:
+            raise CliError(problem)
     out_dir = Path(out or config.out)
     run_cfg = _run_config(config, out_dir, progress=progress, shuffled=False)
     from ._data import load_dataset
@@ -333,9 +338,6 @@ def ablate_command(path: str, *, out: str | None = None, dry_run: bool = False, 
         print(f"budget cap: ${config.budget_usd:.2f}")
     if dry_run:
         return 0
-    problem = _check_keys(config)
-    if problem:
-        raise CliError(problem)
     summary = asyncio.run(run_ablation(config, out=out_dir, progress=progress, argv=argv))
     print(json.dumps(summary, indent=2), file=sys.stdout)
     report_md = summary["report"].get("report.md")

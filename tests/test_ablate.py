@@ -1,0 +1,111 @@
+"""Ablations: grid expansion, dry-run estimates, budget cap, resume, shuffled type2, keys."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from experiments._ablate import AblationConfig, DefenderEntry, load_config
+from experiments._io import read_records
+from experiments.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = ROOT / "fixtures" / "medmisbench_sample.jsonl"
+
+
+def write_config(tmp_path: Path, extra: str = "", defenders: str | None = None) -> Path:
+    defenders = defenders or """
+[[defenders]]
+name = "none"
+
+[[defenders]]
+name = "warning"
+
+[[defenders]]
+name = "search_agent"
+sweep = { max_iterations = [1, 3] }
+"""
+    text = f"""
+name = "t"
+data = "{SAMPLE.as_posix()}"
+subset = "MEDMISHLE"
+out = "{(tmp_path / 'out').as_posix()}"
+cache = "record"
+{extra}
+
+[[models]]
+spec = "mock/examinee"
+price_in_per_mtok = 1000.0
+price_out_per_mtok = 1000.0
+{defenders}
+"""
+    path = tmp_path / "ablation.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_sweeps_expand_into_labelled_defenders() -> None:
+    entry = DefenderEntry(name="search_agent", options={"max_results": 3}, sweep={"max_iterations": [1, 3]})
+    assert [d.options for d in entry.expand()] == [
+        {"max_results": 3, "max_iterations": 1},
+        {"max_results": 3, "max_iterations": 3},
+    ]
+
+
+def test_shipped_configs_are_valid() -> None:
+    for name in ("demo.toml", "hle_mitigation.toml"):
+        config = load_config(ROOT / "experiments" / "configs" / name)
+        assert isinstance(config, AblationConfig)
+        labels = {d.name for d in config.defender_configs()}
+        assert {"none", "warning", "search_agent"} <= labels
+
+
+def test_dry_run_prints_plan_and_runs_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["ablate", str(write_config(tmp_path)), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "search_agent[max_iterations=3]" in out and "search_agent[max_iterations=1]" in out
+    assert "total: 60 cases" in out  # 5 items x 3 protocols x 4 defender cells (type1 sampled)
+    assert "estimated $" in out
+    assert not (tmp_path / "out" / "records.jsonl").exists()
+
+
+def test_budget_cap_stops_cleanly_and_a_rerun_finishes_without_repeats(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = write_config(tmp_path, extra="budget_usd = 1.0")
+    assert main(["ablate", str(config), "--no-progress"]) == 0
+    out_dir = tmp_path / "out"
+    manifest = json.loads((out_dir / "manifest.json").read_text())
+    assert "budget cap" in manifest["stopped"]
+    partial = read_records(out_dir / "records.jsonl")
+    assert 0 < len(partial) < 60
+    # raise the cap and run again: the interrupted ablation completes, nothing is redone
+    config.write_text(config.read_text().replace("budget_usd = 1.0", "budget_usd = 1000.0"))
+    assert main(["ablate", str(config), "--no-progress"]) == 0
+    lines = (out_dir / "records.jsonl").read_text().splitlines()
+    keys = [tuple(json.loads(x)[k] for k in ("defender", "protocol", "item_id", "target")) for x in lines]
+    assert len(keys) == len(set(keys)) == 60
+    assert (out_dir / "report.md").exists()
+    assert "SIMULATED EXAMINEE" in (out_dir / "report.md").read_text()
+
+
+def test_shuffled_type2_pass_runs_beside_the_main_grid(tmp_path: Path) -> None:
+    config = write_config(
+        tmp_path, extra='[delivery]\ntype2_shuffled = true',
+        defenders='[[defenders]]\nname = "none"\n',
+    )
+    assert main(["ablate", str(config), "--no-progress"]) == 0
+    shuffled = read_records(tmp_path / "out" / "type2_shuffled" / "records.jsonl")
+    assert {r.protocol for r in shuffled} == {"clean", "type2"}
+    assert (tmp_path / "out" / "type2_shuffled" / "metrics.json").exists()
+
+
+def test_missing_keys_point_to_the_demo(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    for var in ("GOOGLE_API_KEY", "GEMINI_API_KEY", "TAVILY_API_KEY"):
+        monkeypatch.delenv(var, raising=False)
+    code = main(["ablate", str(ROOT / "experiments" / "configs" / "hle_mitigation.toml")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "GOOGLE_API_KEY" in err and "demo.toml" in err and "Traceback" not in err
