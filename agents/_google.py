@@ -59,6 +59,7 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import ConfigDict, Field, PrivateAttr, SecretStr
 
 from ._errors import BlockedResponseError, MalformedResponseError, MissingKeyError
+from ._mock import content_text
 from ._registry import HTTP_LIMITS, ModelOptions
 
 KEY_VARIABLES = ("GOOGLE_API_KEY", "GEMINI_API_KEY")
@@ -96,18 +97,6 @@ def _enum_name(value: Any) -> str | None:
     if value is None:
         return None
     return str(getattr(value, "name", None) or getattr(value, "value", value))
-
-
-def _text_of(content: str | list[Any]) -> str:
-    if isinstance(content, str):
-        return content
-    pieces = []
-    for part in content:
-        if isinstance(part, str):
-            pieces.append(part)
-        elif isinstance(part, dict) and part.get("type") == "text":
-            pieces.append(str(part.get("text", "")))
-    return "".join(pieces)
 
 
 def _call_id(index: int, name: str, args: dict[str, Any]) -> str:
@@ -168,9 +157,9 @@ def to_gemini_contents(messages: Sequence[BaseMessage]) -> tuple[str | None, lis
     call_names: dict[str, str] = {}
     for message in messages:
         if isinstance(message, SystemMessage):
-            system.append(_text_of(message.content))
+            system.append(content_text(message.content))
         elif isinstance(message, HumanMessage):
-            contents.append(types.Content(role="user", parts=[types.Part(text=_text_of(message.content))]))
+            contents.append(types.Content(role="user", parts=[types.Part(text=content_text(message.content))]))
         elif isinstance(message, AIMessage):
             turn = _model_turn(message, call_names)
             if turn.parts:  # the API rejects an empty turn; dropping it loses nothing
@@ -182,7 +171,7 @@ def to_gemini_contents(messages: Sequence[BaseMessage]) -> tuple[str | None, lis
             key = "error" if message.status == "error" else "result"
             response = types.FunctionResponse(
                 name=name,
-                response={key: _text_of(message.content)},
+                response={key: content_text(message.content)},
                 id=None if message.tool_call_id.startswith(_LOCAL_ID_PREFIX) else message.tool_call_id,
             )
             part = types.Part(function_response=response)
@@ -201,7 +190,7 @@ def to_gemini_contents(messages: Sequence[BaseMessage]) -> tuple[str | None, lis
 def _model_turn(message: AIMessage, call_names: dict[str, str]) -> types.Content:
     signatures: dict[str, str] = message.additional_kwargs.get("thought_signatures") or {}
     parts: list[types.Part] = []
-    text = _text_of(message.content)
+    text = content_text(message.content)
     if text:
         text_sig = message.additional_kwargs.get("text_signature")
         parts.append(types.Part(text=text, thought_signature=base64.b64decode(text_sig) if text_sig else None))

@@ -29,8 +29,8 @@ def estimate_tokens(text: str) -> int:
     return max(1, (len(text) + 3) // 4) if text else 0
 
 
-def message_text(message: BaseMessage) -> str:
-    content = message.content
+def content_text(content: str | list[Any]) -> str:
+    """The text of a message's content (a string, or a list of text / other blocks)."""
     if isinstance(content, str):
         return content
     parts = []
@@ -40,6 +40,10 @@ def message_text(message: BaseMessage) -> str:
         elif isinstance(part, dict) and part.get("type") == "text":
             parts.append(str(part.get("text", "")))
     return "".join(parts)
+
+
+def message_text(message: BaseMessage) -> str:
+    return content_text(message.content)
 
 
 def with_usage(reply: AIMessage, messages: Sequence[BaseMessage]) -> AIMessage:
