@@ -11,6 +11,7 @@ import csv
 import io
 import json
 import os
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -88,28 +89,66 @@ def load_run(run_dir: str | Path) -> RunData:
     return RunData(run_dir=d, records=read_records(records_path), manifest=manifest)
 
 
-def write_report(run_dir: str | Path, *, baseline: str = "none", seed: int = 0) -> dict[str, Path]:
-    """Compute metrics for a run and (re)write its metrics.json, metrics.csv and report.md.
+def write_report(
+    run_dir: str | Path, *, baseline: str = "none", seed: int = 0, figures: bool = True
+) -> dict[str, Path]:
+    """Compute metrics for a run and (re)write its report files.
 
     Args:
         run_dir: Directory holding ``records.jsonl`` (and optionally ``manifest.json``).
         baseline: Defender the others are compared against.
         seed: Seed of the paired bootstrap.
+        figures: Also write the PNG plots and the self-contained ``report.html``.
 
     Returns:
         Paths written, keyed by file name: ``"metrics.json"``, ``"metrics.csv"``,
-        ``"report.md"``.
+        ``"report.md"`` and, with figures, ``"report.html"`` and ``"plots/<name>.png"``.
     """
     run = load_run(run_dir)
     report = compute_metrics(run.records, baseline=baseline, seed=seed)
     paths = {name: run.run_dir / name for name in ("metrics.json", "metrics.csv", "report.md")}
+    metrics = report.to_json_dict()
     # allow_nan=False: the contract is strict JSON, undefined values must already be null.
     _write_text(paths["metrics.json"],
-                json.dumps(report.to_json_dict(), indent=2, ensure_ascii=False, allow_nan=False)
-                + "\n")
+                json.dumps(metrics, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
     _write_text(paths["metrics.csv"], render_csv(report))
-    _write_text(paths["report.md"], render_markdown(run, report))
+    from ._html import delivery_sensitivity, sensitivity_markdown, write_html
+
+    sensitivity = delivery_sensitivity(run.run_dir)
+    plots: dict[str, Path] = {}
+    if figures and metrics:
+        from ._plots import write_plots
+
+        plots = write_plots(run.run_dir, metrics)
+    extra = [sensitivity_markdown(sensitivity)]
+    if plots:
+        extra.append("## Plots\n\n" + "\n".join(
+            f"![{name.replace('_', ' ')}]({p.relative_to(run.run_dir).as_posix()})" for name, p in plots.items()
+        ))
+    markdown = render_markdown(run, report).rstrip("\n") + "".join(f"\n\n{x}" for x in extra if x) + "\n"
+    _write_text(paths["report.md"], markdown)
+    if figures:
+        paths["report.html"] = write_html(
+            run.run_dir, metrics, plots=plots, baseline=report.baseline, simulated=run.simulated,
+            title=run.run_dir.name, sensitivity=sensitivity, reading=_reading_html(render_reading(report)),
+        )
+        paths.update({f"plots/{p.name}": p for p in plots.values()})
     return paths
+
+
+def _reading_html(markdown: str) -> str:
+    """The few markdown forms the reading section uses (bold, code, bullets), as HTML."""
+    import html as _html
+
+    out = []
+    for line in markdown.splitlines()[1:]:  # drop the heading
+        if not line.strip():
+            continue
+        text = _html.escape(line.strip().lstrip("- ").strip())
+        text = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", text)
+        text = re.sub(r"`(.+?)`", r"<code>\1</code>", text)
+        out.append(f"<li>{text}</li>" if line.lstrip().startswith("- ") else f"<p>{text}</p>")
+    return "\n".join(out)
 
 
 def _write_text(path: Path, text: str) -> None:
