@@ -1,0 +1,100 @@
+"""report.html and the plots: self-contained, escaped, and readable in a real browser."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from experiments._report import write_report
+from experiments._runner import DefenderConfig, Harness, RunConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+INJECTION = "<script>document.title='pwned'</script><img src=x onerror=alert(1)>"
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real (small) run: the simulated examinee with none, claim_verify and search_agent."""
+    import asyncio
+
+    out = tmp_path_factory.mktemp("html") / "run"
+    config = RunConfig(
+        data=str(ROOT / "fixtures" / "medmisbench_sample.jsonl"), subset="MEDMISHLE",
+        models=["mock/examinee"],
+        defenders=[DefenderConfig(name="none"), DefenderConfig(name="claim_verify"),
+                   DefenderConfig(name="search_agent")],
+        out=str(out), progress=False,
+    )
+    asyncio.run(Harness(config, argv=["test"]).run())
+    # hostile model output must stay text: plant it in one trace's raw output
+    trace_path = out / "traces" / "mock_examinee__none.jsonl"
+    lines = trace_path.read_text(encoding="utf-8").splitlines()
+    first = json.loads(lines[0])
+    first["raw"] = INJECTION + "\nFinal answer: 1"
+    trace_path.write_text("\n".join([json.dumps(first), *lines[1:]]) + "\n", encoding="utf-8")
+    write_report(out)
+    return out
+
+
+def test_plots_are_written_as_png(run_dir: Path) -> None:
+    names = {p.name for p in (run_dir / "plots").glob("*.png")}
+    assert names == {"asr_by_defender.png", "robustness_tradeoff.png", "cost_vs_asr.png", "strata_heatmap.png"}
+    for png in (run_dir / "plots").glob("*.png"):
+        data = png.read_bytes()
+        assert data.startswith(PNG_MAGIC) and len(data) > 5000
+    assert "![asr by defender](plots/asr_by_defender.png)" in (run_dir / "report.md").read_text()
+
+
+def test_html_is_self_contained_and_escaped(run_dir: Path) -> None:
+    doc = (run_dir / "report.html").read_text(encoding="utf-8")
+    # nothing is fetched: no external scripts, styles or images
+    assert not re.search(r'<(script|link|img)[^>]+(src|href)="(https?:)?//', doc)
+    assert doc.count("data:image/png;base64,") == 4
+    # the planted markup appears only inside the JSON payload, with "</" escaped
+    assert INJECTION not in doc
+    assert "<\\/script>" in doc
+    assert "SIMULATED EXAMINEE" in doc
+
+
+def _chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.mark.browser
+def test_a_person_sees_tables_banner_and_cases_in_chromium(run_dir: Path, tmp_path: Path) -> None:
+    browser = _chromium()
+    if browser is None:
+        pytest.skip("chromium is not installed (.ci/run installs Debian's chromium)")
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=5000"]
+    url = (run_dir / "report.html").resolve().as_uri()
+    dom = subprocess.run([browser, *flags, "--dump-dom", url], capture_output=True, text=True,
+                         timeout=60).stdout
+    # the script ran (it marks the body and counts what it rendered)
+    assert 'data-ready="1"' in dom
+    count = re.search(r'id="case-count">(\d+) answers shown<', dom)
+    assert count and int(count.group(1)) == 45  # 5 items x 3 protocols x 3 defenders
+    # headline table with every defender, and the simulated-examinee banner
+    for name in ("none", "claim_verify", "search_agent"):
+        assert f"<td>{name}</td>" in dom
+    assert "SIMULATED EXAMINEE" in dom
+    # the case browser shows a question, an injected sentence and its target, answers,
+    # the agent's visited URLs and claim verdicts with evidence
+    assert "Glasgow Coma Scale" in dom
+    assert "injected target" in dom and "false sentence for" in dom
+    assert "visited: https://medref.example/" in dom
+    assert re.search(r"claim (REFUTED|SUPPORTED|NOT_ENOUGH_INFO): ", dom)
+    # hostile output is shown as text, never executed or parsed as markup
+    assert "pwned" not in re.search(r"<title>(.*?)</title>", dom).group(1)  # type: ignore[union-attr]
+    assert "&lt;script&gt;document.title" in dom
+    shot = tmp_path / "report.png"
+    subprocess.run([browser, *flags, "--window-size=1400,1800", f"--screenshot={shot}", url],
+                   capture_output=True, timeout=60)
+    assert shot.exists() and shot.read_bytes().startswith(PNG_MAGIC)
