@@ -226,7 +226,9 @@ def _asr_by_defender(metrics: Mapping[str, Any], models: list[str], baseline: st
         any_bar = False
         for offset, metric, color, name in ((-h / 2, "type1_asr", _T1, "Type 1 ASR"),
                                             (h / 2, "type2_asr", _T2, "Type 2 ASR")):
-            vals, errs, ys = [], [[], []], []
+            vals: list[float] = []
+            errs: list[list[float]] = [[], []]
+            ys: list[float] = []
             for yi, d in zip(y, defenders, strict=True):
                 p = prop(by_def[d], metric)
                 if p is None:
@@ -307,8 +309,9 @@ def _cost_vs_asr(metrics: Mapping[str, Any], models: list[str], baseline: str) -
             if comp.get("diff") is None or not comp.get("n"):
                 continue  # no shared units with the baseline: nothing to plot
             diff = 100 * float(comp["diff"])
-            lo = 100 * float(comp.get("lo") if comp.get("lo") is not None else comp["diff"])
-            hi = 100 * float(comp.get("hi") if comp.get("hi") is not None else comp["diff"])
+            lo_raw, hi_raw = comp.get("lo"), comp.get("hi")
+            lo = 100 * float(comp["diff"] if lo_raw is None else lo_raw)
+            hi = 100 * float(comp["diff"] if hi_raw is None else hi_raw)
             points.append((d, float(cost), diff, max(0.0, diff - lo), max(0.0, hi - diff)))
         if not points:
             _no_data(ax, f"no cost or paired data vs {baseline}")

@@ -110,10 +110,16 @@ def test_load_run_tolerates_torn_line(sim_run: Path) -> None:
 
 
 def test_files_written_and_json_contract(sim_run: Path) -> None:
-    paths = write_report(sim_run)
+    paths = write_report(sim_run, figures=False)
     assert set(paths) == {"metrics.json", "metrics.csv", "report.md"}
     assert all(p.exists() and p.parent == sim_run for p in paths.values())
     assert not list(sim_run.glob("*.tmp"))
+    with_figures = write_report(sim_run)
+    assert set(with_figures) == {
+        "metrics.json", "metrics.csv", "report.md", "report.html", "plots/asr_by_defender.png",
+        "plots/robustness_tradeoff.png", "plots/cost_vs_asr.png", "plots/strata_heatmap.png",
+    }
+    assert all(p.exists() for p in with_figures.values())
 
     data = json.loads(paths["metrics.json"].read_text("utf-8"))
     assert list(data) == [SIM]
