@@ -31,9 +31,9 @@ from ._common import (
     as_text_list,
     deps,
     gather_strict,
+    graph_solver,
     parse_json_object,
     render_evidence,
-    run_config,
 )
 
 Verdict = Literal["supported", "refuted", "not_enough_info"]
@@ -422,12 +422,8 @@ def public_verdicts(state: ClaimVerifyState) -> list[dict[str, Any]]:
 
 def claim_verify_solver(opts: ClaimVerifyOptions) -> SolveFn:
     """The ``claim_verify`` defender: one compiled graph reused for every case."""
-    graph = build_claim_verify_graph(opts)
 
-    async def solve(case: Case, ctx: DefenderContext) -> Answer:
-        state: ClaimVerifyState = await graph.ainvoke(
-            {}, run_config(ctx, case, recursion_limit=RECURSION_LIMIT)
-        )  # type: ignore[assignment]
+    def finish(state: ClaimVerifyState, case: Case, ctx: DefenderContext) -> Answer:
         return answer_from_text(
             state.get("final", ""),
             case,
@@ -436,4 +432,5 @@ def claim_verify_solver(opts: ClaimVerifyOptions) -> SolveFn:
             split_method=state.get("split_method"),
         )
 
-    return solve
+    graph = build_claim_verify_graph(opts)
+    return graph_solver(graph, recursion_limit=RECURSION_LIMIT, finish=finish)

@@ -11,14 +11,14 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import Awaitable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from langchain_core.runnables import RunnableConfig
 
-from defenses._base import DefenderContext
-from experiments._types import Case
+from defenses._base import DefenderContext, SolveFn
+from experiments._types import Answer, Case
 
 T = TypeVar("T")
 
@@ -46,6 +46,22 @@ def run_config(ctx: DefenderContext, case: Case, *, recursion_limit: int) -> Run
     budget for a single exam question, so a looping graph would burn money before failing.
     """
     return {"recursion_limit": recursion_limit, "configurable": {DEPS_KEY: GraphDeps(ctx, case)}}
+
+
+Finish = Callable[[Any, Case, DefenderContext], Answer]
+
+
+def graph_solver(graph: Any, *, recursion_limit: int, finish: Finish) -> SolveFn:
+    """A defender's solve function over one compiled graph, reused for every case.
+
+    ``finish(state, case, ctx)`` turns the graph's final state into the Answer.
+    """
+
+    async def solve(case: Case, ctx: DefenderContext) -> Answer:
+        state = await graph.ainvoke({}, run_config(ctx, case, recursion_limit=recursion_limit))
+        return finish(state, case, ctx)
+
+    return solve
 
 
 def deps(config: RunnableConfig) -> GraphDeps:

@@ -28,7 +28,7 @@ from ._claim_verify import (
     build_claim_verify_graph,
     public_verdicts,
 )
-from ._common import deps, run_config, sentences_supporting
+from ._common import deps, graph_solver, run_config, sentences_supporting
 
 StepFn = Callable[[Case, DefenderContext], Awaitable[Answer]]
 
@@ -120,12 +120,8 @@ RECURSION_LIMIT = 8
 
 def escalate_solver(warned_step: StepFn, prior_step: StepFn, verify: ClaimVerifyOptions) -> SolveFn:
     """The ``escalate`` defender: one compiled graph reused for every case."""
-    graph = build_escalate_graph(warned_step, prior_step, verify)
 
-    async def solve(case: Case, ctx: DefenderContext) -> Answer:
-        state: EscalateState = await graph.ainvoke(
-            {}, run_config(ctx, case, recursion_limit=RECURSION_LIMIT)
-        )  # type: ignore[assignment]
+    def finish(state: EscalateState, case: Case, ctx: DefenderContext) -> Answer:
         return answer_from_text(
             state.get("final", ""),
             case,
@@ -137,4 +133,5 @@ def escalate_solver(warned_step: StepFn, prior_step: StepFn, verify: ClaimVerify
             verdicts=state.get("verdicts", []),
         )
 
-    return solve
+    graph = build_escalate_graph(warned_step, prior_step, verify)
+    return graph_solver(graph, recursion_limit=RECURSION_LIMIT, finish=finish)

@@ -26,7 +26,7 @@ from experiments._extract import extract_answer
 from experiments._protocols import answer_instruction, render_prompt
 from experiments._types import Answer, Case
 
-from ._common import deps, run_config
+from ._common import deps, graph_solver
 
 UNSURE = "UNSURE"
 _UNSURE = re.compile(rf"final\s+answer\s*[:：]\s*[*_\s]*{UNSURE}\b", re.IGNORECASE)
@@ -174,12 +174,8 @@ RECURSION_LIMIT = 6
 
 def isolate_vote_solver(opts: IsolateVoteOptions) -> SolveFn:
     """The ``isolate_vote`` defender: one compiled graph reused for every case."""
-    graph = build_isolate_vote_graph(opts)
 
-    async def solve(case: Case, ctx: DefenderContext) -> Answer:
-        state: IsolateVoteState = await graph.ainvoke(
-            {}, run_config(ctx, case, recursion_limit=RECURSION_LIMIT)
-        )  # type: ignore[assignment]
+    def finish(state: IsolateVoteState, case: Case, ctx: DefenderContext) -> Answer:
         ballots = sorted(
             state.get("ballots", []), key=lambda b: (b["source"] != "prior", b["index"] or 0)
         )
@@ -201,4 +197,5 @@ def isolate_vote_solver(opts: IsolateVoteOptions) -> SolveFn:
             },
         )
 
-    return solve
+    graph = build_isolate_vote_graph(opts)
+    return graph_solver(graph, recursion_limit=RECURSION_LIMIT, finish=finish)

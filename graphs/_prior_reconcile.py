@@ -21,7 +21,7 @@ from experiments._extract import extract_answer
 from experiments._protocols import render_prompt
 from experiments._types import Answer, Case
 
-from ._common import UNVERIFIED_PREFACE, deps, run_config
+from ._common import UNVERIFIED_PREFACE, deps, graph_solver
 
 
 class PriorReconcileOptions(DefenderOptions):
@@ -134,12 +134,8 @@ RECURSION_LIMIT = 8
 
 def prior_reconcile_solver(opts: PriorReconcileOptions) -> SolveFn:
     """The ``prior_reconcile`` defender: one compiled graph reused for every case."""
-    graph = build_prior_reconcile_graph(opts)
 
-    async def solve(case: Case, ctx: DefenderContext) -> Answer:
-        state: PriorReconcileState = await graph.ainvoke(
-            {}, run_config(ctx, case, recursion_limit=RECURSION_LIMIT)
-        )  # type: ignore[assignment]
+    def finish(state: PriorReconcileState, case: Case, ctx: DefenderContext) -> Answer:
         return answer_from_text(
             state.get("final", ""),
             case,
@@ -150,4 +146,5 @@ def prior_reconcile_solver(opts: PriorReconcileOptions) -> SolveFn:
             agreed=state.get("agreed"),
         )
 
-    return solve
+    graph = build_prior_reconcile_graph(opts)
+    return graph_solver(graph, recursion_limit=RECURSION_LIMIT, finish=finish)

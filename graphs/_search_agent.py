@@ -42,9 +42,9 @@ from ._common import (
     dedupe_passages,
     deps,
     gather_strict,
+    graph_solver,
     parse_json_object,
     render_evidence,
-    run_config,
 )
 
 StopReason = Literal["answered", "budget", "tool_failures", "no_answer", "direct"]
@@ -373,13 +373,8 @@ def cited_urls(final: str, state: SearchAgentState) -> list[str]:
 
 def search_agent_solver(opts: SearchAgentOptions) -> SolveFn:
     """The ``search_agent`` defender: one compiled graph reused for every case."""
-    graph = build_search_agent_graph(opts)
-    limit = 2 * opts.max_iterations + 6  # plan + (agent, tools) per round + forced answer + slack
 
-    async def solve(case: Case, ctx: DefenderContext) -> Answer:
-        state: SearchAgentState = await graph.ainvoke(
-            {}, run_config(ctx, case, recursion_limit=limit)
-        )  # type: ignore[assignment]
+    def finish(state: SearchAgentState, case: Case, ctx: DefenderContext) -> Answer:
         final = state.get("final")
         if final is None:
             final = message_text(state["messages"][-1])
@@ -397,4 +392,6 @@ def search_agent_solver(opts: SearchAgentOptions) -> SolveFn:
             stop_reason=stop,
         )
 
-    return solve
+    graph = build_search_agent_graph(opts)
+    limit = 2 * opts.max_iterations + 6  # plan + (agent, tools) per round + forced answer + slack
+    return graph_solver(graph, recursion_limit=limit, finish=finish)
