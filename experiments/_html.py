@@ -160,7 +160,12 @@ def _agent_view(trace: Mapping[str, Any]) -> dict[str, Any]:
 
 def case_data(run_dir: Path, max_items: int = MAX_ITEMS) -> dict[str, Any]:
     """The case browser's data: items with their protocol rows and every defender's answer."""
-    traces = [t for path in sorted((run_dir / "traces").glob("*.jsonl")) for t in _read_jsonl(path)]
+    latest: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for path in sorted((run_dir / "traces").glob("*.jsonl")):
+        for t in _read_jsonl(path):
+            # --retry-errors appends a fresh trace for a key; the last one is the record's
+            latest[(t["model"], t["defender"], t["protocol"], t["item_id"], t.get("target"))] = t
+    traces = list(latest.values())
     clean_ok = {(t["model"], t["defender"], t["item_id"]): t.get("choice") == t.get("gold")
                 for t in traces if t.get("protocol") == "clean" and not t.get("error")}
     items: dict[str, dict[str, Any]] = {}

@@ -98,3 +98,16 @@ def test_a_person_sees_tables_banner_and_cases_in_chromium(run_dir: Path, tmp_pa
     subprocess.run([browser, *flags, "--window-size=1400,1800", f"--screenshot={shot}", url],
                    capture_output=True, timeout=60)
     assert shot.exists() and shot.read_bytes().startswith(PNG_MAGIC)
+
+
+def test_case_browser_keeps_the_latest_trace_per_key(tmp_path: Path) -> None:
+    from experiments._html import case_data
+
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    base = {"model": "m", "defender": "none", "protocol": "clean", "item_id": "q1", "target": None,
+            "gold": "A", "context": [], "extra": {}, "steps": []}
+    lines = [dict(base, choice=None, error="ReadTimeout: upstream"), dict(base, choice="A", error=None)]
+    (traces / "m__none.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    answers = case_data(tmp_path)["items"][0]["rows"][0]["answers"]
+    assert len(answers) == 1 and answers[0]["choice"] == "A" and answers[0]["error"] is None
