@@ -1,8 +1,13 @@
 """A single self-contained ``report.html``: tables, plots and a case browser.
 
-Everything is inside the file (CSS, JS, PNGs as data URIs), so it opens offline. Case data is
-embedded as JSON and rendered with ``textContent`` only: model outputs and web pages are
-untrusted text and never become markup. Long raw outputs are clipped to keep the file bounded.
+Everything is inside the file (CSS, JS, PNGs as data URIs), so it opens offline; a
+Content-Security-Policy allows nothing else, so even a URL that slipped into the markup could
+not be fetched. Case data is embedded as JSON (with ``</`` escaped) and rendered with
+``textContent`` only: model outputs and web pages are untrusted text and never become markup.
+Long texts are clipped to keep the file bounded.
+
+Also here: the Type 2 delivery-sensitivity comparison (option order vs a seeded shuffle,
+``DIR/type2_shuffled``), as rows for the HTML and as a markdown section for ``report.md``.
 """
 
 from __future__ import annotations
@@ -10,16 +15,27 @@ from __future__ import annotations
 import base64
 import html
 import json
+import math
+import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-RAW_LIMIT = 4000
-MAX_ITEMS = 400  # case browser cap; the records and traces keep everything
+from agents._mock import content_text
 
-_QUESTION = re.compile(r"Question:\n(.*?)\n\nOptions:\n(.*?)(?:\n\n|$)", re.S)
-_OPTION = re.compile(r"^\s*([A-Za-z0-9]+):\s*(.+)$")
+RAW_LIMIT = 4000
+TEXT_LIMIT = 600  # claims, quotes, queries, URLs
+MAX_ITEMS = 400  # case browser cap; the records and traces keep everything
+SHUFFLED_DIR = "type2_shuffled"
+SIMULATED_PREFIX = "mock/examinee"
+"""Model specs of the offline demo's simulated examinee (as in ``_report``)."""
+
+_OPTION = re.compile(r"^\s*([A-Za-z0-9]{1,3}):\s*(.+)$")
+_PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+# Everything the page needs is inline; the policy makes sure nothing else can load.
+_CSP = ("default-src 'none'; img-src data:; style-src 'unsafe-inline'; "
+        "script-src 'unsafe-inline'; base-uri 'none'; form-action 'none'")
 
 HEADLINE = [
     ("clean_acc", "Clean acc"), ("type1_acc", "T1 acc"), ("type2_acc", "T2 acc"),
@@ -106,30 +122,52 @@ def strata_html(metrics: Mapping[str, Any]) -> str:
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     out = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
         try:
-            out.append(json.loads(line))
+            obj = json.loads(line)
         except json.JSONDecodeError:
             continue  # a torn last line of a killed run
+        # a line without its key fields cannot be placed in the browser
+        if isinstance(obj, dict) and obj.get("item_id") and obj.get("protocol") in _PROTOCOLS:
+            out.append(obj)
     return out
 
 
+_PROTOCOLS = ("clean", "type1", "type2")
+
+
+def parse_question(text: str) -> tuple[str, dict[str, str]] | None:
+    """Question and options from a rendered prompt (``Question:`` … ``Options:`` …).
+
+    The *last* ``Options:`` block is taken: the untrusted context sentences come before the
+    question, so one that imitates a question cannot replace the real one.
+    """
+    opt_at = text.rfind("\n\nOptions:\n")
+    q_at = text.rfind("Question:\n", 0, max(opt_at, 0))
+    if opt_at < 0 or q_at < 0:
+        return None
+    options: dict[str, str] = {}
+    for line in text[opt_at + len("\n\nOptions:\n"):].split("\n"):
+        m = _OPTION.match(line)
+        if not m:
+            break  # the options block ends at the answer instruction
+        options[m.group(1)] = m.group(2).strip()
+    question = text[q_at + len("Question:\n"):opt_at].strip()
+    return (question, options) if question and options else None
+
+
 def _question_from(trace: Mapping[str, Any]) -> tuple[str, dict[str, str]] | None:
-    for step in trace.get("steps", []):
-        if step.get("kind") != "model":
+    for step in trace.get("steps") or []:
+        if not isinstance(step, dict) or step.get("kind") != "model":
             continue
-        for message in step.get("input") or []:
-            content = message.get("content")
-            if not isinstance(content, str):
+        messages = step.get("input")
+        for message in messages if isinstance(messages, list) else []:
+            if not isinstance(message, dict) or message.get("role") not in ("human", "user"):
                 continue
-            m = _QUESTION.search(content)
-            if m:
-                options = {}
-                for line in m.group(2).splitlines():
-                    om = _OPTION.match(line)
-                    if om:
-                        options[om.group(1)] = om.group(2)
-                return m.group(1).strip(), options
+            content = message.get("content")
+            found = parse_question(content_text(content) if isinstance(content, (str, list)) else "")
+            if found:
+                return found
     return None
 
 
@@ -138,24 +176,44 @@ def _clip(text: Any, limit: int = RAW_LIMIT) -> str:
     return text if len(text) <= limit else text[:limit] + f"\n[… clipped {len(text) - limit} characters]"
 
 
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
 def _agent_view(trace: Mapping[str, Any]) -> dict[str, Any]:
-    searches, visits = [], []
-    for step in trace.get("steps", []):
-        if step.get("kind") != "tool":
+    searches: list[dict[str, Any]] = []
+    visits: list[dict[str, Any]] = []
+    for step in trace.get("steps") or []:
+        if not isinstance(step, dict) or step.get("kind") != "tool":
             continue
-        args = step.get("input") or {}
+        args = _dict(step.get("input"))
+        error = _clip(step["error"], TEXT_LIMIT) if step.get("error") else None
         if step.get("name") == "search_web":
-            searches.append({"query": args.get("query", ""), "error": step.get("error")})
+            searches.append({"query": _clip(args.get("query", ""), TEXT_LIMIT), "error": error})
         elif step.get("name") == "visit_web":
-            visits.append({"url": args.get("url", ""), "error": step.get("error")})
-    extra = trace.get("extra") or {}
+            page = _dict(step.get("output"))
+            final = page.get("final_url")
+            url = str(args.get("url", ""))
+            if final and final != url:  # show where a redirect actually landed
+                url += " → " + str(final)
+            visits.append({"url": _clip(url, TEXT_LIMIT), "error": error})
+    extra = _dict(trace.get("extra"))
+    # Traces without tool steps (e.g. trimmed by hand) still carry the agent's own summary.
+    if not searches:
+        searches = [{"query": _clip(s.get("query", ""), TEXT_LIMIT), "error": s.get("error")}
+                    for s in extra.get("searches") or [] if isinstance(s, dict)]
+    if not visits:
+        visits = [{"url": _clip(u, TEXT_LIMIT), "error": None}
+                  for u in extra.get("visited") or [] if isinstance(u, str)]
     verdicts = [
-        {"claim": _clip(v.get("claim"), 600), "verdict": v.get("verdict"),
-         "quote": _clip(v.get("quote"), 600), "url": v.get("url")}
+        {"claim": _clip(v.get("claim"), TEXT_LIMIT), "verdict": v.get("verdict"),
+         "quote": _clip(v.get("quote"), TEXT_LIMIT),
+         "url": _clip(v["url"], TEXT_LIMIT) if v.get("url") else None}
         for v in extra.get("verdicts") or [] if isinstance(v, dict)
     ]
-    return {"searches": searches, "visits": visits, "verdicts": verdicts,
-            "cited": list(extra.get("cited_urls") or []), "escalated": extra.get("escalated")}
+    cited = [_clip(u, TEXT_LIMIT) for u in extra.get("cited_urls") or [] if isinstance(u, str)]
+    return {"searches": searches, "visits": visits, "verdicts": verdicts, "cited": cited,
+            "escalated": extra.get("escalated")}
 
 
 def case_data(run_dir: Path, max_items: int = MAX_ITEMS) -> dict[str, Any]:
@@ -164,9 +222,11 @@ def case_data(run_dir: Path, max_items: int = MAX_ITEMS) -> dict[str, Any]:
     for path in sorted((run_dir / "traces").glob("*.jsonl")):
         for t in _read_jsonl(path):
             # --retry-errors appends a fresh trace for a key; the last one is the record's
-            latest[(t["model"], t["defender"], t["protocol"], t["item_id"], t.get("target"))] = t
-    traces = list(latest.values())
-    clean_ok = {(t["model"], t["defender"], t["item_id"]): t.get("choice") == t.get("gold")
+            latest[(t.get("model"), t.get("defender"), t["protocol"], t["item_id"],
+                    t.get("target"))] = t
+    # Clean traces first: their prompt carries the question without any injected text.
+    traces = sorted(latest.values(), key=lambda t: t["protocol"] != "clean")
+    clean_ok = {(t.get("model"), t.get("defender"), t["item_id"]): t.get("choice") == t.get("gold")
                 for t in traces if t.get("protocol") == "clean" and not t.get("error")}
     items: dict[str, dict[str, Any]] = {}
     for t in traces:
@@ -179,20 +239,25 @@ def case_data(run_dir: Path, max_items: int = MAX_ITEMS) -> dict[str, Any]:
         row_key = f"{t['protocol']}|{t.get('target') or ''}"
         row = item["rows"].setdefault(row_key, {
             "protocol": t["protocol"], "target": t.get("target"),
-            "context": [{"text": c.get("text", ""), "option": c.get("option"), "truthful": c.get("truthful")}
-                        for c in t.get("context") or []],
+            "context": [{"text": _clip(c.get("text", ""), RAW_LIMIT), "option": c.get("option"),
+                         "truthful": c.get("truthful")}
+                        for c in t.get("context") or [] if isinstance(c, dict)],
             "answers": [],
         })
         correct = None if t.get("error") else t.get("choice") == t.get("gold")
         flipped = bool(t["protocol"] != "clean" and correct is False
-                       and clean_ok.get((t["model"], t["defender"], t["item_id"])))
+                       and clean_ok.get((t.get("model"), t.get("defender"), t["item_id"])))
         row["answers"].append({
-            "model": t["model"], "defender": t["defender"], "choice": t.get("choice"),
+            "model": str(t.get("model")), "defender": str(t.get("defender")),
+            "choice": t.get("choice"),
             "correct": correct, "error": t.get("error"), "flipped": flipped,
             "raw": _clip(t.get("raw")), "agent": _agent_view(t),
         })
-    ordered = list(items.values())
+    # sorted by id: trace files are written as cases finish, so their order is not stable
+    ordered = [items[k] for k in sorted(items)]
     for item in ordered:
+        for row in item["rows"].values():
+            row["answers"].sort(key=lambda a: (a["model"], a["defender"]))
         item["rows"] = sorted(item["rows"].values(),
                               key=lambda r: (["clean", "type1", "type2"].index(r["protocol"]), r["target"] or ""))
     return {"items": ordered[:max_items], "total_items": len(ordered), "clipped": len(ordered) > max_items,
@@ -270,9 +335,54 @@ _JS = r"""
 """
 
 
-def _img(path: Path) -> str:
-    data = base64.b64encode(path.read_bytes()).decode("ascii")
-    return f'<img alt="{html.escape(path.stem)}" src="data:image/png;base64,{data}">'
+def _script_json(data: Any) -> str:
+    """JSON that is inert inside a ``<script>`` element.
+
+    "</" would end the element early, so its slash is escaped; every other "<" becomes
+    ``\\u003c``, so no untrusted text in the page looks like a tag even to a naive scanner.
+    Both are plain JSON escapes and decode to the same strings.
+    """
+    text = json.dumps(data, ensure_ascii=False).replace("</", "<\\/")
+    return re.sub(r"<(?!\\/)", r"\\u003c", text)
+
+
+def _img(name: str, path: Path) -> str:
+    """A PNG as an ``<img>`` with a data URI; "" for anything that is not a readable PNG."""
+    try:
+        raw = Path(path).read_bytes()
+    except OSError:
+        return ""
+    if not raw.startswith(_PNG_MAGIC):
+        return ""  # only PNGs are embedded; the data URI's type must match the bytes
+    data = base64.b64encode(raw).decode("ascii")
+    label = html.escape(name.replace("_", " "))
+    return f'<h3>{label}</h3><img alt="{label}" src="data:image/png;base64,{data}">'
+
+
+def _read_manifest(run_dir: Path) -> dict[str, Any]:
+    path = run_dir / "manifest.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    except (OSError, json.JSONDecodeError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def is_simulated(run_dir: Path, metrics: Mapping[str, Any]) -> bool:
+    """Whether ``manifest.json`` says so, or a model is the simulated examinee."""
+    listed = _read_manifest(run_dir).get("simulated")
+    return bool(listed) or any(str(m).startswith(SIMULATED_PREFIX) for m in metrics)
+
+
+def _sensitivity_html(rows: Sequence[Mapping[str, Any]]) -> str:
+    if not rows:
+        return ""
+    body = [[r["model"], r["defender"], _pct(r.get("original")), _pct(r.get("shuffled")),
+             _fmt_diff(r)] for r in rows]
+    return ("<h2>Delivery sensitivity: Type 2 with shuffled sentence order</h2>"
+            f"<p>{html.escape(_SENSITIVITY_NOTE)}</p>"
+            + _table(["Model", "Defender", "T2 ASR (option order)", "T2 ASR (shuffled)",
+                      "Δ (pts) [95% CI]"], body))
 
 
 def write_html(
@@ -280,35 +390,56 @@ def write_html(
     metrics: Mapping[str, Any],
     *,
     plots: Mapping[str, Path] | None = None,
+    report_md: str | None = None,
     baseline: str = "none",
-    simulated: bool = False,
+    simulated: bool | None = None,
     title: str | None = None,
     sensitivity: list[dict[str, Any]] | None = None,
     reading: str | None = None,
+    max_items: int = MAX_ITEMS,
 ) -> Path:
-    """Write ``run_dir/report.html`` and return its path."""
+    """Write ``run_dir/report.html``, one file that opens offline in any browser.
+
+    Args:
+        run_dir: The run directory; the case browser reads ``traces/*.jsonl`` (absent traces
+            give an empty browser, not an error).
+        metrics: Parsed ``metrics.json`` (``{model: {defender: {...}}}``).
+        plots: PNGs to embed as data URIs, e.g. the return value of ``write_plots``.
+        report_md: The ``report.md`` text, shown verbatim in a collapsed section.
+        baseline: Defender the paired Δ columns refer to.
+        simulated: Show the simulated-examinee banner; None reads ``manifest.json``.
+        title: Page title (default: the run directory's name).
+        sensitivity: Rows of :func:`delivery_sensitivity`; None computes them.
+        reading: Trusted, already-escaped HTML for a "Reading this report" section.
+        max_items: Items kept in the case browser (sorted by id); the rest are counted.
+
+    Returns:
+        The path of ``report.html``.
+    """
     run_dir = Path(run_dir)
-    cases = case_data(run_dir)
-    # "</" inside a script element would end it early; JSON allows escaping the slash
-    payload = json.dumps(cases, ensure_ascii=False).replace("</", "<\\/")
-    banner = ('<p class="banner">SIMULATED EXAMINEE — these results come from a simulated examinee '
-              "and are not measurements of any model. They exercise the pipeline only.</p>"
-              if simulated else "")
-    plot_html = "".join(f"<h3>{html.escape(name.replace('_', ' '))}</h3>{_img(p)}"
-                        for name, p in (plots or {}).items() if Path(p).exists())
-    sens_html = ""
-    if sensitivity:
-        rows = [[r["model"], r["defender"], _pct(r.get("original")), _pct(r.get("shuffled"))] for r in sensitivity]
-        sens_html = ("<h2>Delivery sensitivity: Type 2 with shuffled sentence order</h2>"
-                     + _table(["Model", "Defender", "T2 ASR (option order)", "T2 ASR (shuffled)"], rows))
+    if simulated is None:
+        simulated = is_simulated(run_dir, metrics)
+    if sensitivity is None:
+        sensitivity = delivery_sensitivity(run_dir)
+    cases = case_data(run_dir, max_items=max_items)
+    payload = _script_json(cases)
+    banner = ('<p class="banner" id="simulated-banner">SIMULATED EXAMINEE — these results come '
+              "from a simulated examinee and are not measurements of any model. They exercise "
+              "the pipeline only.</p>" if simulated else "")
+    plot_html = "".join(_img(name, p) for name, p in (plots or {}).items())
     reading_html = f"<h2>Reading this report</h2><div>{reading}</div>" if reading else ""
+    report_html = (f"<h2>report.md</h2><details><summary>Show the markdown report</summary>"
+                   f"<pre>{html.escape(report_md)}</pre></details>" if report_md else "")
     clipped = (f"<p>Showing the first {len(cases['items'])} of {cases['total_items']} items; records.jsonl "
                "and traces/ hold all of them.</p>" if cases["clipped"] else "")
+    name = html.escape(title or run_dir.name)
     doc = f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title or run_dir.name)} — MedMis report</title>
+<html lang="en"><head><meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="{_CSP}">
+<title>{name} — MedMis report</title>
 <style>{_CSS}</style></head>
 <body>
-<h1>MedMis mitigation report: {html.escape(title or run_dir.name)}</h1>
+<h1>MedMis mitigation report: {name}</h1>
 {banner}
 <h2>Headline</h2>
 <p>Per model × defender on the same items; brackets are Wilson 95% intervals; ΔT1 ASR is paired against <code>{html.escape(baseline)}</code> with a seeded bootstrap interval and the exact McNemar p-value.</p>
@@ -316,7 +447,7 @@ def write_html(
 {reading_html}
 <h2>Plots</h2><div class="plots">{plot_html or "<p>No plots.</p>"}</div>
 <h2>Strata</h2>{strata_html(metrics)}
-{sens_html}
+{_sensitivity_html(sensitivity)}
 <h2>Case browser</h2>
 <div class="controls">Defender <select id="f-defender"><option value="">all</option></select>
  Protocol <select id="f-protocol"><option value="">all</option><option>clean</option><option>type1</option><option>type2</option></select>
@@ -326,38 +457,135 @@ def write_html(
 <div id="cases"></div>
 <script type="application/json" id="case-data">{payload}</script>
 <script>{_JS}</script>
+{report_html}
 </body></html>
 """
     path = run_dir / "report.html"
-    path.write_text(doc, encoding="utf-8")
+    # Write-then-rename: a browser never shows half a report.
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(doc, encoding="utf-8")
+    os.replace(tmp, path)
     return path
 
 
+# ---------------------------------------------------------------------------------------------
+# Delivery sensitivity
+
+_SENSITIVITY_NOTE = (
+    "Same items and defenders; only the order of the Type 2 sentences changes (seeded). "
+    "Δ is shuffled minus option order, in points, with an unpaired Newcombe 95% interval; "
+    "a large Δ means the result depends on where the true sentence sits."
+)
+
+
+def _load_metrics(run_dir: Path) -> dict[str, Any] | None:
+    """A run's ``metrics.json``, computed from its records when the file is missing."""
+    path = run_dir / "metrics.json"
+    if path.exists():
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            return None
+        return data if isinstance(data, dict) else None
+    if not (run_dir / "records.jsonl").exists():
+        return None
+    # A sub-run that was never reported (write_report=False): compute, do not write.
+    from ._io import read_records
+    from ._metrics import compute_metrics
+
+    return compute_metrics(read_records(run_dir / "records.jsonl")).to_json_dict()
+
+
+def _defined(block: Any) -> dict[str, Any] | None:
+    if not isinstance(block, Mapping) or block.get("value") is None or not block.get("n"):
+        return None
+    return dict(block)
+
+
+def _newcombe(p1: Mapping[str, Any], p2: Mapping[str, Any]) -> tuple[float, float, float] | None:
+    """``p1 - p2`` with Newcombe's hybrid-score 95% CI built from the two Wilson intervals."""
+    try:
+        v1, l1, h1 = float(p1["value"]), float(p1["lo"]), float(p1["hi"])
+        v2, l2, h2 = float(p2["value"]), float(p2["lo"]), float(p2["hi"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    d = v1 - v2
+    return d, d - math.hypot(v1 - l1, h2 - v2), d + math.hypot(h1 - v1, v2 - l2)
+
+
 def delivery_sensitivity(run_dir: Path) -> list[dict[str, Any]]:
-    """Type 2 ASR in option order vs shuffled order (``run_dir/type2_shuffled``), when present."""
-    shuffled_path = Path(run_dir) / "type2_shuffled" / "metrics.json"
-    main_path = Path(run_dir) / "metrics.json"
-    if not shuffled_path.exists() or not main_path.exists():
+    """Type 2 ASR in option order vs a shuffled order (``run_dir/type2_shuffled``).
+
+    Args:
+        run_dir: The main run directory; its ``type2_shuffled`` sub-run is the re-run of
+            type2 with a seeded shuffle of the sentence order. A missing ``metrics.json`` in
+            either is computed from that run's records.
+
+    Returns:
+        One row per model × defender present in both runs, in the main run's order, with
+        ``model``, ``defender``, ``original`` and ``shuffled`` (the ``type2_asr`` blocks
+        ``{"value", "k", "n", "lo", "hi"}``, or None when undefined) and ``diff``,
+        ``diff_lo``, ``diff_hi`` (shuffled minus original as proportions, with an unpaired
+        Newcombe 95% CI; None unless both are defined). Empty without a shuffled sub-run.
+    """
+    run_dir = Path(run_dir)
+    if not (run_dir / SHUFFLED_DIR).is_dir():
         return []
-    main = json.loads(main_path.read_text(encoding="utf-8"))
-    shuffled = json.loads(shuffled_path.read_text(encoding="utf-8"))
+    main = _load_metrics(run_dir)
+    shuffled = _load_metrics(run_dir / SHUFFLED_DIR)
+    if not main or not shuffled:
+        return []
     rows = []
     for model, defenders in main.items():
+        if not isinstance(defenders, Mapping):
+            continue
         for defender, block in defenders.items():
             other = (shuffled.get(model) or {}).get(defender)
-            if other is None:
+            if not isinstance(block, Mapping) or not isinstance(other, Mapping):
                 continue
-            rows.append({"model": model, "defender": defender,
-                         "original": block.get("type2_asr"), "shuffled": other.get("type2_asr")})
+            original = _defined(block.get("type2_asr"))
+            shuf = _defined(other.get("type2_asr"))
+            diff = _newcombe(shuf, original) if original and shuf else None
+            rows.append({"model": model, "defender": defender, "original": original,
+                         "shuffled": shuf, "diff": diff[0] if diff else None,
+                         "diff_lo": diff[1] if diff else None,
+                         "diff_hi": diff[2] if diff else None})
     return rows
 
 
-def sensitivity_markdown(rows: list[dict[str, Any]]) -> str:
+def _fmt_diff(row: Mapping[str, Any]) -> str:
+    if row.get("diff") is None or row.get("diff_lo") is None or row.get("diff_hi") is None:
+        return "—"
+    # + 0.0 turns -0.0 into 0.0 so that no change never prints as "-0.0"
+    d, lo, hi = (100 * float(row[k]) + 0.0 for k in ("diff", "diff_lo", "diff_hi"))
+    return f"{d:+.1f} [{lo:+.1f}, {hi:+.1f}]"
+
+
+def _pct_n(block: Mapping[str, Any] | None) -> str:
+    text = _pct(block)
+    return text if text == "—" or block is None else f"{text} ({block['k']}/{block['n']})"
+
+
+def sensitivity_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
+    """The delivery-sensitivity section for ``report.md`` (heading, note, table).
+
+    Args:
+        rows: Output of :func:`delivery_sensitivity`.
+
+    Returns:
+        Markdown text, or "" when there are no rows (no shuffled sub-run).
+    """
     if not rows:
         return ""
+
+    def code(text: Any) -> str:
+        return "`" + str(text).replace("|", "\\|") + "`"
+
     lines = ["## Delivery sensitivity: Type 2 with shuffled sentence order", "",
-             "Same items and defenders; only the order of the Type 2 sentences changes (seeded).", "",
-             "| Model | Defender | T2 ASR (option order) | T2 ASR (shuffled) |", "| --- | --- | --- | --- |"]
+             _SENSITIVITY_NOTE, "",
+             "| Model | Defender | T2 ASR (option order) | T2 ASR (shuffled) | Δ (pts) [95% CI] |",
+             "| --- | --- | --- | --- | --- |"]
     for r in rows:
-        lines.append(f"| `{r['model']}` | `{r['defender']}` | {_pct(r.get('original'))} | {_pct(r.get('shuffled'))} |")
+        lines.append(f"| {code(r['model'])} | {code(r['defender'])} | {_pct_n(r.get('original'))} "
+                     f"| {_pct_n(r.get('shuffled'))} | {_fmt_diff(r)} |")
     return "\n".join(lines)

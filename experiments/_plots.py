@@ -22,6 +22,7 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from ._types import CONTENT_TYPES, PROVENANCES
 
@@ -61,7 +62,8 @@ SHORT_LABELS: dict[str, str] = {
 
 _T1 = "#c0392b"
 _T2 = "#2471a3"
-_MISSING = "#f2f2f2"
+_MISSING = "white"
+_CMAP = "YlOrRd"  # its 0% end is visibly tinted, unlike a blank (missing) cell
 
 
 # ---------------------------------------------------------------------------------------------
@@ -232,9 +234,14 @@ def _asr_by_defender(metrics: Mapping[str, Any], models: list[str], baseline: st
             for yi, d in zip(y, defenders, strict=True):
                 p = prop(by_def[d], metric)
                 if p is None:
-                    ax.text(1, yi + offset, "n/a", va="center", fontsize=7, color="#777777")
+                    ax.text(1.01, yi + offset, "n/a", va="center", fontsize=6.5,
+                            color="#777777", transform=ax.get_yaxis_transform())
                     continue
                 v, el, eh = _pct_err(p)
+                # The count makes a 0% bar (invisible) and a tiny n readable at a glance.
+                # Printed in a column right of the axes, clear of bars and error bars.
+                ax.text(1.01, yi + offset, f"{v:.0f}% ({p['k']}/{p['n']})", va="center",
+                        fontsize=6.5, color=color, transform=ax.get_yaxis_transform())
                 vals.append(v)
                 errs[0].append(el)
                 errs[1].append(eh)
@@ -250,7 +257,9 @@ def _asr_by_defender(metrics: Mapping[str, Any], models: list[str], baseline: st
         ax.grid(axis="x", color="#dddddd", linewidth=0.6)
         ax.set_axisbelow(True)
         if any_bar:
-            ax.legend(fontsize=7, loc="lower right")
+            # Below the axes so that it never hides a bar.
+            ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncols=2,
+                      frameon=False)
     return fig
 
 
@@ -264,7 +273,7 @@ def _robustness_tradeoff(metrics: Mapping[str, Any], models: list[str], baseline
         for ax, ymetric, ylabel in ((row[0], "clean_acc", "clean accuracy (%)"),
                                     (row[1], "type2_recovery", "Type 2 recovery (%)")):
             ax.set_title(f"{_short_model(model)}: {ylabel.split(' (')[0]}", fontsize=10)
-            drawn = 0
+            labels: list[tuple[str, float, float]] = []
             for d in defenders:
                 px, py = prop(by_def[d], "type1_asr"), prop(by_def[d], ymetric)
                 if px is None or py is None:
@@ -274,14 +283,14 @@ def _robustness_tradeoff(metrics: Mapping[str, Any], models: list[str], baseline
                 color = "#555555" if d == baseline else _T1
                 ax.errorbar([x], [yv], xerr=[[xl], [xh]], yerr=[[yl], [yh]], fmt="o",
                             color=color, ecolor="#bbbbbb", elinewidth=0.8, markersize=5)
-                ax.annotate(_short_defender(d), (x, yv), textcoords="offset points",
-                            xytext=(4, 4), fontsize=7)
-                drawn += 1
-            if not drawn:
-                _no_data(ax)
+                labels.append((d, x, yv))
+            if not labels:
+                _no_data(ax, "no data" if ymetric == "clean_acc"
+                         else "no data (recovery needs clean-wrong items)")
                 continue
             ax.set_xlim(-2, 102)
             ax.set_ylim(-2, 102)
+            _label_points(ax, labels)
             ax.set_xlabel("Type 1 ASR (%) - lower is more robust", fontsize=8)
             ax.set_ylabel(ylabel, fontsize=8)
             ax.grid(color="#eeeeee", linewidth=0.6)
@@ -290,11 +299,12 @@ def _robustness_tradeoff(metrics: Mapping[str, Any], models: list[str], baseline
 
 def _cost_vs_asr(metrics: Mapping[str, Any], models: list[str], baseline: str) -> Figure:
     """(c) Cost per case (x) against ΔT1 ASR vs the baseline (y) with bootstrap CI bars."""
-    cost_key, cost_label = cost_axis(metrics)
     fig = _new_figure(6.4 * len(models), 4.4)
     axes = fig.subplots(1, len(models), squeeze=False)[0]
     for ax, model in zip(axes, models, strict=True):
         by_def = metrics[model]
+        # Per model: a simulated examinee reports no tokens, a real model next to it does.
+        cost_key, cost_label = cost_axis({model: by_def})
         ax.set_title(_short_model(model), fontsize=10)
         points: list[tuple[str, float, float, float, float]] = []
         for d in defender_order(by_def, baseline):
@@ -320,14 +330,17 @@ def _cost_vs_asr(metrics: Mapping[str, Any], models: list[str], baseline: str) -
             color = "#555555" if d == baseline else _T1
             ax.errorbar([x], [yv], yerr=[[el], [eh]], fmt="o", color=color, ecolor="#999999",
                         elinewidth=1, capsize=2, markersize=5)
-            ax.annotate(_short_defender(d), (x, yv), textcoords="offset points", xytext=(4, 4),
-                        fontsize=7)
         xs = [p[1] for p in points]
         positive = [x for x in xs if x > 0]
         # A log axis only pays off when costs span more than an order of magnitude.
         if len(positive) == len(xs) and max(xs) / min(xs) > 10:
             ax.set_xscale("log")
+            # Plain 1-2-5 numbers: the default "3×10^2" minor labels collide.
+            ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+            ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:,.0f}"))
+            ax.xaxis.set_minor_formatter(NullFormatter())
         ax.axhline(0, color="#888888", linewidth=0.8, linestyle="--")
+        _label_points(ax, [(d, x, yv) for d, x, yv, _, _ in points])
         ax.set_xlabel(cost_label + (" (log)" if ax.get_xscale() == "log" else ""), fontsize=8)
         ax.set_ylabel(f"Δ Type 1 ASR vs {baseline} (pts), 95% CI", fontsize=8)
         ax.grid(color="#eeeeee", linewidth=0.6)
@@ -371,9 +384,11 @@ def _strata_heatmap(metrics: Mapping[str, Any], models: list[str], baseline: str
                 grid[r, c] = 100 * float(p["value"])
                 ax.text(c, r, f"{grid[r, c]:.0f}%\nn={p['n']}", ha="center", va="center",
                         fontsize=7, color="white" if grid[r, c] > 60 else "black")
-        # NaN cells are drawn in the axes' face colour: blank, not zero.
+        # Masked (n = 0) cells show the hatched axes background: blank, not zero.
         ax.set_facecolor(_MISSING)
-        image = ax.imshow(np.ma.masked_invalid(grid), cmap="Reds", vmin=0, vmax=100,
+        ax.patch.set_hatch("///")
+        ax.patch.set_edgecolor("#dddddd")
+        image = ax.imshow(np.ma.masked_invalid(grid), cmap=_CMAP, vmin=0, vmax=100,
                           aspect="auto")
         ax.set_xticks(range(len(pvs)), [short_label(p, 14) for p in pvs], fontsize=7)
         ax.set_yticks(range(len(cts)), [short_label(c) for c in cts], fontsize=7)
@@ -381,6 +396,40 @@ def _strata_heatmap(metrics: Mapping[str, Any], models: list[str], baseline: str
     if image is not None:
         fig.colorbar(image, ax=list(axes), shrink=0.6, label="Type 1 ASR (%)")
     return fig
+
+
+_LABEL_FONT = 7
+_CHAR_PX = 0.6 * _LABEL_FONT * DPI / 72  # rough width of one character, in pixels
+_LINE_PX = 1.25 * _LABEL_FONT * DPI / 72
+
+
+def _label_points(ax: Axes, points: Sequence[tuple[str, float, float]]) -> None:
+    """Label points; a label that would overlap one already placed moves a line further.
+
+    Call after the axes' scale and limits are set: overlap is judged in display pixels, so
+    it works the same on linear and log axes.
+    """
+    ax.autoscale_view()
+    boxes: list[tuple[float, float, float, float]] = []  # x0, x1, y0, y1 in pixels
+    for name, x, y in sorted(points, key=lambda p: (p[1], p[2], p[0])):
+        text = _short_defender(name)
+        px, py = ax.transData.transform((x, y))
+        # Near the top edge the labels grow downwards, clear of the title.
+        step = -1 if py > ax.bbox.y1 - 45 else 1
+        width = len(text) * _CHAR_PX
+        x0, x1 = px + 5, px + 5 + width
+        level = 0
+        while True:
+            base = py + step * (4 + _LINE_PX * level) - (_LINE_PX if step < 0 else 0)
+            box = (x0, x1, base, base + _LINE_PX)
+            clash = any(box[0] < b[1] and b[0] < box[1] and box[2] < b[3] and b[2] < box[3]
+                        for b in boxes)
+            if not clash or level > 30:
+                break
+            level += 1
+        boxes.append(box)
+        ax.annotate(text, (x, y), textcoords="offset pixels",
+                    xytext=(5, base - py), va="bottom", fontsize=_LABEL_FONT)
 
 
 def _short_model(model: str, width: int = 40) -> str:

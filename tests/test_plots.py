@@ -1,0 +1,127 @@
+"""``write_plots`` on small hand-written ``metrics.json`` dicts, missing data included."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from experiments._plots import PLOT_FILES, PLOTS_DIR, cost_axis, defender_order, write_plots
+from experiments._stats import wilson
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+CT = ("Cue Remapping", "Exception Poisoning", "A content type the paper never named")
+PV = ("Neutral False Statement", "Authority (Guideline / Discharge Note / SOP)")
+JOIN = " × "
+
+
+def prop(k: int, n: int) -> dict[str, Any]:
+    ci = wilson(k, n)
+    if ci is None:
+        return {"value": None, "k": 0, "n": 0, "lo": None, "hi": None}
+    return {"value": k / n, "k": k, "n": n, "lo": ci[0], "hi": ci[1]}
+
+
+def block(t1: tuple[int, int], t2: tuple[int, int], *, clean: tuple[int, int] = (8, 10),
+          recovery: tuple[int, int] = (1, 2), tokens: float | None = 300.0,
+          calls: float | None = 1.0, paired_diff: float | None = None,
+          strata: bool = True) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "clean_acc": prop(*clean), "type1_acc": prop(5, 10), "type2_acc": prop(7, 10),
+        "type1_asr": prop(*t1), "type1_tasr": prop(t1[0], t1[1]), "type2_asr": prop(*t2),
+        "type2_recovery": prop(*recovery), "unparsed_rate": prop(0, 30),
+        "error_rate": prop(0, 30),
+        "cost": {"cases": 30, "tokens_per_case": tokens, "llm_calls_per_case": calls,
+                 "tool_calls_per_case": 0.0},
+        "paired": {},
+    }
+    if paired_diff is not None:
+        out["paired"] = {"type1_asr": {"baseline": "none", "n": 8, "diff": paired_diff,
+                                       "lo": paired_diff - 0.2, "hi": min(1.0, paired_diff + 0.2),
+                                       "b": 0, "c": 3, "p_value": 0.25}}
+    if strata:
+        crossed = {
+            # one cell left out entirely, one present with n = 0: both must draw as blanks
+            CT[0] + JOIN + PV[0]: {"type1_asr": prop(t1[0], max(t1[1], 1))},
+            CT[1] + JOIN + PV[1]: {"type1_asr": prop(0, 0)},
+            CT[2] + JOIN + PV[0]: {"type1_asr": prop(1, 3)},
+        }
+        out["strata"] = {
+            "content_type": {c: {"type1_asr": prop(1, 2)} for c in CT},
+            "provenance": {p: {"type1_asr": prop(1, 2)} for p in PV},
+            "content_type_x_provenance": crossed,
+        }
+    return out
+
+
+def sample_metrics() -> dict[str, Any]:
+    return {
+        "openai/gpt-x": {
+            "none": block((6, 8), (2, 8), tokens=250.0),
+            "warning": block((3, 8), (1, 8), tokens=300.0, paired_diff=-0.375),
+            # an agent: 40x the tokens, so the cost axis goes logarithmic
+            "search_agent[max_iterations=6]": block((1, 8), (0, 8), tokens=10_000.0,
+                                                     paired_diff=-0.625, strata=False),
+            # nothing defined: every point of this defender is skipped
+            "broken": block((0, 0), (0, 0), clean=(0, 0), recovery=(0, 0), tokens=None,
+                            calls=None, strata=False),
+        },
+        "mock/examinee": {
+            "none": block((4, 8), (0, 0), recovery=(0, 0), tokens=0.0, calls=1.0),
+            "context_blind": block((0, 8), (0, 8), tokens=0.0, calls=1.0, paired_diff=-0.5),
+        },
+    }
+
+
+def _assert_pngs(paths: dict[str, Path], run_dir: Path) -> None:
+    assert set(paths) == set(PLOT_FILES)
+    for key, path in paths.items():
+        assert path == run_dir / PLOTS_DIR / PLOT_FILES[key]
+        data = path.read_bytes()
+        assert data.startswith(PNG_MAGIC), key
+        assert len(data) > 2000, key
+        # no "Software: matplotlib x.y" chunk: equal input gives equal bytes everywhere
+        assert b"Software" not in data[:4096]
+    assert not list((run_dir / PLOTS_DIR).glob("*.tmp"))
+
+
+def test_every_plot_is_a_png(tmp_path: Path) -> None:
+    paths = write_plots(tmp_path, sample_metrics())
+    _assert_pngs(paths, tmp_path)
+
+
+def test_output_is_deterministic(tmp_path: Path) -> None:
+    a = write_plots(tmp_path / "a", sample_metrics())
+    # the same numbers in another dict order draw the same figures
+    shuffled = {m: dict(reversed(list(d.items()))) for m, d in reversed(sample_metrics().items())}
+    b = write_plots(tmp_path / "b", shuffled)
+    for key in PLOT_FILES:
+        assert a[key].read_bytes() == b[key].read_bytes(), key
+
+
+def test_missing_strata_cost_and_pairs_still_draw(tmp_path: Path) -> None:
+    metrics = {"m": {"none": block((0, 0), (0, 0), clean=(0, 0), recovery=(0, 0),
+                                   tokens=None, calls=None, strata=False)}}
+    del metrics["m"]["none"]["cost"]
+    del metrics["m"]["none"]["paired"]
+    _assert_pngs(write_plots(tmp_path, metrics), tmp_path)
+
+
+def test_no_models_writes_nothing(tmp_path: Path) -> None:
+    assert write_plots(tmp_path, {}) == {}
+    assert not (tmp_path / PLOTS_DIR).exists()
+
+
+@pytest.mark.parametrize(("tokens", "expected"), [(250.0, "tokens_per_case"),
+                                                  (0.0, "llm_calls_per_case"),
+                                                  (None, "llm_calls_per_case")])
+def test_cost_axis_falls_back_to_model_calls(tokens: float | None, expected: str) -> None:
+    metrics = {"m": {"none": block((1, 2), (0, 2), tokens=tokens)}}
+    assert cost_axis(metrics)[0] == expected
+
+
+def test_baseline_first_then_sorted() -> None:
+    assert defender_order(["warning", "none", "claim_verify"], "none") == [
+        "none", "claim_verify", "warning"]
+    assert defender_order({"b": 1, "a": 2}, "none") == ["a", "b"]
