@@ -22,3 +22,24 @@ def fixtures_dir() -> Path:
 def toy_item() -> Item:
     """A small hand-written item (not from the benchmark) for unit tests."""
     return defenses_testing.toy_item()
+
+
+# Variables the provider SDKs read on their own; tests clear them so that nothing from the
+# developer's shell (a real key, a gateway URL, Vertex mode) leaks into a mocked request.
+PROVIDER_ENV: dict[str, tuple[str, ...]] = {
+    "google": (
+        "GOOGLE_API_KEY", "GEMINI_API_KEY", "GOOGLE_GEMINI_BASE_URL", "GOOGLE_GENAI_API_VERSION",
+        "GOOGLE_GENAI_USE_VERTEXAI", "GOOGLE_GENAI_USE_ENTERPRISE", "GOOGLE_GENAI_HTTP_CLIENT",
+        "GOOGLE_CLOUD_PROJECT", "GOOGLE_CLOUD_LOCATION",
+    ),
+    "openai": (
+        "OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_API_BASE", "OPENAI_ORG_ID",
+        "OPENAI_ORGANIZATION", "LANGSMITH_GATEWAY",
+    ),
+}
+
+
+def clear_provider_env(monkeypatch: pytest.MonkeyPatch, *providers: str) -> None:
+    for provider in providers:
+        for name in PROVIDER_ENV[provider]:
+            monkeypatch.delenv(name, raising=False)

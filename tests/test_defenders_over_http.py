@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import pytest
 import respx
+from conftest import clear_provider_env
 from langchain_core.messages import (
     AIMessage,
     BaseMessage,
@@ -35,31 +36,13 @@ DEFENDERS = sorted(spec.name for spec in list_defenders())
 # defenders that bind search_web / visit_web to the model itself on a case with context
 # (the other tool users search through the context, without model tool calls)
 MODEL_TOOL_USERS = {"search_agent"}
-ENV = (
-    "GOOGLE_API_KEY",
-    "GEMINI_API_KEY",
-    "GOOGLE_GEMINI_BASE_URL",
-    "GOOGLE_GENAI_API_VERSION",
-    "GOOGLE_GENAI_USE_VERTEXAI",
-    "GOOGLE_GENAI_USE_ENTERPRISE",
-    "GOOGLE_GENAI_HTTP_CLIENT",
-    "GOOGLE_CLOUD_PROJECT",
-    "GOOGLE_CLOUD_LOCATION",
-    "OPENAI_API_KEY",
-    "OPENAI_BASE_URL",
-    "OPENAI_API_BASE",
-    "OPENAI_ORG_ID",
-    "OPENAI_ORGANIZATION",
-    "LANGSMITH_GATEWAY",
-)
 
 Json = dict[str, Any]
 
 
 @pytest.fixture(autouse=True)
 def fake_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ENV:
-        monkeypatch.delenv(name, raising=False)
+    clear_provider_env(monkeypatch, "google", "openai")
     monkeypatch.setenv("GOOGLE_API_KEY", "test-google-key")
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
 

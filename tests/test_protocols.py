@@ -8,6 +8,7 @@ from collections import Counter
 import pytest
 from langchain_core.messages import HumanMessage, SystemMessage
 
+from defenses.testing import toy_item
 from experiments import Item
 from experiments._protocols import (
     CONTEXT_HEADING,
@@ -21,19 +22,7 @@ from experiments._protocols import (
 
 
 def _item(item_id: str = "toy-1", **changes: object) -> Item:
-    base = Item(
-        id=item_id,
-        subset="MEDMISQA",
-        question="Which vitamin deficiency causes scurvy?",
-        options={"A": "Vitamin A", "B": "Vitamin C", "C": "Vitamin D", "D": "Vitamin K"},
-        gold="B",
-        contexts={
-            "A": "Scurvy is caused by a lack of vitamin A, which is needed for collagen.",
-            "B": "Scurvy results from vitamin C deficiency, which impairs collagen synthesis.",
-            "C": "Scurvy is a manifestation of vitamin D deficiency in adults.",
-            "D": "Scurvy's bleeding is due to vitamin K deficiency.",
-        },
-    )
+    base = toy_item().model_copy(update={"id": item_id, "content_type": None, "provenance": None})
     return base.model_copy(update=changes)
 
 

@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 import respx
+from conftest import clear_provider_env
 from google.genai import _api_client
 from google.genai import errors as genai_errors
 from google.genai import types as gtypes
@@ -37,25 +38,13 @@ from tools._types import tool_schemas
 
 MODEL = "gemini-test"
 URL = r"https://generativelanguage\.googleapis\.com/v1(beta)?/models/gemini-test:generateContent"
-ENV = (
-    "GOOGLE_API_KEY",
-    "GEMINI_API_KEY",
-    "GOOGLE_GEMINI_BASE_URL",
-    "GOOGLE_GENAI_API_VERSION",
-    "GOOGLE_GENAI_USE_VERTEXAI",
-    "GOOGLE_GENAI_USE_ENTERPRISE",
-    "GOOGLE_GENAI_HTTP_CLIENT",
-    "GOOGLE_CLOUD_PROJECT",
-    "GOOGLE_CLOUD_LOCATION",
-)
 
 
 @pytest.fixture(autouse=True)
 def fake_env(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     if request.node.get_closest_marker("live"):
         return  # live tests need the real environment
-    for name in ENV:
-        monkeypatch.delenv(name, raising=False)
+    clear_provider_env(monkeypatch, "google")
     monkeypatch.setenv("GOOGLE_API_KEY", "test-key")
 
 

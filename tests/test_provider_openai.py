@@ -13,6 +13,7 @@ import httpx
 import openai
 import pytest
 import respx
+from conftest import clear_provider_env
 from langchain_core.messages import HumanMessage, SystemMessage, ToolMessage
 
 from agents import (
@@ -31,8 +32,6 @@ from tools._types import tool_schemas
 
 MODEL = "gpt-test"
 URL = "https://api.openai.com/v1/chat/completions"
-ENV = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_API_BASE", "OPENAI_ORG_ID", "OPENAI_ORGANIZATION",
-       "LANGSMITH_GATEWAY")
 QUESTION = [SystemMessage("You are a physician taking a board exam."), HumanMessage("Scurvy?")]
 
 
@@ -40,8 +39,7 @@ QUESTION = [SystemMessage("You are a physician taking a board exam."), HumanMess
 def fake_env(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     if request.node.get_closest_marker("live"):
         return  # live tests need the real environment
-    for name in ENV:
-        monkeypatch.delenv(name, raising=False)
+    clear_provider_env(monkeypatch, "openai")
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
 
 
