@@ -13,10 +13,10 @@ Models (``build(model_id, opts)``):
 * ``mock/random`` — a seeded uniform choice per (seed, item id), blind to any context.
 
 Options (``ModelOptions.extra``): ``answer_key`` (a JSONL/JSON data file read with
-``experiments._data.load_dataset``; default ``fixtures/medmisbench_sample.jsonl`` at the
+``medmis.experiments.benchmark._data.load_dataset``; default ``fixtures/medmisbench_sample.jsonl`` at the
 repository root), ``seed`` (default ``ModelOptions.seed`` or 0), ``clean_accuracy`` (0.8),
 ``fault_rate`` (0: the share of distinct requests whose *first* attempt raises
-:class:`~agents._errors.TransientModelError` with ``retry_after=0``; a retry of the same
+:class:`~medmis.agents._errors.TransientModelError` with ``retry_after=0``; a retry of the same
 messages succeeds), ``latency_s`` (0: a sleep per call). Unknown keys are an error.
 
 Determinism. Every random draw is a uniform number from SHA-256 of (seed, item id, a role
@@ -77,7 +77,7 @@ How a request is read:
    ``{"claims": [each context sentence found, verbatim]}``. Anything else is a
    multiple-choice answer: a few sentences of reasoning naming the deciding consideration,
    then a line ``Final answer: X``.
-7. *Usage.* Token counts are estimated (``agents._mock.estimate_tokens``). The
+7. *Usage.* Token counts are estimated (``medmis.agents._mock.estimate_tokens``). The
    identifying parameters (model name, policy, seed, clean accuracy, answer-key digest)
    are what the record/replay store keys on; latency and fault rate are left out because
    they never change a successful reply.
@@ -109,9 +109,9 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import ConfigDict, Field, PrivateAttr
 
-from experiments._protocols import stable_rng
-from experiments._types import Item
-from tools._types import SEARCH_TOOL_NAME, VISIT_TOOL_NAME
+from medmis.experiments.benchmark._protocols import stable_rng
+from medmis.experiments.benchmark._types import Item
+from medmis.tools._types import SEARCH_TOOL_NAME, VISIT_TOOL_NAME
 
 from ._errors import TransientModelError
 from ._mock import message_text, with_usage
@@ -557,7 +557,9 @@ class SimulatedExaminee(BaseChatModel):
         path = Path(self.answer_key) if self.answer_key else DEFAULT_ANSWER_KEY
         if not path.is_file():
             raise FileNotFoundError(f"simulated examinee: answer key {path} not found")
-        from experiments._data import load_dataset  # the loader is only needed without items
+        from medmis.experiments.benchmark._data import (
+            load_dataset,  # the loader is only needed without items
+        )
 
         return list(load_dataset(path).items)
 

@@ -8,7 +8,7 @@ that wrapper hides:
   calls whenever aiohttp is importable; handing it our own ``httpx.AsyncClient`` through
   ``HttpOptions.httpx_async_client`` switches that off (see ``BaseApiClient._use_aiohttp``).
 * **Retries.** The SDK's own retries are disabled (``HttpRetryOptions(attempts=1)``); the
-  run's :class:`~agents._retry.RetryPolicy` retries in ``DefenderContext.generate``, so
+  run's :class:`~medmis.agents._retry.RetryPolicy` retries in ``DefenderContext.generate``, so
   attempts and deadlines are counted once.
 * **Safety settings.** Medical questions about overdoses, self-harm or toxicology trip the
   default filters; every harm category is set to ``OFF``.

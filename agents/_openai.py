@@ -5,7 +5,7 @@
 * sends its requests through (legacy) ``httpx`` clients rather than the SDK's default
   ``httpx2``, so respx-mocked tests and the record/replay layer see every call;
 * never retries inside the SDK (``max_retries=0``): the run's
-  :class:`~agents._retry.RetryPolicy` retries in ``DefenderContext.generate``;
+  :class:`~medmis.agents._retry.RetryPolicy` retries in ``DefenderContext.generate``;
 * always speaks Chat Completions (``use_responses_api=False``) because that is the one
   endpoint every compatible server implements;
 * sends ``max_tokens`` instead of ``max_completion_tokens`` to non-OpenAI servers, since

@@ -10,9 +10,9 @@ from pydantic import BaseModel, ConfigDict
 
 # provider prefix -> "module:function"; the module is imported only when the provider is used
 PROVIDERS: dict[str, str] = {
-    "google": "agents._google:build",
-    "openai": "agents._openai:build",
-    "mock": "agents._examinee:build",
+    "google": "medmis.agents._google:build",
+    "openai": "medmis.agents._openai:build",
+    "mock": "medmis.agents._examinee:build",
 }
 
 

@@ -1,24 +1,33 @@
 """Defenders: swappable mitigations that wrap any base model.
 
 A defender is ``async (case, ctx) -> Answer``, made by a factory registered with
-``@defender(name, options=...)``. Built-ins are registered on first lookup; plug-ins register
-through the ``medmis.defenders`` entry-point group.
+``@defender(name, options=...)``. The built-ins are registered by importing this package
+(``_builtin`` and ``_agentic`` below); plug-ins register through the ``medmis.defenders``
+entry-point group, loaded on the first lookup of a name that is not built in.
 """
 
+from medmis.graphs._context import (
+    DefenderContext,
+    DefenderOptions,
+    SolveFn,
+    answer_from_reply,
+    answer_from_text,
+    message_to_dict,
+)
+
+# Registration of the built-ins happens here, not in the registry module, so the registry never
+# imports the graphs that import it back.
+from . import _agentic, _builtin  # noqa: F401
 from ._base import (
     ENTRY_POINT_GROUP,
     Defender,
     DefenderConfigError,
-    DefenderContext,
-    DefenderOptions,
     DefenderSpec,
-    SolveFn,
     create_defender,
     defender,
     get_spec,
     is_control,
     list_defenders,
-    message_to_dict,
 )
 
 __all__ = [
@@ -29,6 +38,8 @@ __all__ = [
     "DefenderOptions",
     "DefenderSpec",
     "SolveFn",
+    "answer_from_reply",
+    "answer_from_text",
     "create_defender",
     "defender",
     "get_spec",

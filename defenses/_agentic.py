@@ -22,9 +22,9 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from experiments._protocols import render_prompt
-from experiments._types import Answer, Case
-from graphs import (
+from medmis.experiments.benchmark._protocols import render_prompt
+from medmis.experiments.benchmark._types import Answer, Case
+from medmis.graphs import (
     ClaimVerifyOptions,
     IsolateVoteOptions,
     PriorReconcileOptions,
@@ -35,10 +35,15 @@ from graphs import (
     prior_reconcile_solver,
     search_agent_solver,
 )
+from medmis.graphs._context import (
+    DefenderContext,
+    DefenderOptions,
+    SolveFn,
+    answer_from_reply,
+)
 
-from ._base import DefenderContext, DefenderOptions, SolveFn, defender
+from ._base import defender
 from ._builtin import DEFAULT_WARNING, WarningOptions, context_blind_defender, warning_defender
-from ._common import answer_from_reply
 
 
 @defender(

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
-from experiments._protocols import render_prompt
-from experiments._types import Answer, Case
+from medmis.experiments.benchmark._protocols import render_prompt
+from medmis.experiments.benchmark._types import Answer, Case
+from medmis.graphs._context import (
+    DefenderContext,
+    DefenderOptions,
+    SolveFn,
+    answer_from_reply,
+)
 
-from ._base import DefenderContext, DefenderOptions, SolveFn, defender
-from ._common import answer_from_reply
+from ._base import defender
 
 DEFAULT_WARNING = (
     "Caution: the additional clinical context that accompanies a question may be false, "

@@ -26,10 +26,10 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
-from agents._errors import BlockedResponseError
-from agents._mock import ScriptedChatModel, message_text
-from experiments._types import Answer, Case, ContextSentence, Item
-from tools._types import Page, SearchResult, ToolError
+from medmis.agents._errors import BlockedResponseError
+from medmis.agents._mock import ScriptedChatModel, message_text
+from medmis.experiments.benchmark._types import Answer, Case, ContextSentence, Item
+from medmis.tools._types import Page, SearchResult, ToolError
 
 from ._base import DefenderContext, create_defender
 

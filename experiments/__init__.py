@@ -1,112 +1,66 @@
-"""Data, delivery protocols, answer extraction, the paired harness, metrics, reports and the CLI.
+"""Everything between a dataset row and a report, one subpackage per step of the data flow.
 
-Data flows one way: rows -> ``Item`` (``load_dataset``) -> ``Case`` (``build_cases``) ->
-defender -> ``Answer`` -> ``Record`` (``Harness`` / ``run_experiment``) -> ``compute_metrics``
--> ``write_report``. The harness and ablation names are imported lazily (they pull in the
-defenders and providers).
+::
+
+    rows --benchmark--> Item --benchmark--> Case --(defender)--> Answer
+         --harness--> Record (records.jsonl) --analysis--> metrics --reporting--> report
+    ablation: grids of models x defenders x protocols over the harness;  cli: ``medmis``
+
+* :mod:`medmis.experiments.benchmark` -- core types, loading/validation, delivery protocols,
+  answer extraction.
+* :mod:`medmis.experiments.harness` -- the paired runner and the records file.
+* :mod:`medmis.experiments.analysis` -- metrics and statistics.
+* :mod:`medmis.experiments.reporting` -- markdown, HTML and plots.
+* :mod:`medmis.experiments.ablation` -- TOML-configured grids, dry-run estimates, budget cap.
+
+The names below are re-exported lazily: importing ``medmis.experiments.benchmark`` (as the
+graphs and defenders do) must not pull in the harness, which imports the defenders.
 """
 
+from importlib import import_module
 from typing import Any
 
-from ._data import (
-    DataError,
-    Dataset,
-    RowIssue,
-    canonical_content,
-    canonical_provenance,
-    load_dataset,
-)
-from ._extract import Extraction, extract_answer
-from ._io import read_records
-from ._metrics import MetricsReport, compute_metrics
-from ._protocols import (
-    CONTEXT_HEADING,
-    SYSTEM_PROMPT,
-    build_cases,
-    cases_for_item,
-    render_prompt,
-    render_user_prompt,
-    type1_target,
-)
-from ._report import load_run, write_report
-from ._stats import mcnemar_exact, paired_bootstrap_diff, wilson
-from ._types import (
-    CONTENT_TYPES,
-    PROTOCOLS,
-    PROVENANCES,
-    SUBSETS,
-    Answer,
-    Case,
-    ContextSentence,
-    Item,
-    ProtocolName,
-    Record,
-    TraceStep,
-    Usage,
-)
-
-_LAZY = {
-    "DefenderConfig": "._runner",
-    "Harness": "._runner",
-    "RunConfig": "._runner",
-    "RunResult": "._runner",
-    "run_experiment": "._runner",
-    "AblationConfig": "._ablate",
-    "load_config": "._ablate",
-    "run_ablation": "._ablate",
+_SUBPACKAGES = ("benchmark", "harness", "analysis", "reporting", "ablation")
+_EXPORTS: dict[str, str] = {
+    # benchmark
+    **dict.fromkeys(
+        (
+            "CONTENT_TYPES", "CONTEXT_HEADING", "PROTOCOLS", "PROVENANCES", "SUBSETS",
+            "SYSTEM_PROMPT", "Answer", "Case", "ContextSentence", "DataError", "Dataset",
+            "Extraction", "Item", "ProtocolName", "Record", "RowIssue", "TraceStep", "Usage",
+            "build_cases", "canonical_content", "canonical_provenance", "cases_for_item",
+            "extract_answer", "load_dataset", "render_prompt", "render_user_prompt",
+            "type1_target",
+        ),
+        "benchmark",
+    ),
+    # harness
+    **dict.fromkeys(
+        ("DefenderConfig", "Harness", "RunConfig", "RunResult", "read_records", "run_experiment"),
+        "harness",
+    ),
+    # analysis
+    **dict.fromkeys(
+        ("MetricsReport", "compute_metrics", "mcnemar_exact", "paired_bootstrap_diff", "wilson"),
+        "analysis",
+    ),
+    # reporting
+    **dict.fromkeys(("load_run", "write_report"), "reporting"),
+    # ablation
+    **dict.fromkeys(("AblationConfig", "load_config", "run_ablation"), "ablation"),
 }
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
+    if name in _EXPORTS:
+        return getattr(import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    if name in _SUBPACKAGES:
+        return import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-        return getattr(importlib.import_module(_LAZY[name], __name__), name)
-    raise AttributeError(f"module 'experiments' has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS, *_SUBPACKAGES])
 
 
-__all__ = [
-    "CONTENT_TYPES",
-    "CONTEXT_HEADING",
-    "PROTOCOLS",
-    "PROVENANCES",
-    "SUBSETS",
-    "SYSTEM_PROMPT",
-    "AblationConfig",
-    "Answer",
-    "Case",
-    "ContextSentence",
-    "DataError",
-    "Dataset",
-    "DefenderConfig",
-    "Extraction",
-    "Harness",
-    "Item",
-    "MetricsReport",
-    "ProtocolName",
-    "Record",
-    "RowIssue",
-    "RunConfig",
-    "RunResult",
-    "TraceStep",
-    "Usage",
-    "build_cases",
-    "canonical_content",
-    "canonical_provenance",
-    "cases_for_item",
-    "compute_metrics",
-    "extract_answer",
-    "load_config",
-    "load_dataset",
-    "load_run",
-    "mcnemar_exact",
-    "paired_bootstrap_diff",
-    "read_records",
-    "render_prompt",
-    "render_user_prompt",
-    "run_ablation",
-    "run_experiment",
-    "type1_target",
-    "wilson",
-    "write_report",
-]
+__all__ = sorted(_EXPORTS)

@@ -4,7 +4,7 @@ It answers ``POST /v1/chat/completions`` after a fixed latency with a fixed repl
 documented-shape JSON (id, choices, usage). Written on asyncio streams so it needs no web
 framework; HTTP/1.1 keep-alive is supported because the openai client reuses connections.
 
-``python -m experiments._fake_openai --latency 0.1`` serves it from a separate process (it
+``python -m medmis.experiments._fake_openai --latency 0.1`` serves it from a separate process (it
 prints its base URL and the request count on exit), so a benchmark does not charge the
 server's CPU to the harness it measures.
 """

@@ -1,4 +1,4 @@
-"""Speed and memory figures for the toolkit, printed as JSON: ``python -m experiments.bench``.
+"""Speed and memory figures for the toolkit, printed as JSON: ``python -m medmis.experiments.bench``.
 
 Sections (each with its target):
 - ``harness_overhead``: ms per case of the paired harness with a zero-latency scripted model
@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agents._mock import ScriptedChatModel, cycle
+from medmis.agents._mock import ScriptedChatModel, cycle
 
 
 def _write_items(path: Path, n: int) -> None:
@@ -47,7 +47,7 @@ def _write_items(path: Path, n: int) -> None:
 
 
 async def bench_harness(n_items: int = 1000) -> dict[str, Any]:
-    from experiments._runner import DefenderConfig, Harness, RunConfig
+    from medmis.experiments.harness._runner import DefenderConfig, Harness, RunConfig
 
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "items.jsonl"
@@ -61,7 +61,7 @@ async def bench_harness(n_items: int = 1000) -> dict[str, Any]:
         start = time.perf_counter()
         result = await harness.run()
         wall = time.perf_counter() - start
-        from experiments._report import write_report
+        from medmis.experiments.reporting._report import write_report
 
         start = time.perf_counter()
         write_report(Path(tmp) / "run")
@@ -82,12 +82,12 @@ async def bench_concurrency(calls: int = 1200, connections: int = 32, latency: f
     import subprocess
     import sys
 
-    from agents._registry import ModelOptions, load_model
-    from experiments._runner import DefenderConfig, Harness, RunConfig
+    from medmis.agents._registry import ModelOptions, load_model
+    from medmis.experiments.harness._runner import DefenderConfig, Harness, RunConfig
 
     # the server runs in its own process so its CPU is not charged to the harness
     server = subprocess.Popen(
-        [sys.executable, "-m", "experiments._fake_openai", "--latency", str(latency)],
+        [sys.executable, "-m", "medmis.experiments._fake_openai", "--latency", str(latency)],
         stdout=subprocess.PIPE, text=True,
     )
     try:
@@ -125,7 +125,7 @@ async def bench_concurrency(calls: int = 1200, connections: int = 32, latency: f
 
 
 async def bench_store(n: int = 2000) -> dict[str, Any]:
-    from tools._store import RecordStore
+    from medmis.tools._store import RecordStore
 
     with tempfile.TemporaryDirectory() as tmp:
         store = RecordStore(Path(tmp) / "store", "record")

@@ -14,11 +14,11 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from medmis.experiments._errors import CliError
+
 EXIT_CONFIG = 2
 
-
-class CliError(Exception):
-    """A user-facing configuration problem: printed as one line."""
+__all__ = ["EXIT_CONFIG", "CliError", "build_parser", "main"]
 
 
 def _add_cache_flags(p: argparse.ArgumentParser) -> None:
@@ -152,9 +152,8 @@ def _split(values: Sequence[str]) -> list[str]:
 
 
 def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    from agents._registry import ModelOptions
-
-    from ._runner import DefenderConfig, RunConfig, run_experiment
+    from medmis.agents._registry import ModelOptions
+    from medmis.experiments.harness._runner import DefenderConfig, RunConfig, run_experiment
 
     protocols = _split([args.protocol])
     bad = [p for p in protocols if p not in ("clean", "type1", "type2")]
@@ -209,7 +208,7 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
 def _cmd_report(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from ._report import write_report
+    from medmis.experiments.reporting._report import write_report
 
     run_dir = Path(args.dir)
     if not (run_dir / "records.jsonl").exists():
@@ -221,7 +220,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _cmd_defenders() -> int:
-    from defenses import list_defenders
+    from medmis.defenses import list_defenders
 
     for spec in list_defenders():
         tags = [t for t, on in (("uses web tools", spec.uses_tools), ("control", spec.control)) if on]
@@ -250,7 +249,7 @@ def _tool_flags(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _cmd_tools(args: argparse.Namespace) -> int:
-    from tools._cli import tools_search, tools_visit
+    from medmis.tools._cli import tools_search, tools_visit
 
     if args.tools_command == "search":
         text = asyncio.run(tools_search(args.query, max_results=args.max_results, **_tool_flags(args)))
@@ -262,7 +261,7 @@ def _cmd_tools(args: argparse.Namespace) -> int:
 
 
 def _cmd_cache(args: argparse.Namespace) -> int:
-    from tools import _cassette
+    from medmis.tools import _cassette
 
     if args.cache_command == "stats":
         print(json.dumps(_cassette.cache_stats(args.cache_dir), indent=2))
@@ -279,7 +278,7 @@ def _cmd_cache(args: argparse.Namespace) -> int:
 
 
 def _cmd_ablate(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    from ._ablate import ablate_command
+    from medmis.experiments.ablation._ablate import ablate_command
 
     return ablate_command(args.config, out=args.out, dry_run=args.dry_run,
                           progress=not args.no_progress, argv=["medmis", *argv])
@@ -293,7 +292,7 @@ def _dispatch(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if args.command == "ablate":
         return _cmd_ablate(args, argv)
     if args.command == "data":
-        from ._data import validate_command
+        from medmis.experiments.benchmark._data import validate_command
 
         return validate_command(args.path, subset=args.subset)
     if args.command == "defenders":
@@ -304,16 +303,15 @@ def _dispatch(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
 
 def _config_errors() -> tuple[type[BaseException], ...]:
-    from agents._errors import MissingKeyError
-    from defenses._base import DefenderConfigError
-
-    from ._runner import RunSetupError
+    from medmis.agents._errors import MissingKeyError
+    from medmis.defenses._base import DefenderConfigError
+    from medmis.experiments.harness._runner import RunSetupError
 
     errors: list[type[BaseException]] = [
         CliError, MissingKeyError, DefenderConfigError, RunSetupError, FileNotFoundError,
     ]
     try:
-        from ._data import DataError
+        from medmis.experiments.benchmark._data import DataError
 
         errors.append(DataError)
     except ImportError:  # pragma: no cover - data module always present in a release

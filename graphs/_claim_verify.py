@@ -20,12 +20,10 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Send
 from pydantic import Field
 
-from agents._mock import message_text
-from defenses._base import DefenderContext, DefenderOptions, SolveFn
-from defenses._common import answer_from_text
-from experiments._protocols import render_prompt
-from experiments._types import Answer, Case
-from tools._types import ToolError
+from medmis.agents._mock import message_text
+from medmis.experiments.benchmark._protocols import render_prompt
+from medmis.experiments.benchmark._types import Answer, Case
+from medmis.tools._types import ToolError
 
 from ._common import (
     as_text_list,
@@ -35,6 +33,7 @@ from ._common import (
     parse_json_object,
     render_evidence,
 )
+from ._context import DefenderContext, DefenderOptions, SolveFn, answer_from_text
 
 Verdict = Literal["supported", "refuted", "not_enough_info"]
 

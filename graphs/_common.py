@@ -17,8 +17,9 @@ from typing import Any, TypeVar
 
 from langchain_core.runnables import RunnableConfig
 
-from defenses._base import DefenderContext, SolveFn
-from experiments._types import Answer, Case
+from medmis.experiments.benchmark._types import Answer, Case
+
+from ._context import DefenderContext, SolveFn
 
 T = TypeVar("T")
 

@@ -17,9 +17,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
-from defenses._base import DefenderContext, SolveFn
-from defenses._common import answer_from_text
-from experiments._types import Answer, Case
+from medmis.experiments.benchmark._types import Answer, Case
 
 from ._claim_verify import RECURSION_LIMIT as VERIFY_LIMIT
 from ._claim_verify import (
@@ -29,6 +27,7 @@ from ._claim_verify import (
     public_verdicts,
 )
 from ._common import deps, graph_solver, run_config, sentences_supporting
+from ._context import DefenderContext, SolveFn, answer_from_text
 
 StepFn = Callable[[Case, DefenderContext], Awaitable[Answer]]
 

@@ -20,13 +20,13 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Send
 from pydantic import BaseModel, Field
 
-from agents._mock import message_text
-from defenses._base import DefenderContext, DefenderOptions, SolveFn
-from experiments._extract import extract_answer
-from experiments._protocols import answer_instruction, render_prompt
-from experiments._types import Answer, Case
+from medmis.agents._mock import message_text
+from medmis.experiments.benchmark._extract import extract_answer
+from medmis.experiments.benchmark._protocols import answer_instruction, render_prompt
+from medmis.experiments.benchmark._types import Answer, Case
 
 from ._common import deps, graph_solver
+from ._context import DefenderContext, DefenderOptions, SolveFn
 
 UNSURE = "UNSURE"
 _UNSURE = re.compile(rf"final\s+answer\s*[:：]\s*[*_\s]*{UNSURE}\b", re.IGNORECASE)

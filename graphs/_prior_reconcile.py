@@ -14,14 +14,13 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
-from agents._mock import message_text
-from defenses._base import DefenderContext, DefenderOptions, SolveFn
-from defenses._common import answer_from_text
-from experiments._extract import extract_answer
-from experiments._protocols import render_prompt
-from experiments._types import Answer, Case
+from medmis.agents._mock import message_text
+from medmis.experiments.benchmark._extract import extract_answer
+from medmis.experiments.benchmark._protocols import render_prompt
+from medmis.experiments.benchmark._types import Answer, Case
 
 from ._common import UNVERIFIED_PREFACE, deps, graph_solver
+from ._context import DefenderContext, DefenderOptions, SolveFn, answer_from_text
 
 
 class PriorReconcileOptions(DefenderOptions):

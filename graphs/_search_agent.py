@@ -21,13 +21,16 @@ from langgraph.graph.message import add_messages
 from langgraph.graph.state import CompiledStateGraph
 from pydantic import Field
 
-from agents._mock import message_text
-from defenses._base import DefenderContext, DefenderOptions, SolveFn
-from defenses._common import answer_from_text
-from experiments._extract import extract_answer
-from experiments._protocols import SYSTEM_PROMPT, render_context, render_prompt, render_user_prompt
-from experiments._types import Answer, Case
-from tools._types import (
+from medmis.agents._mock import message_text
+from medmis.experiments.benchmark._extract import extract_answer
+from medmis.experiments.benchmark._protocols import (
+    SYSTEM_PROMPT,
+    render_context,
+    render_prompt,
+    render_user_prompt,
+)
+from medmis.experiments.benchmark._types import Answer, Case
+from medmis.tools._types import (
     SEARCH_TOOL_NAME,
     VISIT_TOOL_NAME,
     ToolError,
@@ -46,6 +49,7 @@ from ._common import (
     parse_json_object,
     render_evidence,
 )
+from ._context import DefenderContext, DefenderOptions, SolveFn, answer_from_text
 
 StopReason = Literal["answered", "budget", "tool_failures", "no_answer", "direct"]
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from defenses import testing as defenses_testing
-from experiments import Item
+from medmis.defenses import testing as defenses_testing
+from medmis.experiments import Item
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "fixtures"

@@ -1,6 +1,6 @@
 """The defender test doubles live in ``defenses.testing`` (public, for plug-in authors too)."""
 
-from defenses.testing import (
+from medmis.defenses.testing import (
     SCURVY_CORPUS,
     FakeDoc,
     FakeExaminee,

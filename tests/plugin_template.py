@@ -7,8 +7,8 @@ provider errors stop the case). Needs ``pip install medmis[test]`` in your envir
 
 from __future__ import annotations
 
-from defenses import get_spec
-from defenses.testing import check_defender
+from medmis.defenses import get_spec
+from medmis.defenses.testing import check_defender
 
 DEFENDER = "second_opinion"  # the name you passed to @defender(...)
 OPTIONS: dict[str, object] = {}  # options to test with (defaults when empty)

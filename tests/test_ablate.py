@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from experiments._ablate import AblationConfig, DefenderEntry, load_config
-from experiments._io import read_records
-from experiments.cli import main
+from medmis.experiments.ablation._ablate import AblationConfig, DefenderEntry, load_config
+from medmis.experiments.cli import main
+from medmis.experiments.harness._io import read_records
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "fixtures" / "medmisbench_sample.jsonl"

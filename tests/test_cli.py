@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from experiments.cli import main
+from medmis.experiments.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "fixtures" / "medmisbench_sample.jsonl"

@@ -1,4 +1,4 @@
-"""Tests for experiments._data: loading, format round trips, validation and the fixtures."""
+"""Tests for medmis.experiments.benchmark._data: loading, format round trips, validation and the fixtures."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from experiments import CONTENT_TYPES, PROVENANCES, SUBSETS
-from experiments._data import (
+from medmis.experiments import CONTENT_TYPES, PROVENANCES, SUBSETS
+from medmis.experiments.benchmark._data import (
     DataError,
     Dataset,
     RowIssue,

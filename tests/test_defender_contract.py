@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 from fakes import FakeExaminee, FakeToolset, toy_case
 
-from agents import BlockedResponseError, ScriptedChatModel
-from defenses import DefenderContext, create_defender, list_defenders
-from experiments import Answer, Item
-from tools import ReplayMissError, ToolError
+from medmis.agents import BlockedResponseError, ScriptedChatModel
+from medmis.defenses import DefenderContext, create_defender, list_defenders
+from medmis.experiments import Answer, Item
+from medmis.tools import ReplayMissError, ToolError
 
 SPECS = {spec.name: spec for spec in list_defenders()}
 PROTOCOLS = ("clean", "type1", "type2")

@@ -27,9 +27,9 @@ from langchain_core.messages import (
     ToolMessage,
 )
 
-from agents import ModelOptions, ScriptedChatModel, load_model, message_text
-from defenses import DefenderContext, create_defender, list_defenders
-from defenses.testing import FakeExaminee, FakeToolset, toy_case, toy_item
+from medmis.agents import ModelOptions, ScriptedChatModel, load_model, message_text
+from medmis.defenses import DefenderContext, create_defender, list_defenders
+from medmis.defenses.testing import FakeExaminee, FakeToolset, toy_case, toy_item
 
 PROTOCOLS = ("clean", "type1", "type2")
 DEFENDERS = sorted(spec.name for spec in list_defenders())

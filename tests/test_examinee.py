@@ -7,16 +7,16 @@ import json
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
-from agents._errors import TransientModelError
-from agents._examinee import SimulatedExaminee, build, type1_follow_probability
-from agents._mock import message_text
-from agents._registry import ModelOptions, load_model
-from agents._retry import RetryPolicy, retry_async
-from defenses._builtin import DEFAULT_WARNING
-from experiments._extract import extract_answer
-from experiments._protocols import cases_for_item, render_prompt
-from experiments._types import Case, Item
-from tools._types import Page, SearchResult, render_page, render_search_results, tool_schemas
+from medmis.agents._errors import TransientModelError
+from medmis.agents._examinee import SimulatedExaminee, build, type1_follow_probability
+from medmis.agents._mock import message_text
+from medmis.agents._registry import ModelOptions, load_model
+from medmis.agents._retry import RetryPolicy, retry_async
+from medmis.defenses._builtin import DEFAULT_WARNING
+from medmis.experiments.benchmark._extract import extract_answer
+from medmis.experiments.benchmark._protocols import cases_for_item, render_prompt
+from medmis.experiments.benchmark._types import Case, Item
+from medmis.tools._types import Page, SearchResult, render_page, render_search_results, tool_schemas
 
 AUTHORITY = "Authority (Guideline / Discharge Note / SOP)"
 PATIENT = "Patient Self-Diagnosis / Belief / Claim"

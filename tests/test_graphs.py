@@ -13,13 +13,13 @@ from fakes import FakeExaminee, FakeToolset, toy_case
 from langchain_core.messages import AIMessage, ToolMessage
 from langgraph.graph.state import CompiledStateGraph
 
-from agents import ScriptedChatModel, message_text
-from defenses import DefenderContext, create_defender
-from defenses._agentic import DELIMITERS
-from defenses._base import DefenderOptions
-from defenses._builtin import WarningOptions, context_blind_defender, warning_defender
-from experiments import Answer, Item
-from graphs import (
+from medmis.agents import ScriptedChatModel, message_text
+from medmis.defenses import DefenderContext, create_defender
+from medmis.defenses._agentic import DELIMITERS
+from medmis.defenses._base import DefenderOptions
+from medmis.defenses._builtin import WarningOptions, context_blind_defender, warning_defender
+from medmis.experiments import Answer, Item
+from medmis.graphs import (
     ClaimVerifyOptions,
     IsolateVoteOptions,
     PriorReconcileOptions,
@@ -33,8 +33,8 @@ from graphs import (
     parse_json_object,
     sentences_supporting,
 )
-from graphs._isolate_vote import Ballot
-from tools import ToolError
+from medmis.graphs._isolate_vote import Ballot
+from medmis.tools import ToolError
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 

@@ -16,17 +16,17 @@ from typing import Any
 
 import pytest
 
-from experiments import Record
-from experiments._html import (
+from medmis.experiments import Record
+from medmis.experiments.analysis._metrics import compute_metrics
+from medmis.experiments.harness._io import append_records
+from medmis.experiments.reporting._html import (
     case_data,
     delivery_sensitivity,
     parse_question,
     sensitivity_markdown,
     write_html,
 )
-from experiments._io import append_records
-from experiments._metrics import compute_metrics
-from experiments._plots import write_plots
+from medmis.experiments.reporting._plots import write_plots
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 MODEL = "mock/examinee"
@@ -40,7 +40,7 @@ VERDICT_QUOTE = "Scurvy is caused by a deficiency of vitamin C (ascorbic acid)."
 
 
 def _prompt(context: list[str]) -> str:
-    # as experiments._protocols renders it: context first, then question, options, instruction
+    # as medmis.experiments.benchmark._protocols renders it: context first, then question, options, instruction
     parts = []
     if context:
         parts.append("Additional Clinical Context:\n" + "\n".join(context))
@@ -201,7 +201,7 @@ def test_question_parsing_ignores_a_spoofed_question_in_context() -> None:
 
 
 def _metrics_with_t2(k: int, n: int) -> dict[str, Any]:
-    from experiments._stats import wilson
+    from medmis.experiments.analysis._stats import wilson
 
     lo, hi = wilson(k, n) or (None, None)
     t2 = {"value": k / n, "k": k, "n": n, "lo": lo, "hi": hi}

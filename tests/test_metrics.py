@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from experiments import ProtocolName, Record, Usage
-from experiments._metrics import (
+from medmis.experiments import ProtocolName, Record, Usage
+from medmis.experiments.analysis._metrics import (
     METRICS,
     PROTOCOL_METRICS,
     STRATUM_JOIN,
@@ -24,7 +24,7 @@ from experiments._metrics import (
     is_correct,
     item_tags,
 )
-from experiments._stats import wilson
+from medmis.experiments.analysis._stats import wilson
 
 CUE, SPUR, EXC = "Cue Remapping", "Spurious Anchoring", "Exception Poisoning"
 NEUTRAL = "Neutral False Statement"

@@ -7,8 +7,14 @@ from typing import Any
 
 import pytest
 
-from experiments._plots import PLOT_FILES, PLOTS_DIR, cost_axis, defender_order, write_plots
-from experiments._stats import wilson
+from medmis.experiments.analysis._stats import wilson
+from medmis.experiments.reporting._plots import (
+    PLOT_FILES,
+    PLOTS_DIR,
+    cost_axis,
+    defender_order,
+    write_plots,
+)
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 CT = ("Cue Remapping", "Exception Poisoning", "A content type the paper never named")

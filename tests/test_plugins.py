@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-import defenses._base as base
-from defenses import get_spec, list_defenders
+import medmis.defenses._base as base
+from medmis.defenses import get_spec, list_defenders
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -58,7 +58,7 @@ async def test_template_runs_against_the_readme_plugin(installed_plugin: None) -
 
 
 def test_unknown_defender_names_the_registered_ones() -> None:
-    from defenses import DefenderConfigError
+    from medmis.defenses import DefenderConfigError
 
     with pytest.raises(DefenderConfigError, match=r"registered: .*none"):
         get_spec("no_such_defender")

@@ -8,9 +8,9 @@ from collections import Counter
 import pytest
 from langchain_core.messages import HumanMessage, SystemMessage
 
-from defenses.testing import toy_item
-from experiments import Item
-from experiments._protocols import (
+from medmis.defenses.testing import toy_item
+from medmis.experiments import Item
+from medmis.experiments.benchmark._protocols import (
     CONTEXT_HEADING,
     SYSTEM_PROMPT,
     build_cases,
@@ -245,8 +245,8 @@ def test_render_prompt_messages(toy_item: Item) -> None:
 
 
 def test_undeliverable_protocols_raise_consistently() -> None:
-    from experiments import Item
-    from experiments._protocols import cases_for_item
+    from medmis.experiments import Item
+    from medmis.experiments.benchmark._protocols import cases_for_item
 
     bare = Item(id="bare", subset="MEDMISQA", question="Q?", options={"A": "a", "B": "b"}, gold="A")
     for kwargs in ({"type1_targets": "sampled"}, {"type1_targets": "all"}):

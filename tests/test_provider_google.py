@@ -22,7 +22,7 @@ from google.genai import types as gtypes
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 from pydantic import BaseModel, Field
 
-from agents import (
+from medmis.agents import (
     BlockedResponseError,
     MalformedResponseError,
     MissingKeyError,
@@ -32,9 +32,9 @@ from agents import (
     load_model,
     retry_async,
 )
-from agents._google import GeminiChat, build, function_declaration, to_gemini_contents
-from defenses._base import DefenderContext
-from tools._types import tool_schemas
+from medmis.agents._google import GeminiChat, build, function_declaration, to_gemini_contents
+from medmis.defenses._base import DefenderContext
+from medmis.tools._types import tool_schemas
 
 MODEL = "gemini-test"
 URL = r"https://generativelanguage\.googleapis\.com/v1(beta)?/models/gemini-test:generateContent"

@@ -16,7 +16,7 @@ import respx
 from conftest import clear_provider_env
 from langchain_core.messages import HumanMessage, SystemMessage, ToolMessage
 
-from agents import (
+from medmis.agents import (
     BlockedResponseError,
     MalformedResponseError,
     MissingKeyError,
@@ -26,9 +26,9 @@ from agents import (
     load_model,
     retry_async,
 )
-from agents._openai import PLACEHOLDER_KEY, OpenAIChat
-from defenses._base import DefenderContext
-from tools._types import tool_schemas
+from medmis.agents._openai import PLACEHOLDER_KEY, OpenAIChat
+from medmis.defenses._base import DefenderContext
+from medmis.tools._types import tool_schemas
 
 MODEL = "gpt-test"
 URL = "https://api.openai.com/v1/chat/completions"

@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 
-from experiments._runner import DefenderConfig, Harness, RunConfig
-from tools._cassette import import_cassette
-from tools._store import RecordStore
+from medmis.experiments.harness._runner import DefenderConfig, Harness, RunConfig
+from medmis.tools._cassette import import_cassette
+from medmis.tools._store import RecordStore
 
 ROOT = Path(__file__).resolve().parents[1]
 CASSETTES = ROOT / "fixtures" / "cassettes"

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from experiments import Record
-from experiments._io import append_records
-from experiments._metrics import METRICS, STRATUM_KINDS, Proportion, compute_metrics
-from experiments._report import (
+from medmis.experiments import Record
+from medmis.experiments.analysis._metrics import METRICS, STRATUM_KINDS, Proportion, compute_metrics
+from medmis.experiments.harness._io import append_records
+from medmis.experiments.reporting._report import (
     CSV_COLUMNS,
     fmt_ci,
     fmt_delta,

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from experiments._report import write_report
-from experiments._runner import DefenderConfig, Harness, RunConfig
+from medmis.experiments.harness._runner import DefenderConfig, Harness, RunConfig
+from medmis.experiments.reporting._report import write_report
 
 ROOT = Path(__file__).resolve().parents[1]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -101,7 +101,7 @@ def test_a_person_sees_tables_banner_and_cases_in_chromium(run_dir: Path, tmp_pa
 
 
 def test_case_browser_keeps_the_latest_trace_per_key(tmp_path: Path) -> None:
-    from experiments._html import case_data
+    from medmis.experiments.reporting._html import case_data
 
     traces = tmp_path / "traces"
     traces.mkdir()

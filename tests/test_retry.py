@@ -1,4 +1,4 @@
-"""Unit tests for agents._retry: classification, Retry-After, backoff, attempt and deadline caps."""
+"""Unit tests for medmis.agents._retry: classification, Retry-After, backoff, attempt and deadline caps."""
 
 from __future__ import annotations
 
@@ -15,14 +15,20 @@ import openai
 import pytest
 from google.genai import errors as genai_errors
 
-from agents import _retry
-from agents._errors import (
+from medmis.agents import _retry
+from medmis.agents._errors import (
     BlockedResponseError,
     MalformedResponseError,
     MissingKeyError,
     TransientModelError,
 )
-from agents._retry import RETRY_STATUS, RetryPolicy, _parse_retry_after, classify, retry_async
+from medmis.agents._retry import (
+    RETRY_STATUS,
+    RetryPolicy,
+    _parse_retry_after,
+    classify,
+    retry_async,
+)
 
 REQUEST = httpx.Request("POST", "https://api.example.test/v1/generate")
 

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from langchain_core.messages import BaseMessage
 
-from agents import ModelOptions, ScriptedChatModel, TransientModelError, load_model
-from experiments._fake_openai import FakeOpenAIServer
-from experiments._io import read_records
-from experiments._runner import DefenderConfig, Harness, RunConfig, scrub_argv
+from medmis.agents import ModelOptions, ScriptedChatModel, TransientModelError, load_model
+from medmis.experiments._fake_openai import FakeOpenAIServer
+from medmis.experiments.harness._io import read_records
+from medmis.experiments.harness._runner import DefenderConfig, Harness, RunConfig, scrub_argv
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -193,7 +193,7 @@ def test_kill_and_resume_ends_with_one_record_per_key(data_file: Path, tmp_path:
     """SIGKILL a real `medmis run` mid-way, then re-run the same command to completion."""
     out = tmp_path / "run"
     cmd = [
-        sys.executable, "-m", "experiments.cli", "run", "--data", str(data_file),
+        sys.executable, "-m", "medmis.experiments.cli", "run", "--data", str(data_file),
         "--model", "mock/examinee", "--model-option", "latency_s=0.15",
         "--model-option", f"answer_key={data_file}",
         "--defender", "none,warning", "--out", str(out), "--max-connections", "2", "--no-progress",

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tools._safety import AllowedHost, Blocklist, UrlPolicy, address_problem
-from tools._types import SearchResult, ToolError
+from medmis.tools._safety import AllowedHost, Blocklist, UrlPolicy, address_problem
+from medmis.tools._types import SearchResult, ToolError
 
 PUBLIC = "93.184.216.34"
 

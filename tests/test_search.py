@@ -9,7 +9,7 @@ import httpx
 import pytest
 import respx
 
-from tools._search import (
+from medmis.tools._search import (
     CorpusDocument,
     LocalSearch,
     SearchBackend,
@@ -17,7 +17,7 @@ from tools._search import (
     load_corpus,
     tokenize,
 )
-from tools._types import ToolError
+from medmis.tools._types import ToolError
 
 TAVILY_URL = "https://api.tavily.com/search"
 

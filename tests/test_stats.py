@@ -6,8 +6,15 @@ import math
 
 import pytest
 
-from experiments import _stats
-from experiments._stats import mcnemar_exact, p50, p95, paired_bootstrap_diff, percentile, wilson
+from medmis.experiments.analysis import _stats
+from medmis.experiments.analysis._stats import (
+    mcnemar_exact,
+    p50,
+    p95,
+    paired_bootstrap_diff,
+    percentile,
+    wilson,
+)
 
 # Newcombe (1998), "Two-sided confidence intervals for the single proportion", Table II,
 # method 3 (score interval without continuity correction), plus the textbook 8/10, 0/10, 10/10.

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 
-from agents._mock import ScriptedChatModel
-from defenses._base import DefenderContext
-from tools._cassette import (
+from medmis.agents._mock import ScriptedChatModel
+from medmis.defenses._base import DefenderContext
+from medmis.tools._cassette import (
     cache_export,
     cache_import,
     cache_prune,
@@ -25,8 +25,8 @@ from tools._cassette import (
     export_cassette,
     import_cassette,
 )
-from tools._probe import cache_probe
-from tools._store import (
+from medmis.tools._probe import cache_probe
+from medmis.tools._store import (
     RecordStore,
     StoreCache,
     attach_cache,
@@ -35,7 +35,7 @@ from tools._store import (
     model_cache_key,
     normalize_llm_string,
 )
-from tools._types import ReplayMissError
+from medmis.tools._types import ReplayMissError
 
 
 class Producer:

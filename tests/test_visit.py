@@ -12,10 +12,10 @@ import httpx
 import pytest
 import respx
 
-from tools._safety import UrlPolicy
-from tools._search import CorpusDocument
-from tools._types import ToolError
-from tools._visit import (
+from medmis.tools._safety import UrlPolicy
+from medmis.tools._search import CorpusDocument
+from medmis.tools._types import ToolError
+from medmis.tools._visit import (
     MAX_REDIRECTS,
     extract_html,
     fetch_page,

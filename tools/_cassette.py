@@ -1,4 +1,4 @@
-"""Human-diffable JSONL cassettes of a :class:`~tools._store.RecordStore`, and the cache CLI.
+"""Human-diffable JSONL cassettes of a :class:`~medmis.tools._store.RecordStore`, and the cache CLI.
 
 A cassette holds one stored call a line::
 
@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tools._store import Entry, RecordStore, canonical_json, key_digest
+from medmis.tools._store import Entry, RecordStore, canonical_json, key_digest
 
 
 def _line(entry: Entry) -> str:

@@ -48,7 +48,7 @@ async def tools_search(query: str, *, max_results: int = 5, **flags: Any) -> str
     Args:
         query: The search query.
         max_results: How many results to return.
-        **flags: :func:`~tools._web.make_tools` arguments (``search``, ``cache_mode``,
+        **flags: :func:`~medmis.tools._web.make_tools` arguments (``search``, ``cache_mode``,
             ``cache_dir``, ``allow_hosts``, ``corpus_dir``, …).
 
     Returns:
@@ -75,7 +75,7 @@ async def tools_visit(
         url: The page to read.
         goal: What to look for on it (keeps the relevant passages).
         max_chars: Character budget of the page text.
-        **flags: :func:`~tools._web.make_tools` arguments.
+        **flags: :func:`~medmis.tools._web.make_tools` arguments.
 
     Returns:
         ``{"url", "goal", "max_chars", "page": {...}, "cache_hit"}`` or ``{…, "error": {...}}``.

@@ -10,7 +10,7 @@ of every fetch is checked here before a connection is made:
 * :class:`Blocklist` keeps the benchmark's own pages (dataset, paper, code, and the HLE source
   of MEDMISHLE) out of search results and visits, so a search agent cannot look the answers up.
 
-Refusals raise :class:`~tools._types.ToolError` with ``kind="refused"`` and a message written
+Refusals raise :class:`~medmis.tools._types.ToolError` with ``kind="refused"`` and a message written
 for the model: it says what was refused and why, so the agent can pick another source.
 
 Limit: the address check resolves the host itself and the HTTP client resolves it again when

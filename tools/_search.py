@@ -1,7 +1,7 @@
 """Search backends behind one interface: Tavily (the web) and a local BM25 corpus (offline).
 
-Both return ranked :class:`~tools._types.SearchResult` lists. Failures the model should see
-(bad key, rate limit, timeout) become :class:`~tools._types.ToolError`; a missing key is refused
+Both return ranked :class:`~medmis.tools._types.SearchResult` lists. Failures the model should see
+(bad key, rate limit, timeout) become :class:`~medmis.tools._types.ToolError`; a missing key is refused
 up front because the Tavily SDK would otherwise fall back silently to its keyless mode.
 
 The tokeniser here is shared with page focusing in ``_visit``: lower-cased NFKC words for

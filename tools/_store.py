@@ -6,13 +6,13 @@ SHA-256 of the canonical JSON of the call's arguments. The store has four modes:
 
 * ``live``: never touch the store; call through.
 * ``record``: read-through; a hit returns the stored value, a miss calls and writes.
-* ``replay``: store only; a miss raises :class:`~tools._types.ReplayMissError`, so a test can
+* ``replay``: store only; a miss raises :class:`~medmis.tools._types.ReplayMissError`, so a test can
   never reach the network by accident.
 * ``refresh``: always call and overwrite.
 
 Values are JSON and are stored as canonical JSON text next to the original key arguments, so a
 replay returns exactly what was recorded and the store can be exported as a diffable cassette
-(see :mod:`tools._cassette`). Failed calls are never stored.
+(see :mod:`medmis.tools._cassette`). Failed calls are never stored.
 
 :class:`StoreCache` plugs the same store into LangChain as a chat-model cache (kind ``"model"``);
 :func:`attach_cache` puts it on a model.
@@ -47,8 +47,8 @@ from langchain_core.load import Serializable, dumps, load
 from langchain_core.messages import AIMessage, AIMessageChunk
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, Generation, GenerationChunk
 
-from tools._probe import mark_cache
-from tools._types import ReplayMissError
+from medmis.tools._probe import mark_cache
+from medmis.tools._types import ReplayMissError
 
 CacheMode = Literal["live", "record", "replay", "refresh"]
 CACHE_MODES: tuple[str, ...] = get_args(CacheMode)

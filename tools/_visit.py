@@ -1,6 +1,6 @@
 """Visit a web page: a guarded fetch, main-text extraction and focusing on the reader's goal.
 
-:func:`fetch_page` follows redirects itself so that :class:`~tools._safety.UrlPolicy` checks
+:func:`fetch_page` follows redirects itself so that :class:`~medmis.tools._safety.UrlPolicy` checks
 every hop (a public page must not bounce the fetcher to 169.254.169.254), streams the body
 under a byte cap, accepts only HTML, XHTML and plain text, and extracts the main text and
 metadata with trafilatura. :func:`focus_text` keeps the passages most relevant to a goal, in

@@ -1,4 +1,4 @@
-"""``WebTools``: the :class:`~tools._types.Toolset` defenders use (search + visit).
+"""``WebTools``: the :class:`~medmis.tools._types.Toolset` defenders use (search + visit).
 
 It composes a search backend, the URL policy, the page fetcher and the record/replay store:
 
@@ -36,7 +36,7 @@ SearchName = Literal["tavily", "local"]
 
 
 class CallStore(Protocol):
-    """What the tools need of a store (``tools._store.RecordStore`` provides it)."""
+    """What the tools need of a store (``medmis.tools._store.RecordStore`` provides it)."""
 
     async def through(
         self, kind: str, key: dict[str, Any], produce: Callable[[], Awaitable[Any]]
@@ -54,7 +54,7 @@ class WebTools:
 
     Args:
         search: ``"local"`` (BM25 over ``corpus_dir``), ``"tavily"`` (needs ``TAVILY_API_KEY``)
-            or any :class:`~tools._search.SearchBackend`.
+            or any :class:`~medmis.tools._search.SearchBackend`.
         corpus_dir: Local corpus folder (default ``fixtures/corpus``). Its documents are also
             what ``visit`` serves offline; with ``search="tavily"`` it is used only when given.
         allow_hosts: ``HOST[:PORT]`` entries exempt from the private-address check.
@@ -149,7 +149,7 @@ class WebTools:
 
         Raises:
             ToolError: ``refused``, ``http``, ``timeout``, ``content`` or ``not_found`` (see
-                :func:`~tools._visit.fetch_page`).
+                :func:`~medmis.tools._visit.fetch_page`).
         """
         url = _with_scheme(url.strip())
         goal = " ".join(goal.split()) if goal else ""

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from ._types import Record
+from medmis.experiments.benchmark._types import Record
 
 
 def read_records(path: str | Path, *, dedupe: bool = True) -> list[Record]:

@@ -17,8 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ._io import read_records
-from ._metrics import (
+from medmis.experiments.analysis._metrics import (
     STRATUM_JOIN,
     DefenderMetrics,
     MetricsReport,
@@ -26,7 +25,8 @@ from ._metrics import (
     Proportion,
     compute_metrics,
 )
-from ._types import Record
+from medmis.experiments.benchmark._types import Record
+from medmis.experiments.harness._io import read_records
 
 SIMULATED_PREFIX = "mock/examinee"
 """Model specs starting with this are the offline demo's simulated examinee."""
@@ -319,7 +319,7 @@ def _reading_for_model(model: str, defenders: dict[str, DefenderMetrics], baseli
     b = base.metrics
     notes: list[str] = []
     keepers: list[tuple[float, str]] = []
-    from defenses import is_control
+    from medmis.defenses import is_control
 
     for d, dm in defenders.items():
         if d == baseline:

@@ -24,7 +24,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from ._types import CONTENT_TYPES, PROVENANCES
+from medmis.experiments.benchmark._types import CONTENT_TYPES, PROVENANCES
 
 PLOTS_DIR = "plots"
 """Sub-directory of the run directory the PNGs are written to."""

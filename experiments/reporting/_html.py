@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from agents._mock import content_text
+from medmis.agents._mock import content_text
 
 RAW_LIMIT = 4000
 TEXT_LIMIT = 600  # claims, quotes, queries, URLs
@@ -490,8 +490,8 @@ def _load_metrics(run_dir: Path) -> dict[str, Any] | None:
     if not (run_dir / "records.jsonl").exists():
         return None
     # A sub-run that was never reported (write_report=False): compute, do not write.
-    from ._io import read_records
-    from ._metrics import compute_metrics
+    from medmis.experiments.analysis._metrics import compute_metrics
+    from medmis.experiments.harness._io import read_records
 
     return compute_metrics(read_records(run_dir / "records.jsonl")).to_json_dict()
 

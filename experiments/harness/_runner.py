@@ -27,13 +27,13 @@ from typing import Any, Literal
 from langchain_core.language_models import BaseChatModel
 from pydantic import BaseModel, ConfigDict, Field
 
-from agents._registry import ModelOptions, load_model
-from agents._retry import RetryPolicy
-from defenses._base import Defender, DefenderContext, create_defender
+from medmis.agents._registry import ModelOptions, load_model
+from medmis.agents._retry import RetryPolicy
+from medmis.defenses._base import Defender, DefenderContext, create_defender
+from medmis.experiments.benchmark._protocols import Type1Targets, build_cases
+from medmis.experiments.benchmark._types import PROTOCOLS, Answer, Case, ProtocolName, Record
 
 from ._io import read_records, repair_torn_tail
-from ._protocols import Type1Targets, build_cases
-from ._types import PROTOCOLS, Answer, Case, ProtocolName, Record
 
 CacheMode = Literal["live", "record", "replay", "refresh"]
 SearchBackendName = Literal["tavily", "local"]
@@ -218,7 +218,7 @@ class Harness:
         if self.config.cache == "live":
             return None
         if self._store is None:
-            from tools._store import RecordStore
+            from medmis.tools._store import RecordStore
 
             self._store = RecordStore(self._cache_dir(), self.config.cache)
         return self._store
@@ -232,7 +232,7 @@ class Harness:
                 chat = load_model(spec, self.config.model_options)
             store = self._get_store()
             if store is not None:
-                from tools._store import attach_cache
+                from medmis.tools._store import attach_cache
 
                 chat = attach_cache(chat, store)
             self._models[spec] = chat
@@ -242,8 +242,8 @@ class Harness:
         if not self._tools_built:
             self._tools_built = True
             if any(d.uses_tools for d in self.defenders):
-                from tools._types import ToolError
-                from tools._web import make_tools
+                from medmis.tools._types import ToolError
+                from medmis.tools._web import make_tools
 
                 try:
                     self._tools = make_tools(
@@ -268,7 +268,7 @@ class Harness:
 
     # -- run ---------------------------------------------------------------------------------
     def load_cases(self) -> tuple[list[Case], Any]:
-        from ._data import load_dataset
+        from medmis.experiments.benchmark._data import load_dataset
 
         dataset = load_dataset(self.config.data, subset=self.config.subset, limit=self.config.limit)
         cases = build_cases(
@@ -449,7 +449,7 @@ class Harness:
             self._mark_stopped(self.stats.stopped_reason)
         result = RunResult(self.out, len(read_records(records_path)), new, self.stats)
         if cfg.write_report:
-            from ._report import write_report
+            from medmis.experiments.reporting._report import write_report
 
             result.report = write_report(self.out)
         return result

@@ -22,14 +22,20 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from agents._registry import ModelOptions
-from defenses._base import create_defender, get_spec
+from medmis.agents._registry import ModelOptions
+from medmis.defenses._base import create_defender, get_spec
+from medmis.experiments._errors import CliError
+from medmis.experiments.benchmark._protocols import Type1Targets, build_cases, render_prompt
+from medmis.experiments.benchmark._types import PROTOCOLS, Case, ProtocolName
+from medmis.experiments.harness._runner import (
+    CacheMode,
+    DefenderConfig,
+    RunConfig,
+    RunStats,
+    run_experiment,
+)
 
-from ._protocols import Type1Targets, build_cases, render_prompt
-from ._runner import CacheMode, DefenderConfig, RunConfig, RunStats, run_experiment
-from ._types import PROTOCOLS, Case, ProtocolName
-
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class ModelEntry(BaseModel):
@@ -157,7 +163,7 @@ class CellEstimate(BaseModel):
 
 def _calibration(out: Path) -> dict[tuple[str, str, str], tuple[float, float, float, float]]:
     """Mean (llm calls, tool calls, tokens in, tokens out) per case from earlier records."""
-    from ._io import read_records
+    from medmis.experiments.harness._io import read_records
 
     sums: dict[tuple[str, str, str], list[float]] = {}
     for r in read_records(out / "records.jsonl"):
@@ -174,7 +180,7 @@ def _calibration(out: Path) -> dict[tuple[str, str, str], tuple[float, float, fl
 
 def estimate(config: AblationConfig, cases: Sequence[Case], out: Path) -> list[CellEstimate]:
     """Expected calls, tokens and cost per model x defender cell."""
-    from agents._mock import estimate_tokens
+    from medmis.agents._mock import estimate_tokens
 
     calib = _calibration(out)
     base_tokens = {c.key: sum(estimate_tokens(str(m.content)) for m in render_prompt(c)) for c in cases}
@@ -304,7 +310,7 @@ async def run_ablation(config: AblationConfig, *, out: Path, progress: bool = Tr
         shuf_cfg = _run_config(config, out / "type2_shuffled", progress=progress, shuffled=True)
         shuf = await run_experiment(shuf_cfg, argv=argv, stop_when=budget_stop)
         summary["type2_shuffled"] = {"out": str(shuf.out), "records": shuf.records, "new": shuf.new_records}
-    from ._report import write_report
+    from medmis.experiments.reporting._report import write_report
 
     summary["report"] = {k: str(v) for k, v in write_report(out, baseline=config.baseline).items()}
     return summary
@@ -313,7 +319,6 @@ async def run_ablation(config: AblationConfig, *, out: Path, progress: bool = Tr
 def ablate_command(path: str, *, out: str | None = None, dry_run: bool = False, progress: bool = True,
                    argv: Sequence[str] | None = None) -> int:
     """``medmis ablate``: print the plan (dry run) or run it."""
-    from .cli import CliError
 
     config = load_config(path)
     if not dry_run:
@@ -323,7 +328,7 @@ def ablate_command(path: str, *, out: str | None = None, dry_run: bool = False, 
             raise CliError(problem)
     out_dir = Path(out or config.out)
     run_cfg = _run_config(config, out_dir, progress=progress, shuffled=False)
-    from ._data import load_dataset
+    from medmis.experiments.benchmark._data import load_dataset
 
     dataset = load_dataset(run_cfg.data, subset=config.subset, limit=config.limit)
     cases = build_cases(dataset.items, config.protocols, seed=config.seed, type1_targets=config.type1_targets)

@@ -25,8 +25,15 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from medmis.experiments.benchmark._types import (
+    CONTENT_TYPES,
+    PROTOCOLS,
+    PROVENANCES,
+    SUBSETS,
+    Record,
+)
+
 from ._stats import mcnemar_exact, p50, p95, paired_bootstrap_diff, wilson
-from ._types import CONTENT_TYPES, PROTOCOLS, PROVENANCES, SUBSETS, Record
 
 METRICS: tuple[str, ...] = (
     "clean_acc",

@@ -1,0 +1,31 @@
+"""Ablation grids from a TOML config: models x defenders (with option sweeps) x protocols.
+
+``load_config`` validates a config, ``estimate`` prices it (``--dry-run``), ``run_ablation``
+runs the grid as one resumable run under an optional budget cap.
+"""
+
+from ._ablate import (
+    AblationConfig,
+    CellEstimate,
+    DefenderEntry,
+    Delivery,
+    ModelEntry,
+    ablate_command,
+    estimate,
+    format_estimates,
+    load_config,
+    run_ablation,
+)
+
+__all__ = [
+    "AblationConfig",
+    "CellEstimate",
+    "DefenderEntry",
+    "Delivery",
+    "ModelEntry",
+    "ablate_command",
+    "estimate",
+    "format_estimates",
+    "load_config",
+    "run_ablation",
+]

@@ -1,0 +1,81 @@
+"""The benchmark side of the data flow: rows -> ``Item`` -> ``Case``, and the reply -> choice.
+
+Core types (``Item``, ``Case``, ``Answer``, ``Record`` ...), loading and validating the released
+MedMisBench schema, the delivery protocols (clean / Type 1 / Type 2 prompts) and answer
+extraction. Nothing here imports a model provider, a defender or the harness.
+"""
+
+from ._data import (
+    DataError,
+    Dataset,
+    RowIssue,
+    canonical_content,
+    canonical_provenance,
+    canonical_subset,
+    load_dataset,
+)
+from ._extract import Extraction, extract_answer
+from ._protocols import (
+    CONTEXT_HEADING,
+    SYSTEM_PROMPT,
+    answer_instruction,
+    build_cases,
+    cases_for_item,
+    render_context,
+    render_options,
+    render_prompt,
+    render_question,
+    render_user_prompt,
+    stable_rng,
+    type1_target,
+)
+from ._types import (
+    CONTENT_TYPES,
+    PROTOCOLS,
+    PROVENANCES,
+    SUBSETS,
+    Answer,
+    Case,
+    ContextSentence,
+    Item,
+    ProtocolName,
+    Record,
+    TraceStep,
+    Usage,
+)
+
+__all__ = [
+    "CONTENT_TYPES",
+    "CONTEXT_HEADING",
+    "PROTOCOLS",
+    "PROVENANCES",
+    "SUBSETS",
+    "SYSTEM_PROMPT",
+    "Answer",
+    "Case",
+    "ContextSentence",
+    "DataError",
+    "Dataset",
+    "Extraction",
+    "Item",
+    "ProtocolName",
+    "Record",
+    "RowIssue",
+    "TraceStep",
+    "Usage",
+    "answer_instruction",
+    "build_cases",
+    "canonical_content",
+    "canonical_provenance",
+    "canonical_subset",
+    "cases_for_item",
+    "extract_answer",
+    "load_dataset",
+    "render_context",
+    "render_options",
+    "render_prompt",
+    "render_question",
+    "render_user_prompt",
+    "stable_rng",
+    "type1_target",
+]

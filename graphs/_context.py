@@ -1,0 +1,182 @@
+"""The per-case context every defender works through, and the defender's function shape.
+
+Everything a defender does with a model or a tool goes through :class:`DefenderContext`,
+which traces the exact messages sent, the raw output, usage, timing and cache hits, applies
+the run's retry policy to model calls, and turns tool failures into :class:`ToolError` that
+the defender can show to its model. It lives here, below both the graphs and the defender
+registry, so that the graphs never import ``medmis.defenses`` (which imports the graphs).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage
+from pydantic import BaseModel, ConfigDict
+
+from medmis.agents._mock import message_text
+from medmis.agents._retry import RetryPolicy, retry_async
+from medmis.experiments.benchmark._extract import extract_answer
+from medmis.experiments.benchmark._types import Answer, Case, TraceStep, Usage
+from medmis.tools._probe import cache_probe
+from medmis.tools._types import Page, SearchResult, ToolError, Toolset
+
+
+def message_to_dict(message: BaseMessage) -> dict[str, Any]:
+    """A JSON-able view of a message without run-specific ids (used for traces)."""
+    out: dict[str, Any] = {"role": message.type, "content": message.content}
+    tool_calls = getattr(message, "tool_calls", None)
+    if tool_calls:
+        out["tool_calls"] = [
+            {"name": c["name"], "args": c["args"], "id": c.get("id")} for c in tool_calls
+        ]
+    tool_call_id = getattr(message, "tool_call_id", None)
+    if tool_call_id:
+        out["tool_call_id"] = tool_call_id
+    return out
+
+
+@dataclass
+class DefenderContext:
+    """Per-case services for a defender: models, tools, tracing and accounting."""
+
+    model: BaseChatModel
+    model_spec: str = "unknown"
+    tools: Toolset | None = None
+    model_factory: Callable[[str], BaseChatModel] | None = None
+    retry: RetryPolicy = field(default_factory=RetryPolicy.none)
+    tool_timeout_s: float = 30.0
+    trace: list[TraceStep] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+    llm_calls: int = 0
+    tool_calls: int = 0
+
+    def model_for(self, spec: str | None) -> BaseChatModel:
+        """The model for a role: the base model unless a defender option names another."""
+        if not spec or spec == self.model_spec:
+            return self.model
+        if self.model_factory is None:
+            raise ValueError(f"no model factory to build role model {spec!r}")
+        return self.model_factory(spec)
+
+    def note(self, name: str, output: Any = None, **fields: Any) -> None:
+        """Add a non-call step (a decision, a vote, a verdict table) to the trace."""
+        self.trace.append(TraceStep(kind="node", name=name, output=output, **fields))
+
+    async def generate(
+        self,
+        messages: Sequence[BaseMessage],
+        *,
+        model: BaseChatModel | None = None,
+        tools: Sequence[Any] | None = None,
+        tool_choice: str | None = None,
+        name: str = "model",
+    ) -> AIMessage:
+        """One traced, retried model call. Provider failures propagate after the retries."""
+        chat = model or self.model
+        runnable: Any = chat
+        if tools:
+            runnable = chat.bind_tools(list(tools), tool_choice=tool_choice) if tool_choice else chat.bind_tools(list(tools))
+        sent = [message_to_dict(m) for m in messages]
+        start = time.perf_counter()
+        step = TraceStep(kind="model", name=name, input=sent)
+        self.llm_calls += 1
+        try:
+            with cache_probe() as probe:
+                reply = await retry_async(lambda: runnable.ainvoke(list(messages)), self.retry)
+        except Exception as exc:
+            step.error = f"{type(exc).__name__}: {exc}"[:500]
+            step.latency_s = time.perf_counter() - start
+            self.trace.append(step)
+            raise
+        if not isinstance(reply, AIMessage):  # pragma: no cover - providers return AIMessage
+            reply = AIMessage(content=str(getattr(reply, "content", reply)))
+        usage = Usage()
+        meta = reply.usage_metadata
+        if meta:
+            usage = Usage(
+                input_tokens=int(meta.get("input_tokens", 0) or 0),
+                output_tokens=int(meta.get("output_tokens", 0) or 0),
+            )
+        self.usage.add(usage)
+        step.output = message_to_dict(reply)
+        step.usage = usage
+        step.cache_hit = probe.result
+        step.latency_s = time.perf_counter() - start
+        self.trace.append(step)
+        return reply
+
+    async def _tool(self, name: str, args: dict[str, Any], call: Callable[[], Awaitable[Any]]) -> Any:
+        self.tool_calls += 1
+        start = time.perf_counter()
+        step = TraceStep(kind="tool", name=name, input=args)
+        try:
+            if self.tools is None:
+                raise ToolError("no web tools are configured for this run", kind="config")
+            with cache_probe() as probe:
+                result = await asyncio.wait_for(call(), timeout=self.tool_timeout_s)
+            step.cache_hit = probe.result
+        except TimeoutError as exc:
+            step.error = f"timeout: no result within {self.tool_timeout_s:g} s"
+            step.latency_s = time.perf_counter() - start
+            self.trace.append(step)
+            raise ToolError(step.error.split(": ", 1)[1], kind="timeout") from exc
+        except ToolError as exc:
+            step.error = str(exc)
+            step.latency_s = time.perf_counter() - start
+            self.trace.append(step)
+            raise
+        except Exception as exc:
+            step.error = f"{type(exc).__name__}: {exc}"[:500]
+            step.latency_s = time.perf_counter() - start
+            self.trace.append(step)
+            raise
+        step.output = result
+        step.latency_s = time.perf_counter() - start
+        self.trace.append(step)
+        return result
+
+    async def search(self, query: str, *, max_results: int = 5) -> list[SearchResult]:
+        """Traced web search; raises ToolError for model-visible failures."""
+        tools = self.tools
+        return await self._tool(
+            "search_web",
+            {"query": query, "max_results": max_results},
+            lambda: tools.search(query, max_results=max_results),  # type: ignore[union-attr]
+        )
+
+    async def visit(self, url: str, *, goal: str | None = None, max_chars: int = 6000) -> Page:
+        """Traced page visit; raises ToolError for model-visible failures."""
+        tools = self.tools
+        return await self._tool(
+            "visit_web",
+            {"url": url, "goal": goal, "max_chars": max_chars},
+            lambda: tools.visit(url, goal=goal, max_chars=max_chars),  # type: ignore[union-attr]
+        )
+
+
+class DefenderOptions(BaseModel):
+    """Base class for a defender's typed options (unknown keys are an error)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+SolveFn = Callable[[Case, DefenderContext], Awaitable[Answer]]
+
+
+def answer_from_text(text: str, case: Case, ctx: DefenderContext, **extra: Any) -> Answer:
+    """Extract the chosen option from ``text`` and note how it was found in the trace."""
+    found = extract_answer(text, case.item.options)
+    ctx.trace.append(
+        TraceStep(kind="extract", name="extract_answer", input=None, output={"choice": found.choice, "method": found.method})
+    )
+    return Answer(choice=found.choice, raw=text, method=found.method, extra=dict(extra))
+
+
+def answer_from_reply(reply: AIMessage, case: Case, ctx: DefenderContext, **extra: Any) -> Answer:
+    return answer_from_text(message_text(reply), case, ctx, **extra)
