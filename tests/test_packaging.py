@@ -1,0 +1,188 @@
+"""Packaging and layout: one import name, imports that run one way, modules of readable size.
+
+The wheel test builds the real distribution and installs it into a fresh virtual environment,
+so it checks what a user gets from ``pip install .``, not what the editable install happens to
+expose from this checkout.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+import venv
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+FOLDERS = ("agents", "tools", "graphs", "defenses", "experiments")
+MAX_MODULE_LINES = 450
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+         "-w", str(out), str(ROOT)],
+        check=True, capture_output=True, text=True, timeout=300,
+    )
+    (found,) = out.glob("medmis-*.whl")
+    return found
+
+
+def test_wheel_adds_only_the_medmis_import_name(wheel: Path) -> None:
+    with zipfile.ZipFile(wheel) as zf:
+        names = zf.namelist()
+    top = {n.split("/", 1)[0] for n in names if not n.split("/", 1)[0].endswith(".dist-info")}
+    assert top == {"medmis"}
+    # every folder of the design card is inside it, the subpackages and the configs too
+    for folder in FOLDERS:
+        assert f"medmis/{folder}/__init__.py" in names
+    for sub in ("benchmark", "harness", "analysis", "reporting", "ablation"):
+        assert f"medmis/experiments/{sub}/__init__.py" in names
+    assert "medmis/experiments/configs/demo.toml" in names
+    with zipfile.ZipFile(wheel) as zf:
+        meta = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
+        entry_points = zf.read(meta).decode()
+    assert "medmis = medmis.experiments.cli:main" in entry_points
+
+
+def test_installed_wheel_imports_from_outside_the_checkout(wheel: Path, tmp_path: Path) -> None:
+    # system site-packages give the dependencies; the wheel in the venv must win over the
+    # editable install of this checkout, and the old top-level names must be gone
+    env_dir = tmp_path / "venv"
+    venv.EnvBuilder(system_site_packages=True, with_pip=False).create(env_dir)
+    python = env_dir / ("Scripts" if os.name == "nt" else "bin") / "python"
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(wheel)],
+        check=True, capture_output=True, text=True, timeout=300,
+    )
+    probe = (
+        "import importlib.util, sys\n"
+        "import medmis.experiments, medmis.defenses\n"
+        "print(medmis.experiments.__file__)\n"
+        "print([n for n in ('agents', 'tools', 'graphs', 'defenses', 'experiments')"
+        " if importlib.util.find_spec(n) is not None])\n"
+        "print(len(medmis.defenses.list_defenders()))\n"
+    )
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    done = subprocess.run(
+        [str(python), "-c", probe], cwd=outside, check=True, capture_output=True, text=True,
+        timeout=120, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+    )
+    module_file, leaked, n_defenders = done.stdout.strip().splitlines()
+    assert Path(module_file).resolve().is_relative_to(env_dir.resolve())
+    assert leaked == "[]"
+    assert int(n_defenders) >= 9
+    failed = subprocess.run(
+        [str(python), "-c", "import agents"], cwd=outside, capture_output=True, text=True, timeout=60,
+    )
+    assert failed.returncode != 0 and "ModuleNotFoundError" in failed.stderr
+
+
+# --- the source tree ------------------------------------------------------------------------
+
+
+def _modules() -> Iterator[tuple[str, Path]]:
+    for folder in FOLDERS:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            rel = path.relative_to(ROOT).with_suffix("")
+            parts = list(rel.parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            yield "medmis." + ".".join(parts), path
+
+
+def _imports(module: str, path: Path, known: set[str]) -> set[str]:
+    """The project modules ``module`` imports, resolved to module names (packages included)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                head = ".".join(base + ([node.module] if node.module else []))
+            else:
+                head = node.module or ""
+            targets = [head] + [f"{head}.{a.name}" for a in node.names]
+        else:
+            continue
+        for name in targets:
+            # the longest known module that prefixes the name (``from pkg import name``)
+            while name and name not in known:
+                name = name.rpartition(".")[0]
+            if name and name != module:
+                found.add(name)
+    return found
+
+
+def _folder(module: str) -> str:
+    return module.split(".")[1]
+
+
+def test_no_import_circle_between_files_of_different_folders() -> None:
+    modules = dict(_modules())
+    known = set(modules)
+    graph = {m: _imports(m, p, known) for m, p in modules.items()}
+
+    # Tarjan's strongly connected components over the file-level import graph
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            components.append(comp)
+
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
+    for v in graph:
+        if v not in index:
+            visit(v)
+    crossing = [sorted(c) for c in components if len({_folder(m) for m in c}) > 1]
+    assert crossing == [], f"import circles across folders: {crossing}"
+
+
+def test_graphs_never_import_the_defender_registry() -> None:
+    modules = dict(_modules())
+    known = set(modules)
+    for module, path in modules.items():
+        if _folder(module) == "graphs":
+            bad = {m for m in _imports(module, path, known) if _folder(m) == "defenses"}
+            assert not bad, f"{module} imports {bad}"
+
+
+def test_no_source_module_over_the_size_limit() -> None:
+    long = {
+        str(path.relative_to(ROOT)): n
+        for _, path in _modules()
+        if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
+    }
+    assert long == {}, f"modules over {MAX_MODULE_LINES} lines: {long}"
