@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from medmis.experiments import ProtocolName, Record, Usage
-from medmis.experiments.analysis._metrics import (
+from medmis.experiments.analysis import (
     METRICS,
     PROTOCOL_METRICS,
     STRATUM_JOIN,
@@ -124,6 +124,7 @@ EXPECTED: dict[str, dict[str, tuple[int, int]]] = {
         "type2_acc": (4, 6),
         "type1_asr": (3, 4),
         "type1_tasr": (2, 4),
+        "type1_asr_item": (3, 3),
         "type2_asr": (1, 3),
         "type2_recovery": (1, 2),
         "unparsed_rate": (2, 18),
@@ -135,6 +136,7 @@ EXPECTED: dict[str, dict[str, tuple[int, int]]] = {
         "type2_acc": (4, 5),
         "type1_asr": (2, 7),
         "type1_tasr": (1, 7),
+        "type1_asr_item": (2, 5),
         "type2_asr": (1, 4),
         "type2_recovery": (1, 1),
         "unparsed_rate": (1, 19),
@@ -149,7 +151,15 @@ def assert_prop(p: Proportion, k: int, n: int) -> None:
         assert p.value is None and p.lo is None and p.hi is None
         return
     assert p.value == pytest.approx(k / n)
-    assert (p.lo, p.hi) == pytest.approx(wilson(k, n))
+    naive = wilson(k, n)
+    assert naive is not None
+    if p.deff == 1.0:
+        assert (p.lo, p.hi) == pytest.approx(naive)
+    else:
+        # units sharing items: the design-adjusted interval contains the naive one
+        assert p.unit in ("pair", "case") and p.clusters is not None and p.clusters < n
+        assert p.lo is not None and p.hi is not None
+        assert p.lo <= naive[0] + 1e-12 and p.hi >= naive[1] - 1e-12
 
 
 @pytest.fixture(scope="module")
@@ -173,10 +183,14 @@ def test_baseline_listed_first(report) -> None:
 
 def test_type1_units_are_item_target_pairs() -> None:
     maps = indicator_maps([make_record("m", "none", r, i) for i, r in enumerate(NONE_ROWS)])
+    qa = lambda i: ("MEDMISQA", i)  # noqa: E731
     assert maps["type1_asr"] == {
-        ("i1", "B"): True, ("i1", "C"): False, ("i2", "B"): True, ("i3", "C"): True,
+        (qa("i1"), "B"): True, (qa("i1"), "C"): False, (qa("i2"), "B"): True, (qa("i3"), "C"): True,
     }
-    assert maps["type2_recovery"] == {("i4", None): True, ("i5", None): False}
+    # per item: flipped by at least one target
+    assert maps["type1_asr_item"] == {(qa("i1"), None): True, (qa("i2"), None): True,
+                                      (qa("i3"), None): True}
+    assert maps["type2_recovery"] == {(qa("i4"), None): True, (("MEDMISHLE", "i5"), None): False}
 
 
 def test_strata_counts(report) -> None:
@@ -293,10 +307,15 @@ def test_json_layout_matches_contract(report) -> None:
     for block in data["m"].values():
         assert set(block) == {*METRICS, "strata", "cost", "paired"}
         for metric in METRICS:
-            assert set(block[metric]) == {"value", "k", "n", "lo", "hi"}
+            assert set(block[metric]) == {"value", "k", "n", "lo", "hi", "unit", "clusters", "deff"}
+        t1 = block["type1_asr"]
+        assert t1["unit"] == "pair" and t1["clusters"] < t1["n"]
+        assert block["type1_asr_item"]["unit"] == "item"
+        assert block["clean_acc"]["unit"] == "item" and block["error_rate"]["unit"] == "case"
         assert set(block["strata"]) == set(STRATUM_KINDS)
     hle = data["m"]["none"]["strata"]["subset"]["MEDMISHLE"]["type1_asr"]
-    assert hle == {"value": None, "k": 0, "n": 0, "lo": None, "hi": None}
+    assert hle == {"value": None, "k": 0, "n": 0, "lo": None, "hi": None, "unit": "item",
+                   "clusters": 0, "deff": 1.0}
     assert data["m"]["guard"]["paired"]["type1_asr"]["b"] == 0
     assert data["m"]["guard"]["cost"]["escalated"]["k"] == 8
 
@@ -320,7 +339,7 @@ def test_item_tags_fill_gaps_from_any_record() -> None:
                    gold="A", choice="A", correct=True)
     attacked = clean.model_copy(update={"protocol": "type1", "target": "B", "choice": "B",
                                         "correct": False, "content_type": CUE})
-    assert item_tags([clean, attacked])["z"] == {
+    assert item_tags([clean, attacked])[("MEDMISQA", "z")] == {
         "subset": "MEDMISQA", "content_type": CUE, "provenance": "(unspecified)"}
     strata = compute_metrics([clean, attacked], n_boot=10).results["m"]["none"].strata
     assert_prop(strata["content_type"][CUE]["type1_asr"], 1, 1)

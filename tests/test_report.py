@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from medmis.experiments import Record
-from medmis.experiments.analysis._metrics import METRICS, STRATUM_KINDS, Proportion, compute_metrics
+from medmis.experiments.analysis import METRICS, STRATUM_KINDS, Proportion, compute_metrics
 from medmis.experiments.harness._io import append_records
 from medmis.experiments.reporting._report import (
     CSV_COLUMNS,
@@ -127,7 +127,7 @@ def test_files_written_and_json_contract(sim_run: Path) -> None:
     for block in data[SIM].values():
         assert set(block) == {*METRICS, "strata", "cost", "paired"}
         for metric in METRICS:
-            assert set(block[metric]) == {"value", "k", "n", "lo", "hi"}
+            assert set(block[metric]) == {"value", "k", "n", "lo", "hi", "unit", "clusters", "deff"}
         assert set(block["strata"]) == set(STRATUM_KINDS)
     none, guard, ignore = (data[SIM][d] for d in ("none", "guard", "ignore"))
     assert (none["type1_asr"]["k"], none["type1_asr"]["n"]) == (2, 3)

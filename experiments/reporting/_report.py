@@ -39,6 +39,7 @@ OVERCORRECT_DROP = 0.10
 
 CSV_COLUMNS: tuple[str, ...] = (
     "model", "defender", "stratum_kind", "stratum", "metric", "value", "k", "n", "lo", "hi",
+    "unit", "clusters", "deff",
 )
 
 PAIRED_LABELS = {
