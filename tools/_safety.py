@@ -202,6 +202,8 @@ def address_problem(address: str | IPAddress) -> str | None:
         return "reserved"
     if ip.is_private:
         return "private"
+    if isinstance(ip, ipaddress.IPv6Address) and ip.is_site_local:
+        return "site-local"  # fec0::/10: deprecated, but still routed inside some networks
     if not ip.is_global:
         return "not publicly routable"
     return None

@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 
+from ._body import ACCEPT_ENCODING, binary_kind, read_body
 from ._safety import UrlPolicy
 from ._search import CorpusDocument, bm25_scores, split_sentences, tokenize
 from ._types import Page, ToolError
@@ -27,7 +28,13 @@ DEFAULT_HEADERS = {
     "User-Agent": "Mozilla/5.0 (compatible; medmis-toolkit/0.1; research evaluation)",
     "Accept": "text/html,application/xhtml+xml,text/plain;q=0.9,*/*;q=0.1",
     "Accept-Language": "en,zh;q=0.8,*;q=0.5",
+    "Accept-Encoding": ACCEPT_ENCODING,
 }
+# Extraction budget: trafilatura's time and memory grow with the markup (a dense 2 MB page
+# took 31 s and 300 MB), so it reads at most this much HTML, and a page that still takes
+# longer than the deadline is refused rather than holding up the case.
+MAX_EXTRACT_BYTES = 512_000
+EXTRACT_TIMEOUT_S = 4.0
 # a passage scoring below this share of the best one is noise, not evidence
 RELEVANCE_FLOOR = 0.25
 # long blocks (a page without paragraphs) are cut into sentence groups of about this size so
@@ -57,6 +64,8 @@ async def fetch_page(
     max_chars: int = 6000,
     max_bytes: int = 2_000_000,
     timeout: float = 20.0,
+    max_extract_bytes: int = MAX_EXTRACT_BYTES,
+    extract_timeout: float = EXTRACT_TIMEOUT_S,
 ) -> Page:
     """Fetch ``url`` safely and return its main text, focused on ``goal`` and clipped.
 
@@ -68,6 +77,9 @@ async def fetch_page(
         max_chars: Character budget of the returned text.
         max_bytes: Largest (decoded) body accepted.
         timeout: Deadline in seconds for the whole download, redirects included.
+        max_extract_bytes: At most this much of an HTML body is handed to the extractor (the
+            rest is left out and the page marked truncated).
+        extract_timeout: Deadline in seconds for extracting the text.
 
     Returns:
         The page; ``truncated`` is set when text was left out for lack of space.
@@ -82,8 +94,24 @@ async def fetch_page(
             final_url, mime, charset, body = await _download(url, client, safety, max_bytes)
     except TimeoutError as exc:
         raise ToolError(f"{url} did not load within {timeout:g} s", kind="timeout") from exc
-    # extraction is CPU-bound (lxml); keep the event loop free for the other cases
-    extracted = await asyncio.to_thread(extract_document, body, mime, charset, str(final_url))
+    binary = binary_kind(body)
+    if binary is not None:
+        raise ToolError(f"{final_url} is {binary}, not a web page", kind="content")
+    cut = len(body) > max_extract_bytes
+    if cut:
+        body = body[:max_extract_bytes]
+    # extraction is CPU-bound (lxml); keep the event loop free for the other cases. A thread
+    # cannot be stopped, so the byte cap above is what bounds its work; the deadline only
+    # keeps the case from waiting on a pathological page.
+    try:
+        extracted = await asyncio.wait_for(
+            asyncio.to_thread(extract_document, body, mime, charset, str(final_url)),
+            timeout=extract_timeout,
+        )
+    except TimeoutError as exc:
+        raise ToolError(
+            f"{final_url} could not be read within {extract_timeout:g} s", kind="content"
+        ) from exc
     if not extracted.text.strip():
         raise ToolError(
             f"{final_url} has no readable text (it may need JavaScript or be an empty page)",
@@ -91,13 +119,15 @@ async def fetch_page(
         )
     text, truncated, focus = focus_text(extracted.text, goal, max_chars)
     metadata = {**extracted.metadata, "content_type": mime or "unknown", **focus}
+    if cut:
+        metadata["extract_limited_to_bytes"] = max_extract_bytes
     return Page(
         url=url,
         final_url=str(final_url),
         title=extracted.title,
         text=text,
         metadata=metadata,
-        truncated=truncated,
+        truncated=truncated or cut,
     )
 
 
@@ -110,6 +140,13 @@ async def _download(
         try:
             request = client.build_request("GET", target, headers=DEFAULT_HEADERS)
             response = await client.send(request, stream=True, follow_redirects=False)
+        except httpx.InvalidURL as exc:
+            # httpx builds the next request of a redirect even when not following it, and
+            # fails on a Location such as data: or javascript: that is no http(s) URL
+            raise ToolError(
+                f"{target} redirected to a URL that is not http(s) ({exc}); refused",
+                kind="refused",
+            ) from exc
         except httpx.TimeoutException as exc:
             raise ToolError(f"{target} did not answer in time", kind="timeout") from exc
         except httpx.RequestError as exc:
@@ -134,7 +171,7 @@ async def _download(
                     f"{target} is {mime}, not a web page; only HTML and plain-text pages can be read",
                     kind="content",
                 )
-            body = await _read_capped(response, target, max_bytes)
+            body = await read_body(response, target, max_bytes)
             return target, mime, response.charset_encoding, body
         except httpx.TimeoutException as exc:
             raise ToolError(f"{target} stopped sending data (timeout)", kind="timeout") from exc
@@ -143,24 +180,6 @@ async def _download(
         finally:
             await response.aclose()
     raise ToolError(f"{url} redirects more than {MAX_REDIRECTS} times; giving up", kind="http")
-
-
-async def _read_capped(response: httpx.Response, url: httpx.URL, max_bytes: int) -> bytes:
-    too_large = ToolError(
-        f"{url} is larger than {max_bytes:,} bytes; too large to read", kind="content"
-    )
-    declared = response.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > max_bytes:
-        raise too_large
-    chunks: list[bytes] = []
-    total = 0
-    # decoded bytes are counted, so a small gzip bomb cannot expand past the cap either
-    async for chunk in response.aiter_bytes():
-        total += len(chunk)
-        if total > max_bytes:
-            raise too_large
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 # -- extraction --------------------------------------------------------------------------------------
