@@ -16,9 +16,9 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 import respx
+from test_visit import PUBLIC, FakeResolver
 
 from medmis.tools import ToolError, UrlPolicy, address_problem, fetch_page
-from test_visit import PUBLIC, FakeResolver
 
 ARTICLE = (
     "<html><head><title>Scurvy</title></head><body><article><h1>Scurvy</h1>"
