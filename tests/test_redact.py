@@ -1,0 +1,60 @@
+"""Credentials never reach disk: URL userinfo, query keys, key-shaped strings, configured keys."""
+
+from __future__ import annotations
+
+import pytest
+
+from medmis.tools._redact import configured_secrets, redact, redact_obj, scrub_url
+
+
+@pytest.mark.parametrize(
+    ("text", "leak"),
+    [
+        # shapes as the providers echo them in 401 bodies and SDK errors
+        ('Error code: 401 - {"error": {"message": "Incorrect API key provided: '
+         'sk-proj-abcdefghijklmnop1234. You can find your API key"}}', "sk-proj-abcdefghijklmnop1234"),
+        ("API key not valid. Please pass a valid API key. key=AIzaSyA1234567890abcdefghijklmnopqrstu",
+         "AIzaSyA1234567890abcdefghijklmnopqrstu"),
+        ("{'x-goog-api-key': 'AIzaSyBxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx'}", "AIzaSyBxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"),
+        ("Authorization: Bearer tvly-abcdefghijklmnopq", "tvly-abcdefghijklmnopq"),
+        ('{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key: '
+         'sk-ant-api03-ABCDEFGHIJKLMNOPQRSTUVWXYZ"}}', "sk-ant-api03-ABCDEFGHIJKLMNOPQRSTUVWXYZ"),
+        ("Authorization: Bearer jina_abcdefghijklmnopqrstuvwx", "jina_abcdefghijklmnopqrstuvwx"),
+        ("GET https://google.serper.dev/search?apiKey=0123456789abcdef", "0123456789abcdef"),
+        ("connect to http://alice:s3cr3t-pw@gateway.internal:8000/v1 failed", "s3cr3t-pw"),
+    ],
+)
+def test_key_shapes_are_masked(text: str, leak: str) -> None:
+    out = redact(text, [])
+    assert leak not in out
+    assert "***" in out
+
+
+def test_configured_values_are_masked_whatever_their_shape() -> None:
+    env = {"SERPER_API_KEY": "0f1e2d3c4b5a69788796a5b4c3d2e1f0", "OPENAI_API_KEY": "short"}
+    secrets = configured_secrets(env)
+    assert secrets == ["0f1e2d3c4b5a69788796a5b4c3d2e1f0"]  # too-short values are not masked
+    assert redact("bad key 0f1e2d3c4b5a69788796a5b4c3d2e1f0 (401)", secrets) == "bad key *** (401)"
+
+
+def test_ordinary_text_is_left_alone() -> None:
+    text = "The guideline's authorization section says sk-ing is fine; tokens=5, key point: B."
+    assert redact(text, []) == text
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("http://user:pass@host:8000/v1", "http://host:8000/v1"),
+        ("https://gw.example/v1?api_key=abc123&x=1", "https://gw.example/v1?api_key=***&x=1"),
+        ("http://[::1]:8000/v1", "http://[::1]:8000/v1"),
+        ("http://127.0.0.1:8000/v1", "http://127.0.0.1:8000/v1"),
+    ],
+)
+def test_scrub_url(url: str, expected: str) -> None:
+    assert scrub_url(url) == expected
+
+
+def test_redact_obj_walks_json() -> None:
+    obj = {"error": "401 sk-abcdefghijklmnopqrstu", "n": 3, "steps": [{"url": "http://u:p@h/x"}]}
+    assert redact_obj(obj, []) == {"error": "401 ***", "n": 3, "steps": [{"url": "http://***@h/x"}]}

@@ -1,0 +1,104 @@
+"""Keeping credentials off disk: scrub URLs, redact key-shaped strings and configured secrets.
+
+Everything a run writes (manifest, records, traces, reports, cache keys, cassettes) passes
+through these functions where it may carry a credential: a base URL with ``user:pass@``, a
+query parameter such as ``?key=``, a provider error body that echoes the key it rejected.
+Redaction is by pattern (the shapes of the providers' keys and auth headers) and by value
+(every key the process was configured with, read from the providers' environment variables).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+MASK = "***"
+
+# environment variables whose values are credentials (the providers' own names)
+SECRET_ENV = (
+    "GOOGLE_API_KEY", "GEMINI_API_KEY", "OPENAI_API_KEY", "ANTHROPIC_API_KEY",
+    "ANTHROPIC_AUTH_TOKEN", "TAVILY_API_KEY", "SERPER_API_KEY", "JINA_API_KEY",
+)
+_CREDENTIAL_PARAM = re.compile(
+    r"^(?:key|api[-_]?key|apikey|access[-_]?token|token|auth|authorization|password|passwd|pwd|"
+    r"secret|client[-_]?secret|sig|signature|x[-_]goog[-_]api[-_]key|code)$",
+    re.IGNORECASE,
+)
+# shapes of credentials as providers issue or echo them; the shortest body keeps false
+# positives (ordinary words, hashes of cache keys) out
+_PATTERNS: tuple[re.Pattern[str], ...] = (
+    re.compile(r"\bsk-(?:ant-|proj-|svcacct-)?[A-Za-z0-9_\-]{16,}"),  # OpenAI, Anthropic
+    re.compile(r"\bAIza[0-9A-Za-z_\-]{30,}"),  # Google API keys
+    re.compile(r"\btvly-[A-Za-z0-9_\-]{12,}"),  # Tavily
+    re.compile(r"\bjina_[A-Za-z0-9_\-]{16,}"),  # Jina
+    re.compile(r"(?i)\bBearer\s+[A-Za-z0-9._~+/\-]{8,}=*"),
+    re.compile(r"(?i)\b(x-goog-api-key|x-api-key|api[-_]?key|authorization)(\"?\s*[:=]\s*\"?)"
+               r"(?!\*\*\*)[^\s\"',;&}]{6,}"),
+    re.compile(r"(?i)([?&](?:key|api[-_]?key|access_token|token)=)[^&\s\"']+"),
+)
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)[^/\s@:]+(?::[^/\s@]*)?@")
+
+
+def configured_secrets(environ: Mapping[str, str] | None = None) -> list[str]:
+    """The credential values this process was given (non-trivial ones only)."""
+    env = os.environ if environ is None else environ
+    return sorted({v for name in SECRET_ENV if len(v := env.get(name, "").strip()) >= 8},
+                  key=len, reverse=True)
+
+
+def redact(text: str, secrets: Iterable[str] | None = None) -> str:
+    """``text`` with configured secrets, key-shaped strings and URL credentials masked.
+
+    Args:
+        text: Any text that may be written to disk (an error message, a URL, a command line).
+        secrets: Literal values to mask; default: :func:`configured_secrets`.
+    """
+    if not text:
+        return text
+    for value in configured_secrets() if secrets is None else secrets:
+        if value and len(value) >= 8:
+            text = text.replace(value, MASK)
+    text = _USERINFO.sub(lambda m: m.group(1) + MASK + "@", text)
+    for pattern in _PATTERNS:
+        if pattern.groups == 2:
+            text = pattern.sub(lambda m: m.group(1) + m.group(2) + MASK, text)
+        elif pattern.groups == 1:
+            text = pattern.sub(lambda m: m.group(1) + MASK, text)
+        else:
+            text = pattern.sub(MASK, text)
+    return text
+
+
+def scrub_url(url: str) -> str:
+    """``url`` without userinfo and with credential-like query parameters masked."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return redact(url)
+    if not parts.scheme or not parts.netloc:
+        return redact(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = host + (f":{parts.port}" if parts.port else "") if "@" in parts.netloc else parts.netloc
+    query = parts.query
+    if query:
+        pairs = parse_qsl(query, keep_blank_values=True)
+        if any(_CREDENTIAL_PARAM.match(k) for k, _ in pairs):
+            query = urlencode([(k, MASK if _CREDENTIAL_PARAM.match(k) else v) for k, v in pairs], safe="*")
+    return redact(urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment)))
+
+
+def redact_obj(obj: Any, secrets: Iterable[str] | None = None) -> Any:
+    """A JSON-like structure with every string redacted (keys kept)."""
+    values = list(configured_secrets() if secrets is None else secrets)
+    if isinstance(obj, str):
+        return redact(obj, values)
+    if isinstance(obj, Mapping):
+        return {k: redact_obj(v, values) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [redact_obj(v, values) for v in obj]
+    return obj
