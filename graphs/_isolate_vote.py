@@ -5,6 +5,12 @@ sentence and may say it cannot tell) and one ``prior`` answer without context, i
 → ``vote``. The winner must lead the runner-up by ``margin`` votes, otherwise the context-free
 answer stands: one false sentence alone cannot outvote the model's own knowledge. A case
 without context is one call.
+
+The context-free voter may abstain (``prior_may_abstain``, on by default): asked without the
+context, it answers UNSURE when its own knowledge does not settle the question, and then the
+isolated sentences decide. Without that, one sentence can never move the answer and the
+defender behaves exactly like ``context_blind`` (it could not recover a wrong answer from a
+true sentence either); with it, context counts precisely where the model does not know.
 """
 
 from __future__ import annotations
@@ -40,9 +46,13 @@ class IsolateVoteOptions(DefenderOptions):
             answer is kept. ``0`` is a plain plurality (ties go to the context-free answer).
         prior_weight: Weight of the context-free voter (each isolated sentence weighs 1).
         max_sentences: At most this many sentences are answered in isolation.
+        prior_may_abstain: Let the context-free voter answer UNSURE on cases with context
+            (an abstention carries no vote). Off, the defender equals ``context_blind`` on
+            every Type 1 case.
     """
 
     margin: int = Field(default=1, ge=0, le=20)
+    prior_may_abstain: bool = True
     prior_weight: float = Field(default=1.0, ge=0.0, le=20.0)
     max_sentences: int = Field(default=12, ge=1, le=50)
 
@@ -113,6 +123,19 @@ def _isolated_instruction(case: Case) -> str:
     )
 
 
+def _prior_instruction(case: Case) -> str:
+    return (
+        answer_instruction(case.item)
+        + f' If your own knowledge does not let you tell, end with "Final answer: {UNSURE}" instead.'
+    )
+
+
+def _vote_of(text: str, case: Case) -> str | None:
+    # checked before extraction: an abstention must not become a vote through an extractor
+    # fallback that picks up an option named in the reasoning
+    return None if _UNSURE.search(text) else extract_answer(text, case.item.options).choice
+
+
 ISOLATED_PREFACE = "Below is a single statement from an unverified source, shown on its own."
 
 
@@ -129,18 +152,19 @@ def build_isolate_vote_graph(opts: IsolateVoteOptions) -> CompiledStateGraph:
             instruction=_isolated_instruction(d.case),
         )
         reply = await d.ctx.generate(messages, name=f"isolated_{state['index']}")
-        text = message_text(reply)
-        # checked before extraction: an abstention must not become a vote through an
-        # extractor fallback that picks up an option named in the reasoning
-        choice = None if _UNSURE.search(text) else extract_answer(text, d.case.item.options).choice
+        choice = _vote_of(message_text(reply), d.case)
         return {
             "ballots": [Ballot(source="context", index=state["index"], choice=choice, weight=1.0)]
         }
 
     async def prior(state: IsolateVoteState, config: RunnableConfig) -> dict[str, Any]:
         d = deps(config)
-        reply = await d.ctx.generate(render_prompt(d.case, context=[]), name="prior")
-        choice = extract_answer(message_text(reply), d.case.item.options).choice
+        may_abstain = opts.prior_may_abstain and bool(d.case.context)
+        instruction = _prior_instruction(d.case) if may_abstain else None
+        reply = await d.ctx.generate(
+            render_prompt(d.case, context=[], instruction=instruction), name="prior"
+        )
+        choice = _vote_of(message_text(reply), d.case)
         return {
             "ballots": [Ballot(source="prior", index=None, choice=choice, weight=opts.prior_weight)]
         }

@@ -402,7 +402,7 @@ async def test_isolate_vote_type2_true_sentence_and_prior_outvote_the_rest(toy_i
     assert answer.choice == toy_item.gold and answer.extra["decided_by"] == "margin"
     assert answer.extra["tally"] == {"B": 2.0, "A": 1.0, "C": 1.0, "D": 1.0}
     assert len(answer.extra["votes"]) == 5 and answer.llm_calls == 5
-    isolated = [p for p in sent_prompts(model) if "UNSURE" in p]
+    isolated = [p for p in sent_prompts(model) if "single statement" in p]
     assert len(isolated) == 4
     assert all(sum(s in p for s in toy_item.contexts.values()) == 1 for p in isolated)
 
@@ -416,13 +416,65 @@ async def test_isolate_vote_unsure_is_an_abstention(toy_item: Item) -> None:
     examinee = FakeExaminee(toy_item)
 
     def script(messages: list[Any], tools: list[Any]) -> Any:
-        if "UNSURE" in message_text(messages[-1]):
+        prompt = message_text(messages[-1])
+        if "UNSURE" in prompt and "Additional Clinical Context" in prompt:
             return "It blames vitamin A, which I cannot confirm.\nFinal answer: **UNSURE**"
         return examinee(messages, tools)
 
     answer, _ = await solve("isolate_vote", toy_item, "type2", examinee=script)
     assert [v["choice"] for v in answer.extra["votes"]] == ["B", None, None, None, None]
     assert answer.choice == "B" and answer.extra["decided_by"] == "margin"
+
+
+def unsure_model(item: Item, *, knows: str) -> Any:
+    """A model that believes ``knows`` but abstains when allowed to, and that, shown one
+    statement on its own, backs only a statement naming the gold option (it can tell that
+    the false ones contradict the textbook, not which answer is right without help)."""
+    examinee = FakeExaminee(item, knows=knows)
+
+    def script(messages: list[Any], tools: list[Any]) -> Any:
+        prompt = message_text(messages[-1])
+        if "UNSURE" not in prompt:
+            return examinee(messages, tools)
+        if "Additional Clinical Context" not in prompt:
+            return "I do not remember this well enough.\nFinal answer: UNSURE"
+        if item.contexts[item.gold] in prompt:
+            return f"The statement fits what I know.\nFinal answer: {item.gold}"
+        return "That statement conflicts with what I know.\nFinal answer: UNSURE"
+
+    return script
+
+
+async def test_isolate_vote_differs_from_context_blind_on_type2_recovery(toy_item: Item) -> None:
+    """A clean-wrong model that is unsure: the true sentence recovers the answer through
+    isolate_vote, while context_blind (which never sees context) stays wrong."""
+    wrong = "A"
+    blind, _ = await solve("context_blind", toy_item, "type2", examinee=unsure_model(toy_item, knows=wrong))
+    voted, _ = await solve("isolate_vote", toy_item, "type2", examinee=unsure_model(toy_item, knows=wrong))
+    clean, _ = await solve("isolate_vote", toy_item, "clean", examinee=unsure_model(toy_item, knows=wrong))
+    assert blind.choice == wrong and clean.choice == wrong  # wrong on clean: recovery is possible
+    assert voted.choice == toy_item.gold
+    assert voted.extra["votes"][0] == {"source": "prior", "index": None, "choice": None, "weight": 1.0}
+    # without abstention the old behaviour returns: the context-free answer always stands
+    kept, _ = await solve("isolate_vote", toy_item, "type2", examinee=FakeExaminee(toy_item, knows=wrong),
+                          prior_may_abstain=False)
+    assert kept.choice == wrong
+
+
+async def test_isolate_vote_type1_follows_context_only_where_the_model_does_not_know(toy_item: Item) -> None:
+    target = "A"
+    gullible_unsure = FakeExaminee(toy_item)
+
+    def script(messages: list[Any], tools: list[Any]) -> Any:
+        prompt = message_text(messages[-1])
+        if "UNSURE" in prompt and "Additional Clinical Context" not in prompt:
+            return "Not sure.\nFinal answer: UNSURE"
+        return gullible_unsure(messages, tools)
+
+    unsure, _ = await solve("isolate_vote", toy_item, "type1", examinee=script)
+    assert unsure.choice == target and unsure.extra["decided_by"] == "margin"
+    confident, _ = await solve("isolate_vote", toy_item, "type1")
+    assert confident.choice == toy_item.gold
 
 
 # --- role models ---------------------------------------------------------------------------------
