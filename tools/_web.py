@@ -24,8 +24,10 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import httpx
 
+from ._corpus import LocalSearch
 from ._safety import Blocklist, Resolver, UrlPolicy
-from ._search import LocalSearch, SearchBackend, TavilySearch
+from ._search import SearchBackend
+from ._tavily import TavilySearch
 from ._types import Page, SearchResult, ToolError
 from ._visit import DEFAULT_HEADERS, fetch_page, page_from_document
 
