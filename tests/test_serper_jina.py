@@ -376,3 +376,83 @@ async def test_cli_reports_missing_keys_by_name(monkeypatch: pytest.MonkeyPatch)
     assert out["error"]["kind"] == "config" and "SERPER_API_KEY" in out["error"]["message"]
     out = json.loads(await tools_visit("https://news.example/", visit="jina"))
     assert "JINA_API_KEY" in out["error"]["message"]
+
+
+# -- medmis run: the paper's setting end to end over mocked Serper and Jina ----------------------------
+
+
+def test_run_paper_search_agent_over_serper_and_jina(
+    keys: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from medmis.experiments.cli import main
+
+    sample = Path(__file__).resolve().parents[1] / "fixtures" / "medmisbench_sample.jsonl"
+    organic = [{"title": "Glasgow Coma Scale", "link": "https://news.example/gcs", "snippet": "GCS 3 to 15.", "position": 1}]
+    out = tmp_path / "run"
+    with respx.mock:
+        search = respx.post(SERPER).mock(return_value=httpx.Response(200, json=serper_body(organic=organic)))
+        read = respx.route(host="r.jina.ai").mock(return_value=httpx.Response(200, text=READER_TEXT))
+        code = main(["run", "--data", str(sample), "--subset", "MEDMISHLE", "--limit", "1", "--model", "mock/examinee",
+                     "--defender", "search_agent", "--defender-option", "search_agent.preset=paper",
+                     "--search", "serper", "--visit", "jina", "--allow-host", "news.example",
+                     "--out", str(out), "--no-progress"])
+    assert code == 0
+    assert search.called and read.called
+    assert str(read.calls.last.request.url) == "https://r.jina.ai/https://news.example/gcs"
+    records = [json.loads(x) for x in (out / "records.jsonl").read_text().splitlines()]
+    assert {r["defender"] for r in records} == {"search_agent[preset=paper]"}
+    # the clean case went through the same tool loop as the injected ones
+    assert all(r["tool_calls"] == 2 and r["choice"] is not None for r in records)
+    assert all(r["extra"]["verification"]["verdict"] for r in records)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert (manifest["config"]["search"], manifest["config"]["visit"]) == ("serper", "jina")
+
+
+@pytest.mark.parametrize(("flags", "variable"), [(["--search", "serper"], "SERPER_API_KEY"),
+                                                  (["--visit", "jina"], "JINA_API_KEY")])
+def test_run_without_tool_keys_stops_with_one_line(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str],
+    variable: str,
+) -> None:
+    from medmis.experiments.cli import main
+
+    monkeypatch.delenv(variable, raising=False)
+    sample = Path(__file__).resolve().parents[1] / "fixtures" / "medmisbench_sample.jsonl"
+    code = main(["run", "--data", str(sample), "--limit", "1", "--model", "mock/examinee",
+                 "--defender", "search_agent", *flags, "--out", str(tmp_path / "run"), "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 2 and variable in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "run" / "records.jsonl").exists()
+
+
+async def test_search_agent_shows_serper_and_jina_failures_to_the_model(keys: None) -> None:
+    from langchain_core.messages import ToolMessage
+
+    from medmis.agents import ScriptedChatModel, message_text
+    from medmis.defenses import DefenderContext, create_defender
+    from medmis.defenses.testing import FakeExaminee, toy_case, toy_item
+
+    item = toy_item()
+    model = ScriptedChatModel(outputs=FakeExaminee(item, tool_turns=2, calls_per_turn=1))
+    with respx.mock:
+        respx.post(SERPER).mock(return_value=httpx.Response(429, json={"message": "Too many requests"}))
+        async with make_tools("serper", visit="jina", resolve=FakeResolver()) as tools:
+            ctx = DefenderContext(model=model, model_spec="mock/fake", tools=tools)
+            answer = await create_defender("search_agent", {"preset": "paper", "max_iterations": 2})(
+                toy_case(item, "type1"), ctx)
+    shown = [message_text(m) for c in model.calls for m in c["messages"] if isinstance(m, ToolMessage)]
+    assert shown and shown[0].startswith("[tool error: http: web search unavailable: Serper rate limit")
+    assert answer.error is None and answer.choice is not None
+    # the search works, the page read times out
+    model = ScriptedChatModel(outputs=FakeExaminee(item, tool_turns=2))
+    organic = [{"title": "Scurvy", "link": "https://news.example/scurvy", "snippet": "vitamin C", "position": 1}]
+    with respx.mock:
+        respx.post(SERPER).mock(return_value=httpx.Response(200, json=serper_body(organic=organic)))
+        respx.get(f"{JINA}https://news.example/scurvy").mock(side_effect=httpx.ReadTimeout("slow"))
+        async with make_tools("serper", visit="jina", resolve=FakeResolver()) as tools:
+            ctx = DefenderContext(model=model, model_spec="mock/fake", tools=tools)
+            answer = await create_defender("search_agent", {"preset": "paper"})(toy_case(item, "type1"), ctx)
+    shown = [message_text(m) for m in model.calls[-1]["messages"] if isinstance(m, ToolMessage)]
+    assert json.loads(shown[0])["results"][0]["url"] == "https://news.example/scurvy"
+    assert shown[1].startswith("[tool error: timeout: https://news.example/scurvy did not load")
+    assert answer.error is None and answer.extra["verification"]["verdict"] == "not_visited"
