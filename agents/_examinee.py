@@ -270,9 +270,9 @@ def _unwrap_harness_prompt(text: str) -> tuple[str, list[str]]:
     parts = [obj["question"]]
     if isinstance(obj.get("schema"), dict):
         parts.append(json.dumps(obj["schema"]))
-    log = obj.get("evidence") if isinstance(obj.get("evidence"), list) else []
+    log = obj.get("evidence")
     evidence = [
-        e["result"] for e in log
+        e["result"] for e in (log if isinstance(log, list) else [])
         if isinstance(e, dict) and isinstance(e.get("result"), str) and not e["result"].startswith("[")
     ]
     return "\n\n".join(parts), evidence
