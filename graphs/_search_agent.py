@@ -47,7 +47,7 @@ from medmis.experiments.benchmark._types import Answer, Case
 from medmis.tools._types import tool_schemas
 
 from . import _search_paper as paper
-from ._citations import verify_citations
+from ._citations import cited_urls_in, verify_citations
 from ._common import (
     UNVERIFIED_PREFACE,
     as_text_list,
@@ -371,8 +371,6 @@ def _stop_reason(state: SearchAgentState, opts: SearchAgentOptions) -> StopReaso
 def cited_urls(final: str, state: SearchAgentState) -> list[str]:
     """URLs the final answer relied on: those it cites from the gathered evidence, else the
     pages actually visited (a model that read pages but cited nothing still relied on them)."""
-    from ._citations import cited_urls_in
-
     known = {p.get("url") for p in state.get("evidence", [])} | set(state.get("visited", []))
     cited = [url for url in cited_urls_in(final) if url in known]
     return cited or list(dict.fromkeys(state.get("visited", [])))
