@@ -255,6 +255,29 @@ def _split_evidence(text: str) -> tuple[str, list[str]]:
     return "\n".join(kept), [e for e in evidence if e.strip()]
 
 
+def _unwrap_harness_prompt(text: str) -> tuple[str, list[str]]:
+    """A prompt sent as a JSON object holding a ``"question"`` (the paper's search harness):
+    the question is read as the prompt, a ``"schema"`` it asks to fill is kept (its keys name
+    the task) and the results in an ``"evidence"`` log count as evidence."""
+    if not text.lstrip().startswith("{"):
+        return text, []
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError:
+        return text, []
+    if not isinstance(obj, dict) or not isinstance(obj.get("question"), str):
+        return text, []
+    parts = [obj["question"]]
+    if isinstance(obj.get("schema"), dict):
+        parts.append(json.dumps(obj["schema"]))
+    log = obj.get("evidence")
+    evidence = [
+        e["result"] for e in (log if isinstance(log, list) else [])
+        if isinstance(e, dict) and isinstance(e.get("result"), str) and not e["result"].startswith("[")
+    ]
+    return "\n\n".join(parts), evidence
+
+
 def _parse_options(text: str) -> dict[str, str]:
     """The ``KEY: text`` lines after the last ``Options:`` heading."""
     heads = list(_OPTIONS_HEAD.finditer(text))
@@ -352,6 +375,9 @@ def _read(messages: Sequence[BaseMessage]) -> _View:
             if not failed:
                 view.evidence.append(text)
             continue
+        if isinstance(m, HumanMessage):
+            text, logged = _unwrap_harness_prompt(text)
+            view.evidence.extend(logged)
         kept, evidence = _split_evidence(text)
         view.evidence.extend(evidence)
         prompt.append(kept)

@@ -12,8 +12,11 @@ Registered here (the registry imports this module on first lookup):
 
 Cost on clean cases (no context): every defender here makes a single model call. The agentic
 ones skip research when there is nothing to check, so their clean accuracy is the base
-model's and paired ASR isolates what they do with context (``search_agent`` can research
-clean questions with ``research_clean=true``).
+model's and paired ASR isolates what they do with context. ``search_agent`` can research
+clean questions with ``research_clean=true``, and ``preset="paper"`` runs the paper's own
+search agent (the reference harness's prompts and tools, clean questions through the same
+tool loop, no added warning); pair it with ``--search serper --visit jina`` for the paper's
+MEDMISHLE setting.
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ from ._builtin import DEFAULT_WARNING, WarningOptions, context_blind_defender, w
 @defender(
     "search_agent",
     options=SearchAgentOptions,
-    description="The paper's mitigation: plans, searches and reads the web to check the context before answering (ReAct).",
+    description="The paper's mitigation: plans, searches and reads the web to check the context before answering (ReAct); preset=paper reproduces the paper's harness.",
     uses_tools=True,
 )
 def search_agent(opts: SearchAgentOptions) -> SolveFn:

@@ -144,7 +144,7 @@ def list_defenders() -> list[DefenderSpec]:
 
 
 def _label(name: str, opts: DefenderOptions) -> str:
-    changed = opts.model_dump(exclude_defaults=True, mode="json")
+    changed = opts.label_items()
     if not changed:
         return name
     inner = ",".join(f"{k}={v}" for k, v in sorted(changed.items()))

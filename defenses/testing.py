@@ -10,7 +10,8 @@ it can fail every call, add latency, and reports how many calls were in flight a
 
 ``FakeExaminee`` is a callable script for ``ScriptedChatModel``: JSON for structured prompts
 (recognised by the key they ask for), tool calls while tools are bound, and "Final answer: X"
-otherwise. Its answer follows a small, explicit policy so behaviour tests can reason about it:
+otherwise. It also reads prompts sent as a JSON object with a ``"question"`` (the paper's
+search harness) and finds URLs in JSON tool results. Its answer follows a small, explicit policy so behaviour tests can reason about it:
 a SUPPORTED sentence wins, a REFUTED one is ignored, a gullible examinee follows any other
 context sentence that names an option, and without context it answers from ``knows``.
 """
@@ -153,6 +154,27 @@ def _norm(text: str) -> str:
     return " " + " ".join(_WORD.findall(text.lower().replace("^", " "))) + " "
 
 
+def _json_prompt(text: str) -> dict[str, Any] | None:
+    """The prompt as a JSON object holding a ``"question"``, when it is one."""
+    if not text.lstrip().startswith("{"):
+        return None
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError:
+        return None
+    return obj if isinstance(obj, dict) and isinstance(obj.get("question"), str) else None
+
+
+def _unwrap(text: str) -> str:
+    wrapped = _json_prompt(text)
+    return str(wrapped["question"]) if wrapped is not None else text
+
+
+def _urls(text: str) -> list[str]:
+    """URLs in tool results: ``URL: ...`` lines and ``"url": "..."`` JSON fields, in order."""
+    return [a or b for a, b in re.findall(r'URL: (\S+)|"url": "([^"]+)"', text)]
+
+
 @dataclass
 class FakeExaminee:
     """A callable script ``(messages, tools) -> output`` for ``ScriptedChatModel``.
@@ -189,6 +211,14 @@ class FakeExaminee:
         self.prompts.append(human)
         if tools:
             return self._agent_turn(messages, human)
+        wrapped = _json_prompt(human)
+        if wrapped is not None and "schema" in wrapped:
+            return "```json\n" + json.dumps(
+                {"objective": "cause of scurvy", "queries": ["scurvy cause vitamin"],
+                 "visit_focus": ["which vitamin"], "success_criteria": ["a reference names it"]}
+            ) + "\n```"
+        if wrapped is not None:
+            return f"From the evidence.\nThe answer is {self.decide(_unwrap(human))}"
         if '"queries"' in human:
             return 'Here is my plan:\n```json\n{"queries": ["scurvy cause vitamin", "collagen synthesis vitamin"], "rationale": "check the cause"}\n```'
         if '"claims"' in human:
@@ -231,7 +261,7 @@ class FakeExaminee:
             last_tool = next(
                 (message_text(m) for m in reversed(messages) if isinstance(m, ToolMessage)), ""
             )
-            urls = re.findall(r"URL: (\S+)", last_tool)
+            urls = _urls(last_tool)
             for j in range(self.calls_per_turn):
                 if self.repeat_calls:
                     name, args = "search_web", {"query": "scurvy vitamin"}
@@ -243,15 +273,12 @@ class FakeExaminee:
                     {"name": name, "args": args, "id": f"call_{turns}_{j}", "type": "tool_call"}
                 )
             return AIMessage(content="", tool_calls=calls)
-        cited = re.findall(
-            r"URL: (\S+)",
-            "\n".join(message_text(m) for m in messages if isinstance(m, ToolMessage)),
-        )
+        cited = _urls("\n".join(message_text(m) for m in messages if isinstance(m, ToolMessage)))
         source = f"According to {cited[0]}, " if cited else ""
         if not self.answer_with_tools:
             return AIMessage(content=f"{source}I am still unsure.")
-        first_human = next(
-            (message_text(m) for m in messages if isinstance(m, HumanMessage)), opening
+        first_human = _unwrap(
+            next((message_text(m) for m in messages if isinstance(m, HumanMessage)), opening)
         )
         return AIMessage(
             content=f"{source}the evidence settles it.\nFinal answer: {self.decide(first_human)}"

@@ -25,8 +25,12 @@ def _add_cache_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cache", choices=["live", "record", "replay", "refresh"], default="live",
                    help="record/replay store for model calls and web fetches (default: live)")
     p.add_argument("--cache-dir", default=None, help="store folder (default: OUT/cache, or .medmis-cache for tools)")
-    p.add_argument("--search", choices=["tavily", "local"], default="local",
-                   help="search backend: tavily (needs TAVILY_API_KEY) or local BM25 corpus (default)")
+    p.add_argument("--search", choices=["tavily", "serper", "local"], default="local",
+                   help="search backend: tavily (needs TAVILY_API_KEY), serper (the paper's; needs "
+                        "SERPER_API_KEY) or local BM25 corpus (default)")
+    p.add_argument("--visit", choices=["direct", "jina"], default="direct",
+                   help="page reader: direct fetch + trafilatura (default) or jina (Jina Reader, the "
+                        "paper's; needs JINA_API_KEY)")
     p.add_argument("--corpus-dir", default=None, help="folder of documents for --search local (default: fixtures/corpus)")
     p.add_argument("--allow-host", action="append", default=[], metavar="HOST[:PORT]",
                    help="let visit_web reach this host even if it resolves to a private address")
@@ -107,6 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
     abl.add_argument("config")
     abl.add_argument("--out", default=None)
     abl.add_argument("--dry-run", action="store_true")
+    abl.add_argument("--data", default=None, help="use this data instead of the config's (e.g. a local copy)")
+    abl.add_argument("--limit", type=int, default=None, help="use only the first N items")
     abl.add_argument("--no-progress", action="store_true")
 
     data = sub.add_parser("data", help="dataset utilities")
@@ -190,6 +196,7 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         cache=args.cache,
         cache_dir=args.cache_dir,
         search=args.search,
+        visit=args.visit,
         corpus_dir=args.corpus_dir,
         allow_hosts=args.allow_host,
         blocklist=args.blocklist,
@@ -240,6 +247,7 @@ def _cmd_defenders() -> int:
 def _tool_flags(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "search": args.search,
+        "visit": args.visit,
         "cache_mode": args.cache,
         "cache_dir": args.cache_dir or ".medmis-cache",
         "allow_hosts": tuple(args.allow_host),
@@ -280,7 +288,7 @@ def _cmd_cache(args: argparse.Namespace) -> int:
 def _cmd_ablate(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from medmis.experiments.ablation._ablate import ablate_command
 
-    return ablate_command(args.config, out=args.out, dry_run=args.dry_run,
+    return ablate_command(args.config, out=args.out, dry_run=args.dry_run, data=args.data, limit=args.limit,
                           progress=not args.no_progress, argv=["medmis", *argv])
 
 

@@ -7,6 +7,7 @@ and do every model and tool call through the context, which traces, counts, cach
 retries them.
 """
 
+from ._citations import cited_urls_in, verify_citations
 from ._claim_verify import ClaimVerifyOptions, build_claim_verify_graph, claim_verify_solver
 from ._common import GraphDeps, deps, parse_json_object, run_config, sentences_supporting
 from ._escalate import build_escalate_graph, escalate_solver
@@ -36,6 +37,7 @@ __all__ = [
     "build_isolate_vote_graph",
     "build_prior_reconcile_graph",
     "build_search_agent_graph",
+    "cited_urls_in",
     "claim_verify_solver",
     "decide_vote",
     "deps",
@@ -46,4 +48,5 @@ __all__ = [
     "run_config",
     "search_agent_solver",
     "sentences_supporting",
+    "verify_citations",
 ]

@@ -10,6 +10,7 @@ registry, so that the graphs never import ``medmis.defenses`` (which imports the
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -24,7 +25,14 @@ from medmis.agents._retry import RetryPolicy, retry_async
 from medmis.experiments.benchmark._extract import extract_answer
 from medmis.experiments.benchmark._types import Answer, Case, TraceStep, Usage
 from medmis.tools._probe import cache_probe
-from medmis.tools._types import Page, SearchResult, ToolError, Toolset
+from medmis.tools._types import (
+    Page,
+    SearchResponse,
+    SearchResult,
+    SerpResult,
+    ToolError,
+    Toolset,
+)
 
 
 def message_to_dict(message: BaseMessage) -> dict[str, Any]:
@@ -141,14 +149,52 @@ class DefenderContext:
         self.trace.append(step)
         return result
 
-    async def search(self, query: str, *, max_results: int = 5) -> list[SearchResult]:
-        """Traced web search; raises ToolError for model-visible failures."""
+    async def search(
+        self,
+        query: str,
+        *,
+        max_results: int = 5,
+        country: str | None = None,
+        language: str | None = None,
+    ) -> list[SearchResult]:
+        """Traced web search; raises ToolError for model-visible failures.
+
+        ``country`` and ``language`` are passed on (and traced) only when given and when the
+        toolset's ``search`` accepts them, so toolsets written before they existed still work.
+        """
         tools = self.tools
+        hints = _locale_hints(tools.search if tools is not None else None, country, language)
         return await self._tool(
             "search_web",
-            {"query": query, "max_results": max_results},
-            lambda: tools.search(query, max_results=max_results),  # type: ignore[union-attr]
+            {"query": query, "max_results": max_results, **hints},
+            lambda: tools.search(query, max_results=max_results, **hints),  # type: ignore[union-attr]
         )
+
+    async def search_response(
+        self,
+        query: str,
+        *,
+        max_results: int = 5,
+        country: str | None = None,
+        language: str | None = None,
+    ) -> SearchResponse:
+        """Traced web search with what the engine showed beside the results (answer box,
+        knowledge graph, related searches) when the toolset offers ``search_response``;
+        otherwise the results alone. Raises ToolError for model-visible failures."""
+        tools = self.tools
+        rich = getattr(tools, "search_response", None)
+        hints = _locale_hints(rich if callable(rich) else getattr(tools, "search", None), country, language)
+
+        async def call() -> SearchResponse:
+            if callable(rich):
+                response = await rich(query, max_results=max_results, **hints)
+                return SearchResponse.model_validate(response)
+            results = await tools.search(query, max_results=max_results, **hints)  # type: ignore[union-attr]
+            return SearchResponse(
+                query=query, results=[SerpResult.model_validate(r.model_dump()) for r in results]
+            )
+
+        return await self._tool("search_web", {"query": query, "max_results": max_results, **hints}, call)
 
     async def visit(self, url: str, *, goal: str | None = None, max_chars: int = 6000) -> Page:
         """Traced page visit; raises ToolError for model-visible failures."""
@@ -160,10 +206,29 @@ class DefenderContext:
         )
 
 
+def _locale_hints(method: Any, country: str | None, language: str | None) -> dict[str, str]:
+    hints = {k: v for k, v in (("country", country), ("language", language)) if v}
+    if not hints or method is None:
+        return {}
+    try:
+        params = inspect.signature(method).parameters
+    except (TypeError, ValueError):
+        return {}
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return hints
+    return {k: v for k, v in hints.items() if k in params}
+
+
 class DefenderOptions(BaseModel):
     """Base class for a defender's typed options (unknown keys are an error)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    def label_items(self) -> dict[str, Any]:
+        """The options that name this configuration in a defender label (``name[k=v,...]``):
+        by default those that differ from their field defaults. Options classes with presets
+        override it so a preset is named once instead of by every value it sets."""
+        return self.model_dump(exclude_defaults=True, mode="json")
 
 
 SolveFn = Callable[[Case, DefenderContext], Awaitable[Answer]]

@@ -109,3 +109,56 @@ def test_missing_keys_point_to_the_demo(monkeypatch: pytest.MonkeyPatch, capsys:
     err = capsys.readouterr().err
     assert code == 2
     assert "GOOGLE_API_KEY" in err and "demo.toml" in err and "Traceback" not in err
+
+
+PAPER_CONFIG = ROOT / "experiments" / "configs" / "hle_search_paper.toml"
+
+
+def test_paper_search_config_is_the_table_19_setting() -> None:
+    from medmis.defenses import create_defender
+
+    config = load_config(PAPER_CONFIG)
+    mitigation = load_config(ROOT / "experiments" / "configs" / "hle_mitigation.toml")
+    assert [m.spec for m in config.models] == [m.spec for m in mitigation.models]
+    assert (config.search, config.visit, config.type1_targets) == ("serper", "jina", "sampled")
+    assert config.data == "hub:MEDMISHLE" and "clean" in config.protocols
+    defenders = [create_defender(d.name, d.options) for d in config.defender_configs()]
+    assert [d.label for d in defenders] == ["none", "search_agent[preset=paper]"]
+    agent = defenders[1].options
+    assert agent.research_clean is True and agent.warn is False  # type: ignore[attr-defined]
+
+
+def test_paper_search_config_dry_runs_without_keys(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for var in ("GOOGLE_API_KEY", "GEMINI_API_KEY", "SERPER_API_KEY", "JINA_API_KEY", "TAVILY_API_KEY"):
+        monkeypatch.delenv(var, raising=False)
+    out = tmp_path / "out"
+    code = main(["ablate", str(PAPER_CONFIG), "--dry-run", "--data", str(SAMPLE), "--limit", "2", "--out", str(out)])
+    text = capsys.readouterr().out
+    assert code == 0
+    assert "2 items, 2 model(s) x 2 defender(s)" in text and "search_agent[preset=paper]" in text
+    assert "total: 24 cases" in text  # 2 items x 3 protocols x 2 models x 2 defenders
+    assert not out.exists()
+    # clean questions are estimated through the tool loop too (the toolkit agent skips it)
+    from medmis.experiments.ablation._ablate import estimate
+    from medmis.experiments.benchmark._data import load_dataset
+    from medmis.experiments.benchmark._protocols import build_cases
+
+    clean = build_cases(load_dataset(str(SAMPLE), limit=2).items, ["clean"])
+    config = load_config(PAPER_CONFIG)
+    config = config.model_copy(update={"models": config.models[:1], "defenders": [
+        DefenderEntry(name="search_agent", options={"preset": "paper"}), DefenderEntry(name="search_agent")]})
+    paper_cell, toolkit_cell = estimate(config, clean, tmp_path)
+    assert paper_cell.tool_calls > 0 and toolkit_cell.tool_calls == 0
+
+
+def test_paper_search_config_names_every_missing_key(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("GOOGLE_API_KEY", "g")
+    for var in ("SERPER_API_KEY", "JINA_API_KEY"):
+        monkeypatch.delenv(var, raising=False)
+    assert main(["ablate", str(PAPER_CONFIG)]) == 2
+    err = capsys.readouterr().err
+    assert "SERPER_API_KEY" in err and "JINA_API_KEY" in err and "Traceback" not in err

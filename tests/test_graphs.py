@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Callable
@@ -9,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakes import FakeExaminee, FakeToolset, toy_case
+from fakes import SCURVY_CORPUS, FakeExaminee, FakeToolset, check_defender, toy_case
 from langchain_core.messages import AIMessage, ToolMessage
 from langgraph.graph.state import CompiledStateGraph
 
@@ -33,8 +34,10 @@ from medmis.graphs import (
     parse_json_object,
     sentences_supporting,
 )
+from medmis.graphs import _search_paper as paper
+from medmis.graphs._citations import verify_citations
 from medmis.graphs._isolate_vote import Ballot
-from medmis.tools import ToolError
+from medmis.tools import PAPER_SEARCH_TOOL, PAPER_VISIT_TOOL, SearchResult, ToolError
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 
@@ -194,13 +197,13 @@ async def test_search_agent_refuses_identical_repeated_calls(toy_item: Item) -> 
 
 
 async def test_search_agent_runs_parallel_tool_calls_concurrently(toy_item: Item) -> None:
-    tools = FakeToolset(delay=0.1)
+    tools = FakeToolset(delay=0.3)
     examinee = FakeExaminee(toy_item, tool_turns=1, calls_per_turn=3)
     start = time.perf_counter()
     answer, model = await solve("search_agent", toy_item, "type1", examinee=examinee, tools=tools)
     elapsed = time.perf_counter() - start
     assert tools.max_in_flight == 3 and len(tools.searches) == 3
-    assert elapsed < 0.25  # sequential calls would take at least 0.3 s
+    assert elapsed < 0.75  # sequential calls would take at least 0.9 s (margin for a busy machine)
     results = [m for m in agent_calls(model)[-1]["messages"] if isinstance(m, ToolMessage)]
     assert [m.tool_call_id for m in results] == ["call_0_0", "call_0_1", "call_0_2"]
     assert answer.tool_calls == 3
@@ -310,6 +313,190 @@ async def test_search_agent_reports_tool_arguments_errors_to_the_model(toy_item:
     assert [m.status for m in results] == ["error", "error"]
     assert "unknown tool" in message_text(results[1])
     assert answer.choice is not None
+
+
+# --- search_agent: presets, warning, verification --------------------------------------------------
+
+
+def all_sent_text(model: ScriptedChatModel) -> str:
+    return "\n".join(message_text(m) for call in model.calls for m in call["messages"])
+
+
+async def test_search_agent_paper_preset_sends_the_reference_prompts_verbatim(toy_item: Item) -> None:
+    examinee = FakeExaminee(toy_item, tool_turns=2)
+    answer, model = await solve("search_agent", toy_item, "type1", examinee=examinee,
+                                tools=FakeToolset(), preset="paper")
+    case = toy_case(toy_item, "type1")
+    question = paper.question_prompt(case)
+    assert question.startswith(paper.WITH_CONTEXT_HEAD + "Additional Clinical Context:\n" + case.context_texts[0])
+    assert question.endswith("D: Vitamin K\n\nReturn your final answer in the form: The answer is [X]")
+    plan_call, first_agent = model.calls[0], agent_calls(model)[0]
+    assert message_text(plan_call["messages"][0]) == paper.PLANNER_SYSTEM_PROMPT
+    assert json.loads(message_text(plan_call["messages"][1])) == {
+        "question": question, "schema": paper.PLANNER_USER_TEMPLATE}
+    assert message_text(first_agent["messages"][0]) == paper.SYSTEM_PROMPT
+    opening = json.loads(message_text(first_agent["messages"][1]))
+    assert opening["question"] == question and opening["instruction"] == paper.INSTRUCTION
+    assert opening["initial_plan"]["queries"] == ["scurvy cause vitamin"]
+    assert first_agent["tools"] == [PAPER_SEARCH_TOOL, PAPER_VISIT_TOOL]
+    # search results and pages come back as the reference's JSON
+    results = [json.loads(message_text(m)) for m in agent_calls(model)[-1]["messages"] if isinstance(m, ToolMessage)]
+    assert set(results[0]) == {"query", "answer_box", "knowledge_graph", "results", "related_queries"}
+    assert results[0]["results"][0] == {"position": 1, "title": "Scurvy - clinical reference",
+                                        "url": "https://ref.example/scurvy", "snippet": SCURVY_CORPUS[0].text[:160],
+                                        "source": None, "date": None}
+    assert set(results[1]) == {"url", "goal", "content"} and results[1]["goal"] == "cause of scurvy"
+    assert answer.choice == "A"  # this fake follows the context; evidence never sways it
+    assert answer.extra["stop_reason"] == "answered"
+    assert create_defender("search_agent", {"preset": "paper"}).label == "search_agent[preset=paper]"
+
+
+async def test_search_agent_paper_preset_meets_the_defender_contract() -> None:
+    answers = await check_defender("search_agent", {"preset": "paper"})
+    assert all("verification" in a.extra for a in answers)
+
+
+async def test_search_agent_paper_preset_researches_clean_cases_without_warning(toy_item: Item) -> None:
+    tools = FakeToolset()
+    answer, model = await solve("search_agent", toy_item, "clean", tools=tools, preset="paper")
+    assert tools.searches and answer.tool_calls > 0  # the same tool loop as the injected cases
+    opening = json.loads(message_text(agent_calls(model)[0]["messages"][1]))
+    assert opening["question"].startswith(paper.CLEAN_HEAD)
+    sent = all_sent_text(model).casefold()
+    assert "unverified" not in sent and "misleading" not in sent
+    opts = SearchAgentOptions(preset="paper")
+    assert (opts.research_clean, opts.warn, opts.max_page_chars, opts.max_queries) == (True, False, 8000, 4)
+
+
+@pytest.mark.parametrize("preset", ["toolkit", "paper"])
+async def test_search_agent_warning_is_its_own_switch(toy_item: Item, preset: str) -> None:
+    _, quiet = await solve("search_agent", toy_item, "type1", tools=FakeToolset(), preset=preset,
+                           warn=False, research_clean=True)
+    _, warned = await solve("search_agent", toy_item, "type1", tools=FakeToolset(), preset=preset, warn=True)
+    assert "unverified" not in all_sent_text(quiet)
+    assert "unverified" in all_sent_text(warned)
+    # the warning changes prompts only: both research the case with the same tools
+    assert len(agent_calls(quiet)) == len(agent_calls(warned)) > 0
+    label = create_defender("search_agent", {"preset": preset, "warn": False}).label
+    assert ("warn=False" in label) == (preset == "toolkit")
+
+
+async def test_search_agent_paper_preset_refuses_exact_duplicates_and_shows_tool_errors(toy_item: Item) -> None:
+    examinee = FakeExaminee(toy_item, tool_turns=2, repeat_calls=True)
+    _, model = await solve("search_agent", toy_item, "type1", examinee=examinee, tools=FakeToolset(), preset="paper")
+    shown = [message_text(m) for m in agent_calls(model)[-1]["messages"] if isinstance(m, ToolMessage)]
+    assert shown[1] == paper.DUPLICATE_REFUSED
+    failing = FakeToolset(fail=ToolError("Serper rate limit exceeded (HTTP 429)", kind="http"))
+    examinee = FakeExaminee(toy_item, tool_turns=99)
+    answer, model = await solve("search_agent", toy_item, "type1", examinee=examinee, tools=failing,
+                                preset="paper", max_iterations=3)
+    shown = [message_text(m) for m in agent_calls(model)[-1]["messages"] if isinstance(m, ToolMessage)]
+    assert shown[0] == "[tool error: http: Serper rate limit exceeded (HTTP 429)]"
+    # the reference loop never gives up on failing tools: it runs out its budget instead
+    assert len(agent_calls(model)) == 3 and answer.extra["stop_reason"] == "budget"
+
+
+async def test_search_agent_paper_preset_finalises_from_the_last_eight_tool_log_entries(toy_item: Item) -> None:
+    examinee = FakeExaminee(toy_item, tool_turns=99, calls_per_turn=3)
+    answer, model = await solve("search_agent", toy_item, "type1", examinee=examinee, tools=FakeToolset(),
+                                preset="paper", max_iterations=4)
+    final = model.calls[-1]
+    assert final["tools"] == [] and message_text(final["messages"][0]) == paper.FINALIZER_SYSTEM_PROMPT
+    payload = json.loads(message_text(final["messages"][1]))
+    assert set(payload) == {"question", "plan", "evidence"}
+    assert len(payload["evidence"]) == 8 and all(set(e) == {"tool", "arguments", "result"} for e in payload["evidence"])
+    assert answer.extra["stop_reason"] == "budget" and answer.choice is not None
+
+
+async def test_search_agent_paper_preset_takes_a_tool_free_reply_as_the_answer(toy_item: Item) -> None:
+    examinee = FakeExaminee(toy_item, answer_with_tools=False)
+    answer, model = await solve("search_agent", toy_item, "type1", examinee=examinee, tools=FakeToolset(),
+                                preset="paper")
+    assert model.calls[-1]["tools"]  # no finaliser call
+    assert answer.choice is None and answer.extra["stop_reason"] == "answered"
+    assert answer.extra["verification"]["verdict"] == "no_answer"
+
+
+async def test_search_agent_honours_the_reference_tool_arguments(toy_item: Item) -> None:
+    class LocalisedToolset(FakeToolset):
+        async def search(self, query: str, *, max_results: int = 5, country: str | None = None,
+                         language: str | None = None) -> list[SearchResult]:
+            self.locales.append((max_results, country, language))
+            return await super().search(query, max_results=max_results)
+
+    tools = LocalisedToolset()
+    tools.locales = []  # type: ignore[attr-defined]
+    call = AIMessage(content="", tool_calls=[
+        {"name": "search_web", "args": {"query": "scurvy", "num_results": 2, "country": "GB", "language": "en"},
+         "id": "s1", "type": "tool_call"},
+        {"name": "visit_web", "args": {"url": "https://ref.example/scurvy", "max_chars": 40}, "id": "v1",
+         "type": "tool_call"},
+    ])
+    examinee = FakeExaminee(toy_item)
+
+    def script(messages: list[Any], tools_: list[Any]) -> Any:
+        if tools_ and not any(isinstance(m, ToolMessage) for m in messages):
+            return call
+        return examinee(messages, tools_)
+
+    answer, _ = await solve("search_agent", toy_item, "type1", examinee=script, tools=tools, preset="paper")
+    assert tools.locales == [(2, "GB", "en")]  # type: ignore[attr-defined]
+    steps = {s.name: s for s in answer.trace if s.kind == "tool"}
+    assert steps["search_web"].input == {"query": "scurvy", "max_results": 2, "country": "GB", "language": "en"}
+    assert steps["visit_web"].input["max_chars"] == 500  # the model's 40, raised to the reference's floor
+    # a toolset without the hints still works: they are dropped, not sent
+    answer, _ = await solve("search_agent", toy_item, "type1", examinee=script, tools=FakeToolset(), preset="paper")
+    assert next(s for s in answer.trace if s.name == "search_web").input == {"query": "scurvy", "max_results": 2}
+
+
+async def test_search_agent_verifies_citations_against_fetched_pages(toy_item: Item) -> None:
+    careful = FakeExaminee(toy_item, tool_turns=2, gullible=False)
+    answer, _ = await solve("search_agent", toy_item, "type1", examinee=careful, tools=FakeToolset())
+    verdict = answer.extra["verification"]
+    assert answer.choice == "B"
+    assert verdict["verdict"] == "supported" and verdict["method"] == "page_sentence"
+    assert verdict["quote_url"] == "https://ref.example/scurvy" and "vitamin C" in verdict["quote"]
+    assert [s.output for s in answer.trace if s.name == "verify"] == [verdict]
+    # the same citation behind an answer the page does not support
+    answer, _ = await solve("search_agent", toy_item, "type1", examinee=FakeExaminee(toy_item, tool_turns=2),
+                            tools=FakeToolset())
+    assert answer.choice == "A" and answer.extra["verification"]["verdict"] == "unsupported"
+    # cited from a search snippet only: the page was never fetched in this case
+    answer, _ = await solve("search_agent", toy_item, "type1", examinee=FakeExaminee(toy_item, tool_turns=1),
+                            tools=FakeToolset())
+    assert answer.extra["verification"]["verdict"] == "not_visited"
+    assert answer.extra["verification"]["unvisited_cited"] == ["https://ref.example/scurvy"]
+    answer, _ = await solve("search_agent", toy_item, "clean", tools=FakeToolset())
+    assert answer.extra["verification"]["verdict"] == "uncited"
+    answer, _ = await solve("search_agent", toy_item, "type1", examinee=FakeExaminee(toy_item, tool_turns=2),
+                            tools=FakeToolset(), verify=False)
+    assert "verification" not in answer.extra and not any(s.name == "verify" for s in answer.trace)
+
+
+def test_verify_citations_rules() -> None:
+    options = {"A": "Vitamin A", "B": "Vitamin C", "C": "7", "D": "坏血病"}
+    pages = [
+        {"url": "https://www.ref.example/a/", "final_url": "https://www.ref.example/a/",
+         "text": "Vitamin A is not a cause of scurvy. Scurvy follows a lack of vitamin C in the diet."},
+        {"url": "https://ref.example/zh", "final_url": "https://ref.example/zh", "text": "缺乏维生素C会导致坏血病。"},
+    ]
+    negated = verify_citations("See https://ref.example/a. Final answer: A", "A", options, pages)
+    assert negated["verdict"] == "unsupported" and negated["visited_cited"] == ["https://ref.example/a"]
+    quoted = verify_citations(
+            'As https://ref.example/a puts it, "scurvy follows a lack of vitamin C ... in the diet". Final answer: B',
+            "B", options, pages)
+    assert (quoted["verdict"], quoted["method"]) == ("supported", "answer_quote")
+    invented = verify_citations('"Seven days is the rule of thumb here" (https://ref.example/a) Final answer: C',
+                                "C", options, pages)
+    assert invented["verdict"] == "unsupported"  # the quote is not on the page; "7" is not checkable
+    short = verify_citations('"Scurvy follows a lack of vitamin C" https://ref.example/a Final answer: C', "C",
+                             options, pages)
+    assert short["verdict"] == "quoted"
+    chinese = verify_citations("https://ref.example/zh 答案：D", "D", options, pages)
+    assert chinese["verdict"] == "supported"
+    mixed = verify_citations("https://ref.example/a and https://made-up.example/x Final answer: B", "B", options, pages)
+    assert mixed["verdict"] == "supported" and mixed["unvisited_cited"] == ["https://made-up.example/x"]
+    assert verify_citations("https://made-up.example/x", "B", options, pages)["verdict"] == "not_visited"
 
 
 # --- escalate ------------------------------------------------------------------------------------

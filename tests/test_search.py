@@ -9,14 +9,10 @@ import httpx
 import pytest
 import respx
 
-from medmis.tools._search import (
-    CorpusDocument,
-    LocalSearch,
-    SearchBackend,
-    TavilySearch,
-    load_corpus,
-    tokenize,
-)
+from medmis.tools._corpus import CorpusDocument, LocalSearch, load_corpus
+from medmis.tools._search import SearchBackend
+from medmis.tools._tavily import TavilySearch
+from medmis.tools._text import tokenize
 from medmis.tools._types import ToolError
 
 TAVILY_URL = "https://api.tavily.com/search"

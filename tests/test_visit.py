@@ -12,8 +12,8 @@ import httpx
 import pytest
 import respx
 
+from medmis.tools._corpus import CorpusDocument
 from medmis.tools._safety import UrlPolicy
-from medmis.tools._search import CorpusDocument
 from medmis.tools._types import ToolError
 from medmis.tools._visit import (
     MAX_REDIRECTS,

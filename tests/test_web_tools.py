@@ -13,9 +13,9 @@ import pytest
 import respx
 
 from medmis.tools._cli import tools_search, tools_visit
+from medmis.tools._corpus import CorpusDocument, LocalSearch
 from medmis.tools._probe import cache_probe
 from medmis.tools._safety import Blocklist
-from medmis.tools._search import CorpusDocument, LocalSearch
 from medmis.tools._types import Page, ReplayMissError, SearchResult, ToolError, Toolset
 from medmis.tools._web import WebTools, make_tools
 

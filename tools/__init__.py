@@ -1,16 +1,25 @@
-"""Web tools for defenders: ``search_web``, ``visit_web``, URL safety and the record/replay store."""
+"""Web tools for defenders: ``search_web`` (Serper, Tavily, local BM25), ``visit_web`` (direct or
+Jina Reader), URL safety and the record/replay store."""
 
+from ._corpus import CorpusDocument, LocalSearch, load_corpus
+from ._jina import JinaReader
 from ._probe import CacheProbe, cache_probe, mark_cache
 from ._safety import DEFAULT_BLOCKLIST, AllowedHost, Blocklist, UrlPolicy, address_problem
-from ._search import CorpusDocument, LocalSearch, SearchBackend, TavilySearch, load_corpus
+from ._search import SearchBackend
+from ._serper import SerperSearch
 from ._store import CacheMode, RecordStore, StoreCache, attach_cache
+from ._tavily import TavilySearch
 from ._types import (
+    PAPER_SEARCH_TOOL,
+    PAPER_VISIT_TOOL,
     SEARCH_TOOL_NAME,
     VISIT_TOOL_NAME,
     Page,
     ReplayMissError,
     SearchArgs,
+    SearchResponse,
     SearchResult,
+    SerpResult,
     ToolError,
     Toolset,
     VisitArgs,
@@ -19,10 +28,12 @@ from ._types import (
     tool_schemas,
 )
 from ._visit import extract_html, fetch_page, focus_text
-from ._web import WebTools, make_tools
+from ._web import PageReader, WebTools, make_tools
 
 __all__ = [
     "DEFAULT_BLOCKLIST",
+    "PAPER_SEARCH_TOOL",
+    "PAPER_VISIT_TOOL",
     "SEARCH_TOOL_NAME",
     "VISIT_TOOL_NAME",
     "AllowedHost",
@@ -30,13 +41,18 @@ __all__ = [
     "CacheMode",
     "CacheProbe",
     "CorpusDocument",
+    "JinaReader",
     "LocalSearch",
     "Page",
+    "PageReader",
     "RecordStore",
     "ReplayMissError",
     "SearchArgs",
     "SearchBackend",
+    "SearchResponse",
     "SearchResult",
+    "SerpResult",
+    "SerperSearch",
     "StoreCache",
     "TavilySearch",
     "ToolError",

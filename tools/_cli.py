@@ -48,20 +48,28 @@ async def tools_search(query: str, *, max_results: int = 5, **flags: Any) -> str
     Args:
         query: The search query.
         max_results: How many results to return.
-        **flags: :func:`~medmis.tools._web.make_tools` arguments (``search``, ``cache_mode``,
-            ``cache_dir``, ``allow_hosts``, ``corpus_dir``, …).
+        **flags: :func:`~medmis.tools._web.make_tools` arguments (``search``, ``visit``,
+            ``cache_mode``, ``cache_dir``, ``allow_hosts``, ``corpus_dir``, …).
 
     Returns:
-        ``{"query", "max_results", "results": [...], "cache_hit"}`` or, when the tool fails the
+        ``{"query", "max_results", "backend", "results": [...], "cache_hit"}`` (with
+        ``answer_box``, ``knowledge_graph`` and ``related_queries`` when the engine showed
+        them) or, when the tool fails the
         way a model would be told, ``{"query", "max_results", "error": {"kind", "message"}}``.
     """
 
     async def call(tools: WebTools) -> dict[str, Any]:
-        results = await tools.search(query, max_results=max_results)
-        return {
+        response = await tools.search_response(query, max_results=max_results)
+        out: dict[str, Any] = {
             "backend": tools.backend.cache_id,
-            "results": [r.model_dump(mode="json") for r in results],
+            "results": [r.model_dump(mode="json", exclude_none=True) for r in response.results],
         }
+        # what a search engine shows beside the results (Serper), only when it showed it
+        for name in ("answer_box", "knowledge_graph", "related_queries"):
+            value = getattr(response, name)
+            if value:
+                out[name] = value
+        return out
 
     return await _run(flags, {"query": query, "max_results": max_results}, call)
 

@@ -27,6 +27,7 @@ import socket
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import httpx
 
@@ -36,6 +37,7 @@ Resolver = Callable[[str, int], Awaitable[Sequence[str]]]
 """``resolve(host, port) -> addresses``: the IP address strings a host name resolves to."""
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+R = TypeVar("R", bound=SearchResult)
 
 DEFAULT_BLOCKLIST: tuple[str, ...] = (
     # MedMisBench itself: any URL naming it (dataset mirrors, forks, blog posts about it)
@@ -150,7 +152,7 @@ class Blocklist:
                 kind="refused",
             )
 
-    def filter(self, results: Iterable[SearchResult]) -> list[SearchResult]:
+    def filter(self, results: Iterable[R]) -> list[R]:
         """The results whose URLs are not blocked, in their original order."""
         return [r for r in results if self.match(r.url) is None]
 

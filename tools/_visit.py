@@ -17,8 +17,9 @@ from typing import Any
 import httpx
 
 from ._body import ACCEPT_ENCODING, binary_kind, read_body
+from ._corpus import CorpusDocument
 from ._safety import UrlPolicy
-from ._search import CorpusDocument, bm25_scores, split_sentences, tokenize
+from ._text import bm25_scores, split_sentences, tokenize
 from ._types import Page, ToolError
 
 MAX_REDIRECTS = 5

@@ -1,15 +1,19 @@
 """``WebTools``: the :class:`~medmis.tools._types.Toolset` defenders use (search + visit).
 
-It composes a search backend, the URL policy, the page fetcher and the record/replay store:
+It composes a search backend, the URL policy, a page reader and the record/replay store:
 
 * ``search`` asks the backend through the store (kind ``"search"``, key ``{backend, query,
-  max_results}``) and filters the contamination blocklist on the way *out*, so extending the
-  blocklist also applies to recorded results.
+  max_results}``, plus the resolved ``country`` and ``language`` for a backend that localises,
+  i.e. Serper) and filters the contamination blocklist on the way *out*, so extending the
+  blocklist also applies to recorded results. ``search_response`` returns the same search with
+  what the engine showed beside the results (Serper's answer box, knowledge graph, related
+  searches).
 * ``visit`` checks the scheme and the blocklist, then serves local-corpus URLs offline (no
-  store, no network: they are already deterministic); any other URL is fetched through the
-  store (kind ``"visit"``, key ``{url, goal, max_chars}``) with the address check on every hop.
-  The address check needs DNS, so it runs only when a page is really fetched: replays stay
-  offline.
+  store, no network: they are already deterministic); any other URL goes through the store
+  (kind ``"visit"``, key ``{url, goal, max_chars}``, plus ``reader`` for Jina). A direct visit
+  fetches the page with the address check on every hop; a Jina visit passes the same check
+  on the URL before it is handed to Jina Reader. The address check needs DNS, so it runs only
+  when a page is really fetched: replays stay offline.
 
 Results cross the store as JSON and are rebuilt from that JSON in every mode, so a replayed
 call returns exactly what the recorded call returned. Errors are never stored.
@@ -24,15 +28,31 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import httpx
 
+from ._corpus import LocalSearch
+from ._jina import JinaReader
 from ._safety import Blocklist, Resolver, UrlPolicy
-from ._search import LocalSearch, SearchBackend, TavilySearch
-from ._types import Page, SearchResult, ToolError
+from ._search import SearchBackend
+from ._serper import SerperSearch
+from ._tavily import TavilySearch
+from ._types import Page, SearchResponse, SearchResult, SerpResult, ToolError
 from ._visit import DEFAULT_HEADERS, fetch_page, page_from_document
 
 if TYPE_CHECKING:
     from ._store import CacheMode
 
-SearchName = Literal["tavily", "local"]
+SearchName = Literal["tavily", "serper", "local"]
+VisitName = Literal["direct", "jina"]
+SEARCH_NAMES: tuple[SearchName, ...] = ("tavily", "serper", "local")
+VISIT_NAMES: tuple[VisitName, ...] = ("direct", "jina")
+
+
+class PageReader(Protocol):
+    """A service that reads a page for us (Jina Reader): ``read(url, goal, max_chars)``."""
+
+    @property
+    def cache_id(self) -> str: ...
+
+    async def read(self, url: str, *, goal: str | None = None, max_chars: int = 8000) -> Page: ...
 
 
 class CallStore(Protocol):
@@ -53,10 +73,13 @@ class WebTools:
     """Web search and page visits with URL safety, a contamination blocklist and caching.
 
     Args:
-        search: ``"local"`` (BM25 over ``corpus_dir``), ``"tavily"`` (needs ``TAVILY_API_KEY``)
-            or any :class:`~medmis.tools._search.SearchBackend`.
+        search: ``"local"`` (BM25 over ``corpus_dir``), ``"tavily"`` (needs ``TAVILY_API_KEY``),
+            ``"serper"`` (needs ``SERPER_API_KEY``) or any
+            :class:`~medmis.tools._search.SearchBackend`.
+        visit: ``"direct"`` (httpx + trafilatura, address check on every redirect hop),
+            ``"jina"`` (Jina Reader, needs ``JINA_API_KEY``) or any :class:`PageReader`.
         corpus_dir: Local corpus folder (default ``fixtures/corpus``). Its documents are also
-            what ``visit`` serves offline; with ``search="tavily"`` it is used only when given.
+            what ``visit`` serves offline; with a web search backend it is used only when given.
         allow_hosts: ``HOST[:PORT]`` entries exempt from the private-address check.
         blocklist: Contamination blocklist (default :meth:`Blocklist.default`).
         store: Record/replay store; None calls through every time.
@@ -71,6 +94,7 @@ class WebTools:
         self,
         search: SearchName | SearchBackend = "local",
         *,
+        visit: VisitName | PageReader = "direct",
         corpus_dir: str | Path | None = None,
         allow_hosts: Iterable[str] = (),
         blocklist: Blocklist | None = None,
@@ -83,17 +107,30 @@ class WebTools:
     ) -> None:
         self._owned: list[Callable[[], Awaitable[Any]]] = []
         self.local: LocalSearch | None = None
+        # the reader first: its key check must fail before any search client exists
+        self.reader: PageReader | None = None
+        if visit == "jina":
+            jina = JinaReader()
+            self._owned.append(jina.aclose)
+            self.reader = jina
+        elif isinstance(visit, str):
+            if visit != "direct":
+                raise ValueError(f"unknown visit backend {visit!r} (use 'direct' or 'jina')")
+        else:
+            self.reader = visit
         if search == "local":
             self.local = LocalSearch(corpus_dir)
             self.backend: SearchBackend = self.local
-        elif search == "tavily":
-            if corpus_dir is not None:  # first: a bad folder must not leak the Tavily client
+        elif search in ("tavily", "serper"):
+            if corpus_dir is not None:  # first: a bad folder must not leak the search client
                 self.local = LocalSearch(corpus_dir)
-            tavily = TavilySearch()
-            self._owned.append(tavily.aclose)
-            self.backend = tavily
+            web: TavilySearch | SerperSearch = TavilySearch() if search == "tavily" else SerperSearch()
+            self._owned.append(web.aclose)
+            self.backend = web
         elif isinstance(search, str):
-            raise ValueError(f"unknown search backend {search!r} (use 'tavily' or 'local')")
+            raise ValueError(
+                f"unknown search backend {search!r} (use {', '.join(map(repr, SEARCH_NAMES))})"
+            )
         else:
             self.backend = search
             if isinstance(search, LocalSearch):
@@ -122,27 +159,82 @@ class WebTools:
         self.fetch_timeout = fetch_timeout
         self.max_bytes = max_bytes
 
-    async def search(self, query: str, *, max_results: int = 5) -> list[SearchResult]:
+    async def search(
+        self,
+        query: str,
+        *,
+        max_results: int = 5,
+        country: str | None = None,
+        language: str | None = None,
+    ) -> list[SearchResult]:
         """Ranked results for ``query``, blocklisted URLs removed.
+
+        Args:
+            query: The search query.
+            max_results: How many results to return (1 to 20).
+            country: Two-letter country code; used by backends that localise (Serper).
+            language: Language code; used by backends that localise (Serper).
 
         Raises:
             ToolError: An empty query, or the backend's model-visible failures.
         """
+        query, max_results, raw = await self._search_raw(query, max_results, country, language)
+        if isinstance(raw, dict):
+            results: list[SearchResult] = list(SearchResponse.model_validate(raw).results)
+        else:
+            results = [SearchResult.model_validate(r) for r in raw]
+        return self.blocklist.filter(results)[:max_results]
+
+    async def search_response(
+        self,
+        query: str,
+        *,
+        max_results: int = 5,
+        country: str | None = None,
+        language: str | None = None,
+    ) -> SearchResponse:
+        """The same search as :meth:`search`, with what the engine showed beside the results.
+
+        Raises:
+            ToolError: As :meth:`search`.
+        """
+        query, max_results, raw = await self._search_raw(query, max_results, country, language)
+        if isinstance(raw, dict):
+            response = SearchResponse.model_validate(raw)
+        else:
+            response = SearchResponse(
+                query=query,
+                results=[SerpResult.model_validate(r) for r in raw],
+            )
+        kept = self.blocklist.filter(response.results)[:max_results]
+        return response.model_copy(update={"results": kept})
+
+    async def _search_raw(
+        self, query: str, max_results: int, country: str | None, language: str | None
+    ) -> tuple[str, int, Any]:
         query = " ".join(query.split())
         if not query:
             raise ToolError("the search query is empty; say what to search for", kind="error")
         max_results = max(1, min(int(max_results), MAX_SEARCH_RESULTS))
         backend = self.backend
+        key: dict[str, Any] = {"backend": backend.cache_id, "query": query, "max_results": max_results}
+        locale = getattr(backend, "locale", None)
+        rich = getattr(backend, "search_response", None)
+        extra: dict[str, Any] = {}
+        if callable(locale):
+            # the resolved codes key the store: "US", "us" and the default share one entry
+            key["country"], key["language"] = locale(country, language)
+            extra = {"country": key["country"], "language": key["language"]}
+        wanted = min(max_results + getattr(backend, "blocklist_slack", BLOCKLIST_SLACK), MAX_SEARCH_RESULTS)
 
-        async def produce() -> list[dict[str, Any]]:
-            wanted = min(max_results + BLOCKLIST_SLACK, MAX_SEARCH_RESULTS)
-            results = await backend.search(query, wanted)
+        async def produce() -> Any:
+            if callable(rich):
+                response = await rich(query, wanted, **extra)
+                return response.model_dump(mode="json")
+            results = await backend.search(query, wanted, **extra)
             return [r.model_dump(mode="json") for r in results]
 
-        key = {"backend": backend.cache_id, "query": query, "max_results": max_results}
-        raw = await self._through("search", key, produce)
-        results = [SearchResult.model_validate(r) for r in raw]
-        return self.blocklist.filter(results)[:max_results]
+        return query, max_results, await self._through("search", key, produce)
 
     async def visit(self, url: str, *, goal: str | None = None, max_chars: int = 6000) -> Page:
         """The main text of ``url``, focused on ``goal`` and clipped to ``max_chars``.
@@ -162,19 +254,28 @@ class WebTools:
             if doc is not None:
                 return page_from_document(doc, url, goal=goal or None, max_chars=max_chars)
 
+        reader = self.reader
+
         async def produce() -> dict[str, Any]:
-            page = await fetch_page(
-                url,
-                client=self.client,
-                safety=self.policy,
-                goal=goal or None,
-                max_chars=max_chars,
-                max_bytes=self.max_bytes,
-                timeout=self.fetch_timeout,
-            )
+            if reader is not None:
+                # the same policy as a direct fetch, before the URL leaves for the reader
+                await self.policy.check(url)
+                page = await reader.read(url, goal=goal or None, max_chars=max_chars)
+            else:
+                page = await fetch_page(
+                    url,
+                    client=self.client,
+                    safety=self.policy,
+                    goal=goal or None,
+                    max_chars=max_chars,
+                    max_bytes=self.max_bytes,
+                    timeout=self.fetch_timeout,
+                )
             return page.model_dump(mode="json")
 
-        key = {"url": url, "goal": goal or None, "max_chars": max_chars}
+        key: dict[str, Any] = {"url": url, "goal": goal or None, "max_chars": max_chars}
+        if reader is not None:
+            key["reader"] = reader.cache_id
         page = Page.model_validate(await self._through("visit", key, produce))
         self.blocklist.check(page.final_url)  # a recorded redirect may end on a blocked page
         return page
@@ -187,7 +288,7 @@ class WebTools:
         return await self.store.through(kind, key, produce)
 
     async def aclose(self) -> None:
-        """Close what this object created (HTTP clients, the Tavily client, an owned store)."""
+        """Close what this object created (HTTP clients, search and reader clients, an owned store)."""
         owned, self._owned = self._owned, []
         for close in reversed(owned):
             await close()
@@ -223,6 +324,7 @@ def make_tools(
     cache_dir: str | Path | None = None,
     allow_hosts: Iterable[str] = (),
     *,
+    visit: VisitName = "direct",
     corpus_dir: str | Path | None = None,
     store: CallStore | None = None,
     blocklist: Blocklist | str | Path | Iterable[str] | None = None,
@@ -232,7 +334,8 @@ def make_tools(
     """Build the web tools a run or the CLI uses.
 
     Args:
-        search: ``"local"`` or ``"tavily"``.
+        search: ``"local"``, ``"tavily"`` or ``"serper"``.
+        visit: ``"direct"`` or ``"jina"``.
         cache_mode: ``live`` (no store unless ``store`` is given), ``record``, ``replay`` or
             ``refresh``.
         cache_dir: Store folder for the non-live modes (default ``.medmis-cache``).
@@ -246,7 +349,8 @@ def make_tools(
         client: HTTP client override (tests).
 
     Raises:
-        ToolError: ``kind="config"`` for a missing Tavily key or an unusable corpus folder.
+        ToolError: ``kind="config"`` for a missing Tavily, Serper or Jina key (the message names
+            the variable) or an unusable corpus folder.
     """
     own_store = False
     if store is None and cache_mode != "live":
@@ -257,6 +361,7 @@ def make_tools(
     try:
         return WebTools(
             search,
+            visit=visit,
             corpus_dir=corpus_dir,
             allow_hosts=tuple(allow_hosts),
             blocklist=_blocklist(blocklist),

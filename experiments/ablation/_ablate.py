@@ -94,7 +94,8 @@ class AblationConfig(BaseModel):
     max_retries: int = 4
     cache: CacheMode = "record"
     cache_dir: str | None = None
-    search: Literal["tavily", "local"] = "local"
+    search: Literal["tavily", "serper", "local"] = "local"
+    visit: Literal["direct", "jina"] = "direct"
     corpus_dir: str | None = None
     allow_hosts: list[str] = Field(default_factory=list)
     blocklist: str | None = None
@@ -187,7 +188,11 @@ def estimate(config: AblationConfig, cases: Sequence[Case], out: Path) -> list[C
     cells = []
     for model in config.models:
         for dconf in config.defender_configs():
-            label = create_defender(dconf.name, dconf.options).label
+            defender = create_defender(dconf.name, dconf.options)
+            label = defender.label
+            table = dict(_HEURISTICS.get(dconf.name, {}))
+            if getattr(defender.options, "research_clean", False) and "type1" in table:
+                table["clean"] = table["type1"]  # clean questions go through the tool loop too
             totals = [0.0, 0.0, 0.0, 0.0]
             calibrated = 0
             for case in cases:
@@ -196,7 +201,7 @@ def estimate(config: AblationConfig, cases: Sequence[Case], out: Path) -> list[C
                     calibrated += 1
                     calls, tools_n, tin, tout = cal
                 else:
-                    calls, tools_n, growth = _HEURISTICS.get(dconf.name, {}).get(case.protocol, _DEFAULT_HEURISTIC)
+                    calls, tools_n, growth = table.get(case.protocol, _DEFAULT_HEURISTIC)
                     tin = base_tokens[case.key] * growth
                     tout = calls * _OUTPUT_TOKENS_PER_CALL
                 totals[0] += calls
@@ -257,6 +262,7 @@ def _run_config(config: AblationConfig, out: Path, *, progress: bool, shuffled: 
         # one shared store: the shuffled pass replays the clean answers instead of paying again
         cache_dir=config.cache_dir or str(out.parent / "cache" if shuffled else out / "cache"),
         search=config.search,
+        visit=config.visit,
         corpus_dir=config.resolve(config.corpus_dir) if config.corpus_dir else None,
         allow_hosts=config.allow_hosts,
         blocklist=config.resolve(config.blocklist) if config.blocklist else None,
@@ -282,8 +288,11 @@ def _check_keys(config: AblationConfig) -> str | None:
         if variables and not any(os.environ.get(v) for v in variables):
             missing.append(f"{m.spec} needs {' or '.join(variables)}")
     uses_tools = any(get_spec(d.name).uses_tools for d in config.defender_configs())
-    if config.search == "tavily" and uses_tools and not os.environ.get("TAVILY_API_KEY"):
-        missing.append("search = 'tavily' needs TAVILY_API_KEY")
+    tool_keys = {("search", "tavily"): "TAVILY_API_KEY", ("search", "serper"): "SERPER_API_KEY",
+                 ("visit", "jina"): "JINA_API_KEY"}
+    for (field, value), variable in tool_keys.items():
+        if uses_tools and getattr(config, field) == value and not os.environ.get(variable):
+            missing.append(f"{field} = '{value}' needs {variable}")
     if not missing:
         return None
     demo = ROOT / "experiments" / "configs" / "demo.toml"
@@ -317,10 +326,17 @@ async def run_ablation(config: AblationConfig, *, out: Path, progress: bool = Tr
 
 
 def ablate_command(path: str, *, out: str | None = None, dry_run: bool = False, progress: bool = True,
-                   argv: Sequence[str] | None = None) -> int:
-    """``medmis ablate``: print the plan (dry run) or run it."""
+                   argv: Sequence[str] | None = None, data: str | None = None, limit: int | None = None) -> int:
+    """``medmis ablate``: print the plan (dry run) or run it.
+
+    ``data`` and ``limit`` override the config's (``--data``, ``--limit``): the same grid on a
+    local copy of the release, or on its first items.
+    """
 
     config = load_config(path)
+    overrides = {k: v for k, v in (("data", data), ("limit", limit)) if v is not None}
+    if overrides:
+        config = config.model_copy(update=overrides)
     if not dry_run:
         # before loading data: the HLE config reads the hub, which a keyless user may not reach
         problem = _check_keys(config)

@@ -36,7 +36,8 @@ from medmis.experiments.benchmark._types import PROTOCOLS, Answer, Case, Protoco
 from ._io import read_records, repair_torn_tail
 
 CacheMode = Literal["live", "record", "replay", "refresh"]
-SearchBackendName = Literal["tavily", "local"]
+SearchBackendName = Literal["tavily", "serper", "local"]
+VisitBackendName = Literal["direct", "jina"]
 
 _VERSIONED_PACKAGES = (
     "medmis",
@@ -92,6 +93,7 @@ class RunConfig(BaseModel):
     cache: CacheMode = "live"
     cache_dir: str | None = None
     search: SearchBackendName = "local"
+    visit: VisitBackendName = "direct"
     corpus_dir: str | None = None
     allow_hosts: list[str] = Field(default_factory=list)
     blocklist: str | None = None
@@ -248,6 +250,7 @@ class Harness:
                 try:
                     self._tools = make_tools(
                         search=self.config.search,
+                        visit=self.config.visit,
                         cache_mode=self.config.cache,
                         cache_dir=str(self._cache_dir()) if self.config.cache != "live" else None,
                         allow_hosts=tuple(self.config.allow_hosts),
