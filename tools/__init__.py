@@ -1,9 +1,10 @@
 """Web tools for defenders: ``search_web``, ``visit_web``, URL safety and the record/replay store."""
 
+from ._llm_cache import StoreCache, attach_cache
 from ._probe import CacheProbe, cache_probe, mark_cache
 from ._safety import DEFAULT_BLOCKLIST, AllowedHost, Blocklist, UrlPolicy, address_problem
 from ._search import CorpusDocument, LocalSearch, SearchBackend, TavilySearch, load_corpus
-from ._store import CacheMode, RecordStore, StoreCache, attach_cache
+from ._store import CacheMode, RecordStore
 from ._types import (
     SEARCH_TOOL_NAME,
     VISIT_TOOL_NAME,
