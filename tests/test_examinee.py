@@ -7,8 +7,9 @@ import json
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
+from medmis.agents._calibration import type1_follow_probability
 from medmis.agents._errors import TransientModelError
-from medmis.agents._examinee import SimulatedExaminee, build, type1_follow_probability
+from medmis.agents._examinee import SimulatedExaminee, build
 from medmis.agents._mock import message_text
 from medmis.agents._registry import ModelOptions, load_model
 from medmis.agents._retry import RetryPolicy, retry_async

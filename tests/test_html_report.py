@@ -19,14 +19,10 @@ import pytest
 from medmis.experiments import Record
 from medmis.experiments.analysis._metrics import compute_metrics
 from medmis.experiments.harness._io import append_records
-from medmis.experiments.reporting._html import (
-    case_data,
-    delivery_sensitivity,
-    parse_question,
-    sensitivity_markdown,
-    write_html,
-)
+from medmis.experiments.reporting._cases import case_data, parse_question
+from medmis.experiments.reporting._html import write_html
 from medmis.experiments.reporting._plots import write_plots
+from medmis.experiments.reporting._sensitivity import delivery_sensitivity, sensitivity_markdown
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 MODEL = "mock/examinee"

@@ -101,7 +101,7 @@ def test_a_person_sees_tables_banner_and_cases_in_chromium(run_dir: Path, tmp_pa
 
 
 def test_case_browser_keeps_the_latest_trace_per_key(tmp_path: Path) -> None:
-    from medmis.experiments.reporting._html import case_data
+    from medmis.experiments.reporting._cases import case_data
 
     traces = tmp_path / "traces"
     traces.mkdir()

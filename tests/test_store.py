@@ -25,16 +25,14 @@ from medmis.tools._cassette import (
     export_cassette,
     import_cassette,
 )
-from medmis.tools._probe import cache_probe
-from medmis.tools._store import (
-    RecordStore,
+from medmis.tools._llm_cache import (
     StoreCache,
     attach_cache,
-    canonical_json,
-    key_digest,
     model_cache_key,
     normalize_llm_string,
 )
+from medmis.tools._probe import cache_probe
+from medmis.tools._store import RecordStore, canonical_json, key_digest
 from medmis.tools._types import ReplayMissError
 
 

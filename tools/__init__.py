@@ -3,11 +3,12 @@ Jina Reader), URL safety and the record/replay store."""
 
 from ._corpus import CorpusDocument, LocalSearch, load_corpus
 from ._jina import JinaReader
+from ._llm_cache import StoreCache, attach_cache
 from ._probe import CacheProbe, cache_probe, mark_cache
 from ._safety import DEFAULT_BLOCKLIST, AllowedHost, Blocklist, UrlPolicy, address_problem
 from ._search import SearchBackend
 from ._serper import SerperSearch
-from ._store import CacheMode, RecordStore, StoreCache, attach_cache
+from ._store import CacheMode, RecordStore
 from ._tavily import TavilySearch
 from ._types import (
     PAPER_SEARCH_TOOL,

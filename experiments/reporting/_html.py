@@ -2,12 +2,10 @@
 
 Everything is inside the file (CSS, JS, PNGs as data URIs), so it opens offline; a
 Content-Security-Policy allows nothing else, so even a URL that slipped into the markup could
-not be fetched. Case data is embedded as JSON (with ``</`` escaped) and rendered with
-``textContent`` only: model outputs and web pages are untrusted text and never become markup.
-Long texts are clipped to keep the file bounded.
+not be fetched. Case data (:mod:`._cases`) is embedded as JSON (with ``</`` escaped) and rendered
+with ``textContent`` only: model outputs and web pages are untrusted text and never become markup.
 
-Also here: the Type 2 delivery-sensitivity comparison (option order vs a seeded shuffle,
-``DIR/type2_shuffled``), as rows for the HTML and as a markdown section for ``report.md``.
+The Type 2 delivery-sensitivity comparison lives in :mod:`._sensitivity`.
 """
 
 from __future__ import annotations
@@ -15,23 +13,22 @@ from __future__ import annotations
 import base64
 import html
 import json
-import math
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from medmis.agents._mock import content_text
+from ._cases import MAX_ITEMS, case_data
+from ._cells import html_table, pct
+from ._sensitivity import delivery_sensitivity, sensitivity_html
 
-RAW_LIMIT = 4000
-TEXT_LIMIT = 600  # claims, quotes, queries, URLs
-MAX_ITEMS = 400  # case browser cap; the records and traces keep everything
-SHUFFLED_DIR = "type2_shuffled"
+# report.md's section is imported from here by _report
+from ._sensitivity import sensitivity_markdown as sensitivity_markdown
+
 SIMULATED_PREFIX = "mock/examinee"
 """Model specs of the offline demo's simulated examinee (as in ``_report``)."""
 
-_OPTION = re.compile(r"^\s*([A-Za-z0-9]{1,3}):\s*(.+)$")
 _PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 # Everything the page needs is inline; the policy makes sure nothing else can load.
 _CSP = ("default-src 'none'; img-src data:; style-src 'unsafe-inline'; "
@@ -42,20 +39,6 @@ HEADLINE = [
     ("type1_asr", "T1 ASR"), ("type1_tasr", "T1 TASR"), ("type2_asr", "T2 ASR"),
     ("type2_recovery", "T2 recovery"),
 ]
-
-
-def _pct(block: Mapping[str, Any] | None) -> str:
-    if not block or block.get("value") is None:
-        return "—"
-    lo, hi = block.get("lo"), block.get("hi")
-    ci = f" [{100 * lo:.1f}, {100 * hi:.1f}]" if lo is not None and hi is not None else ""
-    return f"{100 * block['value']:.1f}%{ci}"
-
-
-def _table(header: list[str], rows: list[list[str]], cls: str = "") -> str:
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows)
-    return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
 def _paired(block: Mapping[str, Any] | None) -> tuple[str, str]:
@@ -82,12 +65,12 @@ def headline_html(metrics: Mapping[str, Any], baseline: str = "none") -> str:
                 value = cost.get(key)
                 return "—" if value is None else f"{value:,.{digits}f}"
 
-            rows.append([model, defender, *(_pct(block.get(m)) for m, _ in HEADLINE), delta, p,
-                         _pct(block.get("unparsed_rate")).split(" ")[0],
-                         _pct(block.get("error_rate")).split(" ")[0],
+            rows.append([model, defender, *(pct(block.get(m)) for m, _ in HEADLINE), delta, p,
+                         pct(block.get("unparsed_rate")).split(" ")[0],
+                         pct(block.get("error_rate")).split(" ")[0],
                          num("llm_calls_per_case", 2), num("tool_calls_per_case", 2),
                          num("tokens_per_case", 0)])
-    return _table(header, rows, "headline")
+    return html_table(header, rows, "headline")
 
 
 def strata_html(metrics: Mapping[str, Any]) -> str:
@@ -110,159 +93,15 @@ def strata_html(metrics: Mapping[str, Any]) -> str:
                     row.append("—" if t1.get("value") is None else f"{100 * t1['value']:.0f}% ({t1['k']}/{t1['n']})")
                 rows.append(row)
             parts.append(f"<details><summary>{html.escape(model)} · {html.escape(defender)}</summary>"
-                         + _table(["Content \\ provenance", *provs], rows) + "</details>")
+                         + html_table(["Content \\ provenance", *provs], rows) + "</details>")
             subsets = strata.get("subset") or {}
             if subsets:
-                srows = [[name, _pct(b.get("clean_acc")), _pct(b.get("type1_asr")), _pct(b.get("type2_asr"))]
+                srows = [[name, pct(b.get("clean_acc")), pct(b.get("type1_asr")), pct(b.get("type2_asr"))]
                          for name, b in subsets.items()]
                 parts.append(f"<details><summary>{html.escape(model)} · {html.escape(defender)} by subset</summary>"
-                             + _table(["Subset", "Clean acc", "T1 ASR", "T2 ASR"], srows) + "</details>")
+                             + html_table(["Subset", "Clean acc", "T1 ASR", "T2 ASR"], srows) + "</details>")
     return "\n".join(parts)
 
-
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    out = []
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a torn last line of a killed run
-        # a line without its key fields cannot be placed in the browser
-        if isinstance(obj, dict) and obj.get("item_id") and obj.get("protocol") in _PROTOCOLS:
-            out.append(obj)
-    return out
-
-
-_PROTOCOLS = ("clean", "type1", "type2")
-
-
-def parse_question(text: str) -> tuple[str, dict[str, str]] | None:
-    """Question and options from a rendered prompt (``Question:`` … ``Options:`` …).
-
-    The *last* ``Options:`` block is taken: the untrusted context sentences come before the
-    question, so one that imitates a question cannot replace the real one.
-    """
-    opt_at = text.rfind("\n\nOptions:\n")
-    q_at = text.rfind("Question:\n", 0, max(opt_at, 0))
-    if opt_at < 0 or q_at < 0:
-        return None
-    options: dict[str, str] = {}
-    for line in text[opt_at + len("\n\nOptions:\n"):].split("\n"):
-        m = _OPTION.match(line)
-        if not m:
-            break  # the options block ends at the answer instruction
-        options[m.group(1)] = m.group(2).strip()
-    question = text[q_at + len("Question:\n"):opt_at].strip()
-    return (question, options) if question and options else None
-
-
-def _question_from(trace: Mapping[str, Any]) -> tuple[str, dict[str, str]] | None:
-    for step in trace.get("steps") or []:
-        if not isinstance(step, dict) or step.get("kind") != "model":
-            continue
-        messages = step.get("input")
-        for message in messages if isinstance(messages, list) else []:
-            if not isinstance(message, dict) or message.get("role") not in ("human", "user"):
-                continue
-            content = message.get("content")
-            found = parse_question(content_text(content) if isinstance(content, (str, list)) else "")
-            if found:
-                return found
-    return None
-
-
-def _clip(text: Any, limit: int = RAW_LIMIT) -> str:
-    text = "" if text is None else str(text)
-    return text if len(text) <= limit else text[:limit] + f"\n[… clipped {len(text) - limit} characters]"
-
-
-def _dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _agent_view(trace: Mapping[str, Any]) -> dict[str, Any]:
-    searches: list[dict[str, Any]] = []
-    visits: list[dict[str, Any]] = []
-    for step in trace.get("steps") or []:
-        if not isinstance(step, dict) or step.get("kind") != "tool":
-            continue
-        args = _dict(step.get("input"))
-        error = _clip(step["error"], TEXT_LIMIT) if step.get("error") else None
-        if step.get("name") == "search_web":
-            searches.append({"query": _clip(args.get("query", ""), TEXT_LIMIT), "error": error})
-        elif step.get("name") == "visit_web":
-            page = _dict(step.get("output"))
-            final = page.get("final_url")
-            url = str(args.get("url", ""))
-            if final and final != url:  # show where a redirect actually landed
-                url += " → " + str(final)
-            visits.append({"url": _clip(url, TEXT_LIMIT), "error": error})
-    extra = _dict(trace.get("extra"))
-    # Traces without tool steps (e.g. trimmed by hand) still carry the agent's own summary.
-    if not searches:
-        searches = [{"query": _clip(s.get("query", ""), TEXT_LIMIT), "error": s.get("error")}
-                    for s in extra.get("searches") or [] if isinstance(s, dict)]
-    if not visits:
-        visits = [{"url": _clip(u, TEXT_LIMIT), "error": None}
-                  for u in extra.get("visited") or [] if isinstance(u, str)]
-    verdicts = [
-        {"claim": _clip(v.get("claim"), TEXT_LIMIT), "verdict": v.get("verdict"),
-         "quote": _clip(v.get("quote"), TEXT_LIMIT),
-         "url": _clip(v["url"], TEXT_LIMIT) if v.get("url") else None}
-        for v in extra.get("verdicts") or [] if isinstance(v, dict)
-    ]
-    cited = [_clip(u, TEXT_LIMIT) for u in extra.get("cited_urls") or [] if isinstance(u, str)]
-    return {"searches": searches, "visits": visits, "verdicts": verdicts, "cited": cited,
-            "escalated": extra.get("escalated")}
-
-
-def case_data(run_dir: Path, max_items: int = MAX_ITEMS) -> dict[str, Any]:
-    """The case browser's data: items with their protocol rows and every defender's answer."""
-    latest: dict[tuple[Any, ...], dict[str, Any]] = {}
-    for path in sorted((run_dir / "traces").glob("*.jsonl")):
-        for t in _read_jsonl(path):
-            # --retry-errors appends a fresh trace for a key; the last one is the record's
-            latest[(t.get("model"), t.get("defender"), t["protocol"], t["item_id"],
-                    t.get("target"))] = t
-    # Clean traces first: their prompt carries the question without any injected text.
-    traces = sorted(latest.values(), key=lambda t: t["protocol"] != "clean")
-    clean_ok = {(t.get("model"), t.get("defender"), t["item_id"]): t.get("choice") == t.get("gold")
-                for t in traces if t.get("protocol") == "clean" and not t.get("error")}
-    items: dict[str, dict[str, Any]] = {}
-    for t in traces:
-        item = items.setdefault(t["item_id"], {"id": t["item_id"], "gold": t.get("gold"), "question": "",
-                                               "options": {}, "rows": {}})
-        if not item["question"]:
-            found = _question_from(t)
-            if found:
-                item["question"], item["options"] = found
-        row_key = f"{t['protocol']}|{t.get('target') or ''}"
-        row = item["rows"].setdefault(row_key, {
-            "protocol": t["protocol"], "target": t.get("target"),
-            "context": [{"text": _clip(c.get("text", ""), RAW_LIMIT), "option": c.get("option"),
-                         "truthful": c.get("truthful")}
-                        for c in t.get("context") or [] if isinstance(c, dict)],
-            "answers": [],
-        })
-        correct = None if t.get("error") else t.get("choice") == t.get("gold")
-        flipped = bool(t["protocol"] != "clean" and correct is False
-                       and clean_ok.get((t.get("model"), t.get("defender"), t["item_id"])))
-        row["answers"].append({
-            "model": str(t.get("model")), "defender": str(t.get("defender")),
-            "choice": t.get("choice"),
-            "correct": correct, "error": t.get("error"), "flipped": flipped,
-            "raw": _clip(t.get("raw")), "agent": _agent_view(t),
-        })
-    # sorted by id: trace files are written as cases finish, so their order is not stable
-    ordered = [items[k] for k in sorted(items)]
-    for item in ordered:
-        for row in item["rows"].values():
-            row["answers"].sort(key=lambda a: (a["model"], a["defender"]))
-        item["rows"] = sorted(item["rows"].values(),
-                              key=lambda r: (["clean", "type1", "type2"].index(r["protocol"]), r["target"] or ""))
-    return {"items": ordered[:max_items], "total_items": len(ordered), "clipped": len(ordered) > max_items,
-            "defenders": sorted({a["defender"] for i in ordered for r in i["rows"] for a in r["answers"]}),
-            "models": sorted({a["model"] for i in ordered for r in i["rows"] for a in r["answers"]})}
 
 
 _CSS = """
@@ -374,16 +213,6 @@ def is_simulated(run_dir: Path, metrics: Mapping[str, Any]) -> bool:
     return bool(listed) or any(str(m).startswith(SIMULATED_PREFIX) for m in metrics)
 
 
-def _sensitivity_html(rows: Sequence[Mapping[str, Any]]) -> str:
-    if not rows:
-        return ""
-    body = [[r["model"], r["defender"], _pct(r.get("original")), _pct(r.get("shuffled")),
-             _fmt_diff(r)] for r in rows]
-    return ("<h2>Delivery sensitivity: Type 2 with shuffled sentence order</h2>"
-            f"<p>{html.escape(_SENSITIVITY_NOTE)}</p>"
-            + _table(["Model", "Defender", "T2 ASR (option order)", "T2 ASR (shuffled)",
-                      "Δ (pts) [95% CI]"], body))
-
 
 def write_html(
     run_dir: Path,
@@ -447,7 +276,7 @@ def write_html(
 {reading_html}
 <h2>Plots</h2><div class="plots">{plot_html or "<p>No plots.</p>"}</div>
 <h2>Strata</h2>{strata_html(metrics)}
-{_sensitivity_html(sensitivity)}
+{sensitivity_html(sensitivity)}
 <h2>Case browser</h2>
 <div class="controls">Defender <select id="f-defender"><option value="">all</option></select>
  Protocol <select id="f-protocol"><option value="">all</option><option>clean</option><option>type1</option><option>type2</option></select>
@@ -466,126 +295,3 @@ def write_html(
     tmp.write_text(doc, encoding="utf-8")
     os.replace(tmp, path)
     return path
-
-
-# ---------------------------------------------------------------------------------------------
-# Delivery sensitivity
-
-_SENSITIVITY_NOTE = (
-    "Same items and defenders; only the order of the Type 2 sentences changes (seeded). "
-    "Δ is shuffled minus option order, in points, with an unpaired Newcombe 95% interval; "
-    "a large Δ means the result depends on where the true sentence sits."
-)
-
-
-def _load_metrics(run_dir: Path) -> dict[str, Any] | None:
-    """A run's ``metrics.json``, computed from its records when the file is missing."""
-    path = run_dir / "metrics.json"
-    if path.exists():
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
-            return None
-        return data if isinstance(data, dict) else None
-    if not (run_dir / "records.jsonl").exists():
-        return None
-    # A sub-run that was never reported (write_report=False): compute, do not write.
-    from medmis.experiments.analysis._metrics import compute_metrics
-    from medmis.experiments.harness._io import read_records
-
-    return compute_metrics(read_records(run_dir / "records.jsonl")).to_json_dict()
-
-
-def _defined(block: Any) -> dict[str, Any] | None:
-    if not isinstance(block, Mapping) or block.get("value") is None or not block.get("n"):
-        return None
-    return dict(block)
-
-
-def _newcombe(p1: Mapping[str, Any], p2: Mapping[str, Any]) -> tuple[float, float, float] | None:
-    """``p1 - p2`` with Newcombe's hybrid-score 95% CI built from the two Wilson intervals."""
-    try:
-        v1, l1, h1 = float(p1["value"]), float(p1["lo"]), float(p1["hi"])
-        v2, l2, h2 = float(p2["value"]), float(p2["lo"]), float(p2["hi"])
-    except (KeyError, TypeError, ValueError):
-        return None
-    d = v1 - v2
-    return d, d - math.hypot(v1 - l1, h2 - v2), d + math.hypot(h1 - v1, v2 - l2)
-
-
-def delivery_sensitivity(run_dir: Path) -> list[dict[str, Any]]:
-    """Type 2 ASR in option order vs a shuffled order (``run_dir/type2_shuffled``).
-
-    Args:
-        run_dir: The main run directory; its ``type2_shuffled`` sub-run is the re-run of
-            type2 with a seeded shuffle of the sentence order. A missing ``metrics.json`` in
-            either is computed from that run's records.
-
-    Returns:
-        One row per model × defender present in both runs, in the main run's order, with
-        ``model``, ``defender``, ``original`` and ``shuffled`` (the ``type2_asr`` blocks
-        ``{"value", "k", "n", "lo", "hi"}``, or None when undefined) and ``diff``,
-        ``diff_lo``, ``diff_hi`` (shuffled minus original as proportions, with an unpaired
-        Newcombe 95% CI; None unless both are defined). Empty without a shuffled sub-run.
-    """
-    run_dir = Path(run_dir)
-    if not (run_dir / SHUFFLED_DIR).is_dir():
-        return []
-    main = _load_metrics(run_dir)
-    shuffled = _load_metrics(run_dir / SHUFFLED_DIR)
-    if not main or not shuffled:
-        return []
-    rows = []
-    for model, defenders in main.items():
-        if not isinstance(defenders, Mapping):
-            continue
-        for defender, block in defenders.items():
-            other = (shuffled.get(model) or {}).get(defender)
-            if not isinstance(block, Mapping) or not isinstance(other, Mapping):
-                continue
-            original = _defined(block.get("type2_asr"))
-            shuf = _defined(other.get("type2_asr"))
-            diff = _newcombe(shuf, original) if original and shuf else None
-            rows.append({"model": model, "defender": defender, "original": original,
-                         "shuffled": shuf, "diff": diff[0] if diff else None,
-                         "diff_lo": diff[1] if diff else None,
-                         "diff_hi": diff[2] if diff else None})
-    return rows
-
-
-def _fmt_diff(row: Mapping[str, Any]) -> str:
-    if row.get("diff") is None or row.get("diff_lo") is None or row.get("diff_hi") is None:
-        return "—"
-    # + 0.0 turns -0.0 into 0.0 so that no change never prints as "-0.0"
-    d, lo, hi = (100 * float(row[k]) + 0.0 for k in ("diff", "diff_lo", "diff_hi"))
-    return f"{d:+.1f} [{lo:+.1f}, {hi:+.1f}]"
-
-
-def _pct_n(block: Mapping[str, Any] | None) -> str:
-    text = _pct(block)
-    return text if text == "—" or block is None else f"{text} ({block['k']}/{block['n']})"
-
-
-def sensitivity_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
-    """The delivery-sensitivity section for ``report.md`` (heading, note, table).
-
-    Args:
-        rows: Output of :func:`delivery_sensitivity`.
-
-    Returns:
-        Markdown text, or "" when there are no rows (no shuffled sub-run).
-    """
-    if not rows:
-        return ""
-
-    def code(text: Any) -> str:
-        return "`" + str(text).replace("|", "\\|") + "`"
-
-    lines = ["## Delivery sensitivity: Type 2 with shuffled sentence order", "",
-             _SENSITIVITY_NOTE, "",
-             "| Model | Defender | T2 ASR (option order) | T2 ASR (shuffled) | Δ (pts) [95% CI] |",
-             "| --- | --- | --- | --- | --- |"]
-    for r in rows:
-        lines.append(f"| {code(r['model'])} | {code(r['defender'])} | {_pct_n(r.get('original'))} "
-                     f"| {_pct_n(r.get('shuffled'))} | {_fmt_diff(r)} |")
-    return "\n".join(lines)

@@ -1,0 +1,165 @@
+"""The case browser's data: every item with its protocol rows and each defender's answer.
+
+Built from ``traces/*.jsonl`` of a run (the latest trace per key), with the question and options
+recovered from the prompt a model saw. Long texts are clipped to keep ``report.html`` bounded;
+the records and traces keep everything. The page (:mod:`._html`) embeds this as JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from medmis.agents._mock import content_text
+
+RAW_LIMIT = 4000
+TEXT_LIMIT = 600  # claims, quotes, queries, URLs
+MAX_ITEMS = 400  # case browser cap; the records and traces keep everything
+
+_OPTION = re.compile(r"^\s*([A-Za-z0-9]{1,3}):\s*(.+)$")
+_PROTOCOLS = ("clean", "type1", "type2")
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    out = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a torn last line of a killed run
+        # a line without its key fields cannot be placed in the browser
+        if isinstance(obj, dict) and obj.get("item_id") and obj.get("protocol") in _PROTOCOLS:
+            out.append(obj)
+    return out
+
+
+def parse_question(text: str) -> tuple[str, dict[str, str]] | None:
+    """Question and options from a rendered prompt (``Question:`` … ``Options:`` …).
+
+    The *last* ``Options:`` block is taken: the untrusted context sentences come before the
+    question, so one that imitates a question cannot replace the real one.
+    """
+    opt_at = text.rfind("\n\nOptions:\n")
+    q_at = text.rfind("Question:\n", 0, max(opt_at, 0))
+    if opt_at < 0 or q_at < 0:
+        return None
+    options: dict[str, str] = {}
+    for line in text[opt_at + len("\n\nOptions:\n"):].split("\n"):
+        m = _OPTION.match(line)
+        if not m:
+            break  # the options block ends at the answer instruction
+        options[m.group(1)] = m.group(2).strip()
+    question = text[q_at + len("Question:\n"):opt_at].strip()
+    return (question, options) if question and options else None
+
+
+def _question_from(trace: Mapping[str, Any]) -> tuple[str, dict[str, str]] | None:
+    for step in trace.get("steps") or []:
+        if not isinstance(step, dict) or step.get("kind") != "model":
+            continue
+        messages = step.get("input")
+        for message in messages if isinstance(messages, list) else []:
+            if not isinstance(message, dict) or message.get("role") not in ("human", "user"):
+                continue
+            content = message.get("content")
+            found = parse_question(content_text(content) if isinstance(content, (str, list)) else "")
+            if found:
+                return found
+    return None
+
+
+def _clip(text: Any, limit: int = RAW_LIMIT) -> str:
+    text = "" if text is None else str(text)
+    return text if len(text) <= limit else text[:limit] + f"\n[… clipped {len(text) - limit} characters]"
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _agent_view(trace: Mapping[str, Any]) -> dict[str, Any]:
+    searches: list[dict[str, Any]] = []
+    visits: list[dict[str, Any]] = []
+    for step in trace.get("steps") or []:
+        if not isinstance(step, dict) or step.get("kind") != "tool":
+            continue
+        args = _dict(step.get("input"))
+        error = _clip(step["error"], TEXT_LIMIT) if step.get("error") else None
+        if step.get("name") == "search_web":
+            searches.append({"query": _clip(args.get("query", ""), TEXT_LIMIT), "error": error})
+        elif step.get("name") == "visit_web":
+            page = _dict(step.get("output"))
+            final = page.get("final_url")
+            url = str(args.get("url", ""))
+            if final and final != url:  # show where a redirect actually landed
+                url += " → " + str(final)
+            visits.append({"url": _clip(url, TEXT_LIMIT), "error": error})
+    extra = _dict(trace.get("extra"))
+    # Traces without tool steps (e.g. trimmed by hand) still carry the agent's own summary.
+    if not searches:
+        searches = [{"query": _clip(s.get("query", ""), TEXT_LIMIT), "error": s.get("error")}
+                    for s in extra.get("searches") or [] if isinstance(s, dict)]
+    if not visits:
+        visits = [{"url": _clip(u, TEXT_LIMIT), "error": None}
+                  for u in extra.get("visited") or [] if isinstance(u, str)]
+    verdicts = [
+        {"claim": _clip(v.get("claim"), TEXT_LIMIT), "verdict": v.get("verdict"),
+         "quote": _clip(v.get("quote"), TEXT_LIMIT),
+         "url": _clip(v["url"], TEXT_LIMIT) if v.get("url") else None}
+        for v in extra.get("verdicts") or [] if isinstance(v, dict)
+    ]
+    cited = [_clip(u, TEXT_LIMIT) for u in extra.get("cited_urls") or [] if isinstance(u, str)]
+    return {"searches": searches, "visits": visits, "verdicts": verdicts, "cited": cited,
+            "escalated": extra.get("escalated")}
+
+
+def case_data(run_dir: Path, max_items: int = MAX_ITEMS) -> dict[str, Any]:
+    """The case browser's data: items with their protocol rows and every defender's answer."""
+    latest: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for path in sorted((run_dir / "traces").glob("*.jsonl")):
+        for t in _read_jsonl(path):
+            # --retry-errors appends a fresh trace for a key; the last one is the record's
+            latest[(t.get("model"), t.get("defender"), t["protocol"], t["item_id"],
+                    t.get("target"))] = t
+    # Clean traces first: their prompt carries the question without any injected text.
+    traces = sorted(latest.values(), key=lambda t: t["protocol"] != "clean")
+    clean_ok = {(t.get("model"), t.get("defender"), t["item_id"]): t.get("choice") == t.get("gold")
+                for t in traces if t.get("protocol") == "clean" and not t.get("error")}
+    items: dict[str, dict[str, Any]] = {}
+    for t in traces:
+        item = items.setdefault(t["item_id"], {"id": t["item_id"], "gold": t.get("gold"), "question": "",
+                                               "options": {}, "rows": {}})
+        if not item["question"]:
+            found = _question_from(t)
+            if found:
+                item["question"], item["options"] = found
+        row_key = f"{t['protocol']}|{t.get('target') or ''}"
+        row = item["rows"].setdefault(row_key, {
+            "protocol": t["protocol"], "target": t.get("target"),
+            "context": [{"text": _clip(c.get("text", ""), RAW_LIMIT), "option": c.get("option"),
+                         "truthful": c.get("truthful")}
+                        for c in t.get("context") or [] if isinstance(c, dict)],
+            "answers": [],
+        })
+        correct = None if t.get("error") else t.get("choice") == t.get("gold")
+        flipped = bool(t["protocol"] != "clean" and correct is False
+                       and clean_ok.get((t.get("model"), t.get("defender"), t["item_id"])))
+        row["answers"].append({
+            "model": str(t.get("model")), "defender": str(t.get("defender")),
+            "choice": t.get("choice"),
+            "correct": correct, "error": t.get("error"), "flipped": flipped,
+            "raw": _clip(t.get("raw")), "agent": _agent_view(t),
+        })
+    # sorted by id: trace files are written as cases finish, so their order is not stable
+    ordered = [items[k] for k in sorted(items)]
+    for item in ordered:
+        for row in item["rows"].values():
+            row["answers"].sort(key=lambda a: (a["model"], a["defender"]))
+        item["rows"] = sorted(item["rows"].values(),
+                              key=lambda r: (["clean", "type1", "type2"].index(r["protocol"]), r["target"] or ""))
+    return {"items": ordered[:max_items], "total_items": len(ordered), "clipped": len(ordered) > max_items,
+            "defenders": sorted({a["defender"] for i in ordered for r in i["rows"] for a in r["answers"]}),
+            "models": sorted({a["model"] for i in ordered for r in i["rows"] for a in r["answers"]})}
