@@ -1,0 +1,112 @@
+"""Label tables: every spelling of a content type, provenance or subset maps to one canonical
+name (the names in ``_types``: ``CONTENT_TYPES``, ``PROVENANCES``, ``SUBSETS``)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from ._types import CONTENT_TYPES, PROVENANCES, SUBSETS
+
+
+def _label_key(text: str) -> str:
+    # Compare labels on their words only, so "A & B", "A/B", "A / B", "a and b" and
+    # "Self-Diagnosis" vs "SelfDiagnosis" all meet on the same key.
+    words = [w for w in re.findall(r"[a-z0-9]+", text.lower()) if w != "and"]
+    return "".join(words)
+
+
+def _alias_table(canonical: Iterable[str], aliases: Mapping[str, str]) -> dict[str, str]:
+    table = {_label_key(name): name for name in canonical}
+    for alias, name in aliases.items():
+        table[_label_key(alias)] = name
+    return table
+
+
+_CONTENT = _alias_table(
+    CONTENT_TYPES,
+    {
+        "Relationship & Sequence Inversion": "Relationship / Sequence Inversion",
+        "Relationship Inversion": "Relationship / Sequence Inversion",
+        "Sequence Inversion": "Relationship / Sequence Inversion",
+        "Parameter & Threshold Shift": "Threshold / Reference Corruption",
+        "Threshold Shift": "Threshold / Reference Corruption",
+        "Threshold Corruption": "Threshold / Reference Corruption",
+        "Reference Corruption": "Threshold / Reference Corruption",
+        "Cue Remap": "Cue Remapping",
+        "Spurious Cue Anchoring": "Spurious Anchoring",
+        "Exception": "Exception Poisoning",
+    },
+)
+_PROVENANCE = _alias_table(
+    PROVENANCES,
+    {
+        "Neutral": "Neutral False Statement",
+        "Neutral Statement": "Neutral False Statement",
+        "Patient": "Patient Self-Diagnosis / Belief / Claim",
+        "Patient Self-Diagnosis": "Patient Self-Diagnosis / Belief / Claim",
+        "Patient Claim": "Patient Self-Diagnosis / Belief / Claim",
+        "Patient Belief": "Patient Self-Diagnosis / Belief / Claim",
+        "Authority": "Authority (Guideline / Discharge Note / SOP)",
+        "Authority (Guideline, Discharge Note, SOP)": "Authority (Guideline / Discharge Note / SOP)",
+    },
+)
+_SUBSET = _alias_table(SUBSETS, {s.removeprefix("MEDMIS"): s for s in SUBSETS})
+
+
+def _canonical(label: str | None, table: Mapping[str, str], kind: str) -> str | None:
+    if label is None or not str(label).strip():
+        return None
+    found = table.get(_label_key(str(label)))
+    if found is None:
+        raise ValueError(f"unknown {kind} label {label!r}")
+    return found
+
+
+def canonical_content(label: str | None) -> str | None:
+    """Map a content-corruption label (canonical name, alias or spelling variant) to its
+    canonical name.
+
+    Args:
+        label: e.g. ``"Parameter & Threshold Shift"`` or ``"cue remapping"``.
+
+    Returns:
+        The canonical name from ``CONTENT_TYPES``, or None when the label is blank.
+
+    Raises:
+        ValueError: The label is not a known content type or alias.
+    """
+    return _canonical(label, _CONTENT, "content type")
+
+
+def canonical_provenance(label: str | None) -> str | None:
+    """Map a provenance label (canonical name, alias or spelling variant) to its canonical
+    name.
+
+    Args:
+        label: e.g. ``"Neutral"`` or ``"Authority (Guideline, Discharge Note, SOP)"``.
+
+    Returns:
+        The canonical name from ``PROVENANCES``, or None when the label is blank.
+
+    Raises:
+        ValueError: The label is not a known provenance or alias.
+    """
+    return _canonical(label, _PROVENANCE, "provenance")
+
+
+def canonical_subset(name: str) -> str:
+    """Canonical subset name (``"medmis-hle"``, ``"HLE"`` -> ``"MEDMISHLE"``); names that
+    match no known subset are returned stripped, so custom data sets keep their own name."""
+    return _SUBSET.get(_label_key(name), name.strip())
+
+
+def subset_from_path(path: Path) -> str | None:
+    # Longest names first so that a name containing another can never be mis-read.
+    for part in (path.stem, *(p.name for p in path.parents)):
+        key = re.sub(r"[^A-Z0-9]", "", part.upper())
+        for name in sorted(SUBSETS, key=len, reverse=True):
+            if name in key:
+                return name
+    return None
