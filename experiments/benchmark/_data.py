@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 
 from ._dataset import DataError, Dataset, LoadMode, RowIssue
-from ._hub import HUB_REPO, hub_rows, parse_hub
+from ._hub import HUB_REPO, HUB_REPOS, hub_rows, parse_hub
 from ._labels import canonical_content, canonical_provenance, canonical_subset, subset_from_path
 from ._readers import DATA_SUFFIXES, Row, files_in, read_file
 from ._rows import RowContext, row_to_item
@@ -28,6 +28,7 @@ from ._validate import validate_command
 __all__ = [
     "DATA_SUFFIXES",
     "HUB_REPO",
+    "HUB_REPOS",
     "DataError",
     "Dataset",
     "LoadMode",
@@ -46,21 +47,31 @@ def load_dataset(
     subset: str | None = None,
     mode: LoadMode = "strict",
     limit: int | None = None,
+    hub_repo: str | None = None,
 ) -> Dataset:
     """Load and validate items from a file, a directory or the Hugging Face hub.
+
+    Items are identified by ``Item.key`` (``"SUBSET/id"``): the same id in two subsets is two
+    items, so the five subsets load together from one folder or with ``hub:all``; a repeated
+    id within one subset is an error. A row without an id is named ``<SUBSET>-<index>`` with
+    the 0-based index of the row among that subset's rows (files in path order, rows in file
+    order), i.e. its position in the subset's file or hub split.
 
     Args:
         source: A ``.jsonl``, ``.json``, ``.csv`` or ``.parquet`` file; a directory holding
             such files (searched recursively, hidden entries skipped); or a hub address
-            ``hub:MEDMISHLE`` / ``hf://AI4HealthResearch/MedMisBench/MEDMISHLE`` (needs the
-            optional ``datasets`` package).
+            ``hub:MEDMISHLE``, ``hub:all`` or ``hf://AI4HealthResearch/MedMisBench/MEDMISHLE``
+            (needs the optional ``datasets`` package).
         subset: Rows that carry a ``subset`` column are filtered to this subset; rows
             without one are labelled with it, overriding the subset read from the file
             name. For hub addresses without a config, it names the config.
         mode: ``"strict"`` raises ``DataError`` listing every problem; ``"skip"`` drops
-            bad rows and reports them in ``Dataset.issues``.
+            bad rows and reports them in ``Dataset.issues``. Warnings (rows loaded with a
+            part left out) never stop a load; they are in ``Dataset.warnings``.
         limit: Keep only the first ``limit`` valid items (the whole source is still
             validated).
+        hub_repo: The hub repository for ``hub:`` addresses (default ``HUB_REPO``; the
+            release is also at ``HongjianZhou/MedMisBench``).
 
     Returns:
         The loaded ``Dataset``.
@@ -75,16 +86,20 @@ def load_dataset(
         raise ValueError(f"mode must be 'strict' or 'skip', not {mode!r}")
     wanted = canonical_subset(subset) if subset else None
     text_source = str(source)
-    hub = parse_hub(text_source, wanted) if isinstance(source, str) else None
+    hub = parse_hub(text_source, wanted, hub_repo) if isinstance(source, str) else None
+    if hub is None and hub_repo and not isinstance(source, str):
+        raise DataError(f"{source}: a hub repo applies only to hub: or hf:// addresses")
 
+    positions: dict[str, int] = {}  # shared: id-less rows are numbered per subset
     raw: list[tuple[RowContext, Row]] = []
     issues: list[RowIssue] = []
     if hub is not None:
-        repo, config = hub
-        ctx_subset = canonical_subset(config)
+        repo, configs = hub
         contexts: dict[str, RowContext] = {}
-        for file, row in hub_rows(repo, config, text_source):
-            ctx = contexts.setdefault(file, RowContext(file, ctx_subset, wanted))
+        for config, where, row in hub_rows(repo, configs, text_source):
+            ctx = contexts.setdefault(
+                where, RowContext(where, canonical_subset(config), wanted, positions)
+            )
             raw.append((ctx, row))
         digest = ""
     else:
@@ -104,24 +119,27 @@ def load_dataset(
             else:
                 hasher.update(data)
             issues.extend(file_issues)
-            ctx = RowContext(str(f), subset_from_path(f), wanted)
+            ctx = RowContext(str(f), subset_from_path(f), wanted, positions)
             raw.extend((ctx, r) for r in rows)
         digest = hasher.hexdigest()
 
     items: list[Item] = []
+    warnings: list[RowIssue] = []
+    assigned = 0
     first_seen: dict[str, tuple[str, int | None]] = {}
     for ctx, (line, row) in raw:
-        item, row_issues = row_to_item(row, line, ctx)
-        if item is not None and item.id in first_seen:
-            where = "{}:{}".format(*first_seen[item.id])
-            row_issues = [
-                RowIssue(ctx.file, line, item.id, "id", f"duplicate id (first at {where})")
-            ]
-            item = None
-        issues.extend(row_issues)
-        if item is not None:
-            first_seen[item.id] = (ctx.file, line)
-            items.append(item)
+        item, row_issues, id_assigned = row_to_item(row, line, ctx)
+        if item is not None and item.key in first_seen:
+            where = "{}:{}".format(*first_seen[item.key])
+            message = f"duplicate id in {item.subset} (first at {where})"
+            row_issues, item = [RowIssue(ctx.file, line, item.id, "id", message)], None
+        if item is None:
+            issues.extend(row_issues)
+            continue
+        warnings.extend(row_issues)
+        assigned += id_assigned
+        first_seen[item.key] = (ctx.file, line)
+        items.append(item)
 
     if issues and mode == "strict":
         raise DataError(f"{text_source}: {len(issues)} problem(s) found", issues)
@@ -132,4 +150,11 @@ def load_dataset(
         digest = hashlib.sha256(canonical.encode("utf-8")).hexdigest()
     if limit is not None:
         items = items[:limit]
-    return Dataset(items=items, issues=issues, source=text_source, sha256=digest)
+    return Dataset(
+        items=items,
+        issues=issues,
+        source=text_source,
+        sha256=digest,
+        warnings=warnings,
+        ids_assigned=assigned,
+    )

@@ -10,6 +10,7 @@ from typing import Literal
 from ._types import Item
 
 LoadMode = Literal["strict", "skip"]
+Severity = Literal["error", "warning"]
 
 UNLABELLED = "(none)"
 _MAX_ISSUES_IN_MESSAGE = 50
@@ -26,6 +27,9 @@ class RowIssue:
         item_id: The row's id when it could be read.
         field: The column at fault (e.g. ``answer``, ``injectb``) or ``row``/``file``.
         message: What is wrong, in a few words.
+        severity: ``"error"``: the row is not loaded; ``"warning"``: the row is loaded and
+            the message says what was left out of it (e.g. a wrong option without a false
+            sentence, which is then never a Type 1 target).
     """
 
     file: str
@@ -33,6 +37,7 @@ class RowIssue:
     item_id: str | None
     field: str
     message: str
+    severity: Severity = "error"
 
     def __str__(self) -> str:
         line = "?" if self.line is None else str(self.line)
@@ -45,6 +50,7 @@ class DataError(ValueError):
     when the source itself could not be opened)."""
 
     def __init__(self, message: str, issues: Iterable[RowIssue] = ()) -> None:
+        self.headline = message
         self.issues: list[RowIssue] = list(issues)
         if self.issues:
             shown = [str(i) for i in self.issues[:_MAX_ISSUES_IN_MESSAGE]]
@@ -53,6 +59,15 @@ class DataError(ValueError):
                 shown.append(f"... and {hidden} more")
             message = message + "\n" + "\n".join(shown)
         super().__init__(message)
+
+    def summary(self, first: int = 3) -> str:
+        """One line: the headline, the first few problems and how many there are in all."""
+        if not self.issues:
+            return self.headline
+        shown = "; ".join(str(i) for i in self.issues[:first])
+        more = len(self.issues) - first
+        tail = f"; ... and {more} more" if more > 0 else ""
+        return f"{self.headline} (first: {shown}{tail})"
 
 
 # --------------------------------------------------------------------------- dataset
@@ -64,16 +79,20 @@ class Dataset:
 
     Attributes:
         items: Valid items in source order.
-        issues: Problems found (always empty after a strict load).
+        issues: Problems that kept rows out (always empty after a strict load).
         source: The path or hub address that was loaded.
         sha256: SHA-256 of the file bytes (of every file for a directory, of the canonical
             item JSON for hub loads), so runs can record exactly which data they used.
+        warnings: Problems in rows that were loaded anyway (``severity == "warning"``).
+        ids_assigned: Rows that had no id and were named ``<SUBSET>-<index>``.
     """
 
     items: list[Item]
     issues: list[RowIssue] = field(default_factory=list)
     source: str = ""
     sha256: str = ""
+    warnings: list[RowIssue] = field(default_factory=list)
+    ids_assigned: int = 0
 
     def __len__(self) -> int:
         return len(self.items)

@@ -1,12 +1,19 @@
-"""One raw row of the released schema -> one ``Item``, or the list of reasons it cannot be one."""
+"""One raw row of the released schema -> one ``Item``, or the list of reasons it cannot be one.
+
+Cells are read the way the reference evaluation notebook reads the release
+(AI-in-Health/MedMisBench, medmisbench_no_harness_eval.ipynb, ``reconstruct_dicts``): an
+option or sentence cell that is null, NaN, blank, ``"nan"`` or a lone ``'"'`` is absent, and
+option keys follow column order (letters, or ``1``, ``2``, ... when the answer is a digit),
+so a placeholder option leaves a gap in the keys rather than renumbering the rest.
+"""
 
 from __future__ import annotations
 
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, Literal
+from dataclasses import dataclass, field
+from typing import Any, Literal, NamedTuple
 
 from ._dataset import RowIssue
 from ._labels import canonical_content, canonical_provenance, canonical_subset
@@ -16,6 +23,9 @@ _LETTERS = "abcdefghijklmnopqrstuvwxyz"
 _HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 _LATIN = re.compile(r"[A-Za-z]")
 _BAD_TEXT = re.compile("[\ufffd\ud800-\udfff]")
+# Text that stands for an empty cell: pandas' rendering of NaN, and a lone quote left behind
+# by CSV round trips (the same set the reference notebook skips).
+_PLACEHOLDERS = frozenset({"nan", '"'})
 _GOLD = re.compile(r"[(\[]?\s*(?:option\s*)?([A-Za-z]|\d+)\s*[)\]]?\s*[.:]?", re.IGNORECASE)
 
 
@@ -30,7 +40,8 @@ class _BadCell(Exception):
 
 
 def _cell(value: Any) -> str | None:
-    """A cell as stripped text; None for empty/missing (None, NaN, blank)."""
+    """A cell as stripped text; None for empty or placeholder cells (None, NaN, blank,
+    ``"nan"``, ``'"'``)."""
     if value is None:
         return None
     if isinstance(value, bytes):
@@ -50,7 +61,7 @@ def _cell(value: Any) -> str | None:
     if not isinstance(value, str):
         raise _BadCell(f"unexpected value type {type(value).__name__}")
     text = value.strip()
-    return text or None
+    return None if not text or text.casefold() in _PLACEHOLDERS else text
 
 
 def _recover_embedded(question: str, numeric: bool) -> tuple[str, list[str]] | None:
@@ -86,11 +97,24 @@ def _normalise_gold(raw: str) -> str | None:
 
 @dataclass
 class RowContext:
-    """Where rows come from and how their subset is decided."""
+    """Where rows come from, how their subset is decided and how id-less rows are named.
+
+    ``positions`` counts the rows met so far per subset and is shared by every context of one
+    load, so that a row without an id is named ``<SUBSET>-<index>`` with the 0-based index of
+    the row among that subset's rows in the source (files in path order, rows in file
+    order). For the release, one file or hub split per subset, that is the row's position in
+    its file, which is the index the reference notebook falls back on.
+    """
 
     file: str
     file_subset: str | None
     subset_arg: str | None
+    positions: dict[str, int] = field(default_factory=dict)
+
+    def next_position(self, subset: str) -> int:
+        index = self.positions.get(subset, 0)
+        self.positions[subset] = index + 1
+        return index
 
 
 def _read_cells(
@@ -116,32 +140,56 @@ def _read_cells(
     return cells, issues
 
 
-def row_to_item(row: Any, line: int | None, ctx: RowContext) -> tuple[Item | None, list[RowIssue]]:
+class RowResult(NamedTuple):
+    """What became of one row: the item (None when the row has an error or belongs to another
+    subset), its problems (errors when ``item`` is None, else warnings) and whether its id was
+    assigned by the loader."""
+
+    item: Item | None
+    issues: list[RowIssue]
+    id_assigned: bool = False
+
+
+def row_to_item(row: Any, line: int | None, ctx: RowContext) -> RowResult:
     """Turn one raw row into an Item, or report why it cannot be one.
 
-    Returns ``(None, [])`` for a row that belongs to a different subset than requested.
+    A row without an id is named ``<SUBSET>-<index>`` (see ``RowContext``). Two things are
+    warnings, not errors, because the release has them: a wrong option without a false
+    sentence (kept as an option, never a Type 1 target) and a sentence whose option cell is
+    empty (not delivered). A row with no false sentence at all is an error.
     """
     if not isinstance(row, Mapping):
-        return None, [RowIssue(ctx.file, line, None, "row", "expected an object with named fields")]
+        return RowResult(
+            None, [RowIssue(ctx.file, line, None, "row", "expected an object with named fields")]
+        )
 
     cells, issues = _read_cells(row, ctx.file, line)
-    item_id = cells.get("id")
-    if item_id is None and "id" not in {i.field for i in issues}:
-        issues.append(RowIssue(ctx.file, line, None, "id", "missing or empty id"))
-    # Issues raised before the id was known get it attached now.
-    issues = [RowIssue(i.file, i.line, item_id, i.field, i.message) for i in issues]
-
-    def bad(field_name: str, message: str) -> None:
-        issues.append(RowIssue(ctx.file, line, item_id, field_name, message))
 
     # Subset: the row's own column, else the --subset argument, else the file name.
     row_subset = cells.get("subset")
     if row_subset is not None:
         subset: str | None = canonical_subset(row_subset)
         if ctx.subset_arg is not None and subset != ctx.subset_arg:
-            return None, []
+            return RowResult(None, [])
     else:
         subset = ctx.subset_arg or ctx.file_subset
+    index = ctx.next_position(subset) if subset is not None else None
+
+    item_id = cells.get("id")
+    id_assigned = False
+    if item_id is None and "id" not in {i.field for i in issues} and subset is not None:
+        # (without a subset the row is already an error, reported on the subset field)
+        item_id, id_assigned = f"{subset}-{index}", True
+    # Issues raised before the id was known get it attached now.
+    issues = [RowIssue(i.file, i.line, item_id, i.field, i.message) for i in issues]
+    warnings: list[RowIssue] = []
+
+    def bad(field_name: str, message: str) -> None:
+        issues.append(RowIssue(ctx.file, line, item_id, field_name, message))
+
+    def warn(field_name: str, message: str) -> None:
+        warnings.append(RowIssue(ctx.file, line, item_id, field_name, message, "warning"))
+
     if subset is None:
         bad("subset", "no subset column, none in the file name and no subset= given")
 
@@ -186,16 +234,24 @@ def row_to_item(row: Any, line: int | None, ctx: RowContext) -> tuple[Item | Non
         bad("answer", f"gold key {gold!r} is not among the options {', '.join(options)}")
 
     contexts: dict[str, str] = {}
+    unreadable = {x.field for x in issues}
+    if any(f.startswith("inject") for f in unreadable):
+        unreadable.add("inject")
     for i, c in enumerate(_LETTERS):
         sentence = cells.get(f"inject{c}")
         if i in texts:
             key = key_of(i)
             if sentence is not None:
                 contexts[key] = sentence
-            elif key != gold and f"inject{c}" not in {x.field for x in issues}:
-                bad(f"inject{c}", f"wrong option {key} has no false sentence")
+            elif key != gold and f"inject{c}" not in unreadable:
+                warn(
+                    f"inject{c}", f"wrong option {key} has no false sentence: never a Type 1 target"
+                )
         elif sentence is not None:
-            bad(f"inject{c}", f"sentence given for option {c.upper()}, which does not exist")
+            warn(f"inject{c}", f"sentence for option {c.upper()}, which has no text: not delivered")
+    has_false = any(k != gold for k in contexts)
+    if len(options) >= 2 and gold in options and not has_false and "inject" not in unreadable:
+        bad("inject", "no wrong option has a false sentence (nothing to deliver under Type 1)")
 
     labels: dict[str, str | None] = {}
     for column, convert in (
@@ -208,7 +264,7 @@ def row_to_item(row: Any, line: int | None, ctx: RowContext) -> tuple[Item | Non
             bad(column, str(exc))
 
     if issues:
-        return None, issues
+        return RowResult(None, issues)
     assert item_id is not None and question is not None and gold is not None
     assert subset is not None
     item = Item(
@@ -222,4 +278,4 @@ def row_to_item(row: Any, line: int | None, ctx: RowContext) -> tuple[Item | Non
         provenance=labels.get("injection_provenance"),
         language=_language(" ".join([question, *options.values()])),
     )
-    return item, []
+    return RowResult(item, warnings, id_assigned)

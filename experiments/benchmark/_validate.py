@@ -29,6 +29,7 @@ def validate_command(
     path: str,
     *,
     subset: str | None = None,
+    hub_repo: str | None = None,
     out: TextIO | None = None,
     err: TextIO | None = None,
 ) -> int:
@@ -36,26 +37,28 @@ def validate_command(
 
     Prints a table of item counts per subset x content type x provenance with per-subset and
     grand totals to ``out``; every problem is printed as one ``file:line: id=X: field:
-    message`` line to ``err``.
+    message`` line to ``err``, every warning (a row loaded with a part left out) as the same
+    line prefixed with ``WARNING``, each kind followed by a one-line count.
 
     Args:
         path: Anything ``load_dataset`` accepts.
         subset: Passed to ``load_dataset``.
+        hub_repo: Passed to ``load_dataset`` (the repository for ``hub:`` addresses).
         out: Stream for the table (default ``sys.stdout``).
         err: Stream for problems (default ``sys.stderr``).
 
     Returns:
-        0 when every row is valid, 1 when any row has a problem, 2 when the source cannot
-        be read at all.
+        0 when every row loads (warnings included), 1 when any row has an error, 2 when the
+        source cannot be read at all.
     """
     out = out if out is not None else sys.stdout
     err = err if err is not None else sys.stderr
     from ._data import load_dataset  # the loader imports this module for its re-export
 
     try:
-        ds = load_dataset(path, subset=subset, mode="skip")
+        ds = load_dataset(path, subset=subset, mode="skip", hub_repo=hub_repo)
     except DataError as exc:
-        print(f"error: {exc}", file=err)
+        print(f"error: {exc.summary()}", file=err)
         return 2
 
     header = ("subset", "content type", "provenance", "items")
@@ -69,6 +72,21 @@ def validate_command(
             + r[3].rjust(widths[3]),
             file=out,
         )
+    if ds.ids_assigned:
+        print(
+            f"{ds.ids_assigned} row(s) without an id were named <SUBSET>-<index> "
+            "(0-based row index within the subset)",
+            file=out,
+        )
+    if ds.warnings:
+        for warning in ds.warnings:
+            print(f"WARNING {warning}", file=err)
+        rows = len({(w.file, w.line) for w in ds.warnings})
+        print(
+            f"WARNING: {len(ds.warnings)} warning(s) in {rows} loaded row(s); a wrong option "
+            "without a false sentence is never a Type 1 target",
+            file=err,
+        )
     if ds.issues:
         for issue in ds.issues:
             print(str(issue), file=err)
@@ -77,5 +95,6 @@ def validate_command(
             f"{len(ds.issues)} problem(s) in {bad_rows} row(s); {len(ds)} valid item(s)", file=err
         )
         return 1
-    print(f"OK: {len(ds)} valid item(s)", file=out)
+    warned = f", {len(ds.warnings)} warning(s)" if ds.warnings else ""
+    print(f"OK: {len(ds)} valid item(s){warned}", file=out)
     return 0
