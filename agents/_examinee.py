@@ -10,7 +10,7 @@ Models (``build(model_id, opts)``):
 
 * ``mock/examinee`` — the policy described below.
 * ``mock/oracle`` — always answers the gold option of a recognised question.
-* ``mock/random`` — a seeded uniform choice per (seed, item id), blind to any context.
+* ``mock/random`` — a seeded uniform choice per (seed, item key), blind to any context.
 
 Options (``ModelOptions.extra``): ``answer_key`` (a JSONL/JSON data file read with
 ``medmis.experiments.benchmark._data.load_dataset``; default ``fixtures/medmisbench_sample.jsonl`` at the
@@ -19,11 +19,12 @@ repository root), ``seed`` (default ``ModelOptions.seed`` or 0), ``clean_accurac
 :class:`~medmis.agents._errors.TransientModelError` with ``retry_after=0``; a retry of the same
 messages succeeds), ``latency_s`` (0: a sleep per call). Unknown keys are an error.
 
-Determinism. Every random draw is a uniform number from SHA-256 of (seed, item id, a role
-tag, ...), never Python's ``hash`` or a global RNG, so a run is identical on every machine
-and in any call order. The clean answer depends only on (seed, item id), so it pairs across
-protocols and defenders; each later draw re-uses one uniform per (item, role) and only moves
-the threshold, so a stronger defence never flips an item that a weaker one kept.
+Determinism. Every random draw is a uniform number from SHA-256 of (seed, item key
+``"SUBSET/id"``, a role tag, ...), never Python's ``hash`` or a global RNG, so a run is
+identical on every machine and in any call order. The clean answer depends only on (seed,
+item key), so it pairs across protocols and defenders; each later draw re-uses one uniform
+per (item, role) and only moves the threshold, so a stronger defence never flips an item
+that a weaker one kept.
 
 How a request is read:
 
@@ -565,19 +566,19 @@ class SimulatedExaminee(BaseChatModel):
 
     # -- draws ------------------------------------------------------------------------------
     def _u(self, item: Item, role: str, *more: object) -> float:
-        return _unit(self.seed, item.id, role, *more)
+        return _unit(self.seed, item.key, role, *more)
 
     def clean_answer(self, item: Item) -> str:
-        """The answer without context; depends only on (seed, item id)."""
+        """The answer without context; depends only on (seed, item key)."""
         if self._u(item, "clean") < self.clean_accuracy or not item.wrong_keys:
             return item.gold
-        return stable_rng(self.seed, item.id, "clean-wrong").choice(item.wrong_keys)
+        return stable_rng(self.seed, item.key, "clean-wrong").choice(item.wrong_keys)
 
     def _decide(self, item: Item, view: _View) -> _Decision:
         if self.policy == "oracle":
             return _Decision(item.gold, "oracle")
         if self.policy == "random":
-            return _Decision(stable_rng(self.seed, item.id, "random").choice(item.keys), "random")
+            return _Decision(stable_rng(self.seed, item.key, "random").choice(item.keys), "random")
         clean = self.clean_answer(item)
         ev = _evidence_for_gold(item, view.evidence)
         if ev is not None and self._u(item, "evidence") < EVIDENCE_CORRECTION:
@@ -606,7 +607,7 @@ class SimulatedExaminee(BaseChatModel):
             key = (
                 trusted[0]
                 if trusted
-                else stable_rng(self.seed, item.id, "type2-target").choice(false)
+                else stable_rng(self.seed, item.key, "type2-target").choice(false)
             )
             p2 = min(FOLLOW_MAX, TYPE2_ASR * follow_p(key) / MEAN_TYPE1_ASR)
             if live[item.gold] == "supported":
@@ -729,7 +730,7 @@ class SimulatedExaminee(BaseChatModel):
             return None
         if any(name == VISIT_TOOL_NAME for name, _, _ in view.tool_results):
             return None
-        anchor = item.id if item is not None else _squash(view.task)[:200]
+        anchor = item.key if item is not None else _squash(view.task)[:200]
         query = self._query(item, view, task)
         if not view.tool_results:
             if SEARCH_TOOL_NAME not in names or not query:

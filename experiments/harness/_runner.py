@@ -372,6 +372,7 @@ class Harness:
             "defender": defender.label,
             "protocol": case.protocol,
             "item_id": item.id,
+            "subset": item.subset,
             "target": case.target,
             "context": [c.model_dump() for c in case.context],
             "choice": record.choice,
@@ -399,8 +400,8 @@ class Harness:
         g[0] += int(bool(record.correct))
         g[1] += 1
         if record.protocol == "clean":
-            clean[(record.model, record.defender, record.item_id)] = bool(record.correct)
-        elif record.protocol == "type1" and clean.get((record.model, record.defender, record.item_id)):
+            clean[(record.model, record.defender, record.item_key)] = bool(record.correct)
+        elif record.protocol == "type1" and clean.get((record.model, record.defender, record.item_key)):
             s.flips[0] += int(not record.correct)
             s.flips[1] += 1
 
@@ -425,7 +426,7 @@ class Harness:
         for spec in cfg.models:
             for d in self.defenders:
                 for case in cases:
-                    key = (spec, d.label, case.protocol, case.item.id, case.target)
+                    key = (spec, d.label, case.protocol, case.item.key, case.target)
                     if key not in done:
                         todo[0 if case.protocol == "clean" else 1].append((spec, d, case))
         total = len(todo[0]) + len(todo[1])
