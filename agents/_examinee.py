@@ -12,7 +12,7 @@ Models (``build(model_id, opts)``):
 * ``mock/oracle`` — always answers the gold option of a recognised question.
 * ``mock/random`` — a seeded uniform choice per (seed, item key), blind to any context.
 
-Options (``ModelOptions.extra``): ``answer_key`` (a JSONL/JSON data file read with
+Options (``ModelOptions.extra``): ``answer_key`` (a data file or folder read with
 ``medmis.experiments.benchmark._data.load_dataset``; default ``fixtures/medmisbench_sample.jsonl`` at the
 repository root), ``seed`` (default ``ModelOptions.seed`` or 0), ``clean_accuracy`` (0.8),
 ``fault_rate`` (0: the share of distinct requests whose *first* attempt raises
@@ -488,7 +488,7 @@ class SimulatedExaminee(BaseChatModel):
         clean_accuracy: Probability of the gold answer without context.
         fault_rate: Share of distinct requests whose first attempt raises a transient error.
         latency_s: Seconds slept per call.
-        answer_key: Data file with the items; ``None`` means the bundled sample fixture.
+        answer_key: Data file or folder with the items; ``None`` means the bundled sample fixture.
         items: Items given directly (tests); takes precedence over ``answer_key``.
     """
 
@@ -531,11 +531,18 @@ class SimulatedExaminee(BaseChatModel):
                 self._key_id = "inline:" + _digest(blob)[:16]
             else:
                 path = Path(self.answer_key) if self.answer_key else DEFAULT_ANSWER_KEY
-                data = (
-                    hashlib.sha256(path.read_bytes()).hexdigest()[:16]
-                    if path.is_file()
-                    else "missing"
-                )
+                if path.is_file():
+                    data = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+                elif path.is_dir():  # a folder of subset files, e.g. the whole release
+                    from medmis.experiments.benchmark._readers import files_in
+
+                    digest = hashlib.sha256()
+                    for f in files_in(path):
+                        digest.update(f.relative_to(path).as_posix().encode() + b"\0")
+                        digest.update(hashlib.sha256(f.read_bytes()).digest())
+                    data = digest.hexdigest()[:16]
+                else:
+                    data = "missing"
                 self._key_id = f"{path.name}:{data}"
         return self._key_id
 
@@ -556,7 +563,7 @@ class SimulatedExaminee(BaseChatModel):
 
     def _load_items(self) -> list[Item]:
         path = Path(self.answer_key) if self.answer_key else DEFAULT_ANSWER_KEY
-        if not path.is_file():
+        if not path.exists():
             raise FileNotFoundError(f"simulated examinee: answer key {path} not found")
         from medmis.experiments.benchmark._data import (
             load_dataset,  # the loader is only needed without items
