@@ -378,11 +378,17 @@ def test_directory_duplicate_ids_across_files(tmp_path: Path) -> None:
 def test_subset_argument(tmp_path: Path, sample_path: Path) -> None:
     hle = load_dataset(sample_path, subset="medmishle")
     assert len(hle) == 5 and {it.subset for it in hle} == {"MEDMISHLE"}
-    # Without a subset column the argument labels rows, overriding the file name.
+    # Without a subset column the file name decides, and the argument filters on it ...
     row = {k: v for k, v in good_row().items() if k != "subset"}
     path = write_jsonl(tmp_path / "medmishle.jsonl", [row])
     assert load_dataset(path).items[0].subset == "MEDMISHLE"
-    assert load_dataset(path, subset="MEDMISQA").items[0].subset == "MEDMISQA"
+    assert load_dataset(path, subset="hle").items[0].subset == "MEDMISHLE"
+    with pytest.raises(DataError, match="no rows of subset MEDMISQA"):
+        load_dataset(path, subset="MEDMISQA")
+    # ... and it names rows that carry no subset information at all.
+    assert load_dataset(write_jsonl(tmp_path / "x.jsonl", [row]), subset="QA").items[0].subset == (
+        "MEDMISQA"
+    )
     nowhere = write_jsonl(tmp_path / "rows.jsonl", [row])
     with pytest.raises(DataError) as info:
         load_dataset(nowhere)

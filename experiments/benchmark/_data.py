@@ -62,9 +62,10 @@ def load_dataset(
             such files (searched recursively, hidden entries skipped); or a hub address
             ``hub:MEDMISHLE``, ``hub:all`` or ``hf://AI4HealthResearch/MedMisBench/MEDMISHLE``
             (needs the optional ``datasets`` package).
-        subset: Rows that carry a ``subset`` column are filtered to this subset; rows
-            without one are labelled with it, overriding the subset read from the file
-            name. For hub addresses without a config, it names the config.
+        subset: Keep only this subset: rows whose subset is known (a ``subset`` column,
+            a subset named in the file or folder name, the hub config) are filtered to it;
+            rows with no subset information are labelled with it. For hub addresses
+            without a config, it names the config.
         mode: ``"strict"`` raises ``DataError`` listing every problem; ``"skip"`` drops
             bad rows and reports them in ``Dataset.issues``. Warnings (rows loaded with a
             part left out) never stop a load; they are in ``Dataset.warnings``.
@@ -141,6 +142,8 @@ def load_dataset(
         first_seen[item.key] = (ctx.file, line)
         items.append(item)
 
+    if wanted and not items and not issues:
+        raise DataError(f"{text_source}: no rows of subset {wanted}")
     if issues and mode == "strict":
         raise DataError(f"{text_source}: {len(issues)} problem(s) found", issues)
     if hub is not None:

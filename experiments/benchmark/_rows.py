@@ -165,14 +165,14 @@ def row_to_item(row: Any, line: int | None, ctx: RowContext) -> RowResult:
 
     cells, issues = _read_cells(row, ctx.file, line)
 
-    # Subset: the row's own column, else the --subset argument, else the file name.
+    # Subset: the row's own column, else the file name (or hub config); --subset filters rows
+    # whose subset is known that way and names the rest.
     row_subset = cells.get("subset")
-    if row_subset is not None:
-        subset: str | None = canonical_subset(row_subset)
-        if ctx.subset_arg is not None and subset != ctx.subset_arg:
-            return RowResult(None, [])
-    else:
-        subset = ctx.subset_arg or ctx.file_subset
+    subset = canonical_subset(row_subset) if row_subset is not None else ctx.file_subset
+    if subset is None:
+        subset = ctx.subset_arg
+    elif ctx.subset_arg is not None and subset != ctx.subset_arg:
+        return RowResult(None, [])
     index = ctx.next_position(subset) if subset is not None else None
 
     item_id = cells.get("id")
