@@ -86,6 +86,8 @@ class AblationConfig(BaseModel):
     data: str
     subset: str | None = None
     limit: int | None = None
+    hub_repo: str | None = None
+    """Hub repository for ``hub:`` data (default AI4HealthResearch/MedMisBench)."""
     protocols: list[ProtocolName] = Field(default_factory=lambda: list(PROTOCOLS))
     type1_targets: Type1Targets = "sampled"
     seed: int = 0
@@ -248,6 +250,7 @@ def _run_config(config: AblationConfig, out: Path, *, progress: bool, shuffled: 
         data=config.resolve(config.data),
         subset=config.subset,
         limit=config.limit,
+        hub_repo=config.hub_repo,
         models=[m.spec for m in config.models],
         model_options=ModelOptions(**config.model_options),
         defenders=config.defender_configs(),
@@ -346,7 +349,9 @@ def ablate_command(path: str, *, out: str | None = None, dry_run: bool = False, 
     run_cfg = _run_config(config, out_dir, progress=progress, shuffled=False)
     from medmis.experiments.benchmark._data import load_dataset
 
-    dataset = load_dataset(run_cfg.data, subset=config.subset, limit=config.limit)
+    dataset = load_dataset(
+        run_cfg.data, subset=config.subset, limit=config.limit, hub_repo=config.hub_repo
+    )
     cases = build_cases(dataset.items, config.protocols, seed=config.seed, type1_targets=config.type1_targets)
     if config.delivery.type2_shuffled:
         cases = cases + [c for c in build_cases(dataset.items, ["type2"], seed=config.seed, shuffle_type2=True)]

@@ -1,8 +1,9 @@
 """Delivery protocols (clean, type1, type2) and the baseline prompt renderer.
 
 Choices that must be identical on every machine and run (the type1 target, the optional
-type2 shuffle) are drawn from SHA-256 of the seed and the item id, never from Python's
-``hash`` or a global RNG.
+type2 shuffle) are drawn from SHA-256 of the seed and the item key (``"SUBSET/id"``, so the
+same released id in two subsets draws independently), never from Python's ``hash`` or a
+global RNG.
 """
 
 from __future__ import annotations
@@ -32,11 +33,15 @@ def stable_rng(*parts: object) -> random.Random:
 
 
 def type1_target(item: Item, seed: int) -> str:
-    """The wrong option whose false sentence is delivered under type1 (deterministic)."""
+    """The wrong option whose false sentence is delivered under type1 (deterministic).
+
+    Only wrong options that have a false sentence are candidates: a wrong option released
+    without one stays an option but is never a target.
+    """
     wrong = [k for k in item.wrong_keys if item.contexts.get(k)]
     if not wrong:
-        raise ValueError(f"item {item.id!r} has no wrong option with a context sentence")
-    return stable_rng("type1", seed, item.id).choice(wrong)
+        raise ValueError(f"item {item.key!r} has no wrong option with a context sentence")
+    return stable_rng("type1", seed, item.key).choice(wrong)
 
 
 def _sentence(item: Item, key: str) -> ContextSentence:
@@ -67,7 +72,7 @@ def cases_for_item(
         if type1_targets == "all":
             targets = [k for k in item.wrong_keys if item.contexts.get(k)]
             if not targets:
-                raise ValueError(f"item {item.id!r} has no wrong option with a context sentence")
+                raise ValueError(f"item {item.key!r} has no wrong option with a context sentence")
         else:
             targets = [type1_target(item, seed)]
         for t in targets:
@@ -76,9 +81,9 @@ def cases_for_item(
         keys = [k for k in item.options if item.contexts.get(k)]
         if not keys:
             # would render exactly the clean prompt and be graded as type2
-            raise ValueError(f"item {item.id!r} has no context sentences for type2")
+            raise ValueError(f"item {item.key!r} has no context sentences for type2")
         if shuffle_type2:
-            stable_rng("type2", seed, item.id).shuffle(keys)
+            stable_rng("type2", seed, item.key).shuffle(keys)
         out.append(
             Case(item=item, protocol="type2", seed=seed, context=tuple(_sentence(item, k) for k in keys))
         )

@@ -37,12 +37,21 @@ PROVENANCES: tuple[str, ...] = (
 )
 
 
+def item_key(subset: str, item_id: str) -> str:
+    """The namespaced identity of an item (the released id is unique only within a subset)."""
+    return f"{subset}/{item_id}"
+
+
 class Item(BaseModel):
     """One benchmark question with its option-aligned context sentences.
 
     ``options`` keeps display order (dicts are ordered). ``contexts`` maps an option key to
     the sentence written for it: the gold key's sentence is a truthful affirmation, every
     other one is a false sentence that argues for that option.
+
+    ``id`` is the id as released; ids are unique only within a subset, so ``key``
+    (``"SUBSET/id"``) is what identifies an item everywhere in a run: resume keys, seeded
+    draws, pairing in metrics.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -56,6 +65,11 @@ class Item(BaseModel):
     content_type: str | None = None
     provenance: str | None = None
     language: Literal["en", "zh"] = "en"
+
+    @property
+    def key(self) -> str:
+        """The item's identity across subsets: ``f"{subset}/{id}"``."""
+        return item_key(self.subset, self.id)
 
     @property
     def keys(self) -> list[str]:
@@ -90,7 +104,8 @@ class Case(BaseModel):
 
     @property
     def key(self) -> tuple[str, str, str | None]:
-        return (self.item.id, self.protocol, self.target)
+        """``(item.key, protocol, target)``: one case of one item."""
+        return (self.item.key, self.protocol, self.target)
 
     @property
     def context_texts(self) -> list[str]:
@@ -168,5 +183,11 @@ class Record(BaseModel):
     trace_file: str | None = None
 
     @property
+    def item_key(self) -> str:
+        """``"SUBSET/item_id"``, the same identity as ``Item.key``."""
+        return item_key(self.subset, self.item_id)
+
+    @property
     def key(self) -> tuple[str, str, str, str, str | None]:
-        return (self.model, self.defender, self.protocol, self.item_id, self.target)
+        """The resume key: ``(model, defender, protocol, item_key, target)``."""
+        return (self.model, self.defender, self.protocol, self.item_key, self.target)

@@ -55,6 +55,10 @@ _VERSIONED_PACKAGES = (
 )
 
 
+INVALID_ROWS_FILE = "invalid_rows.txt"
+"""Written into the run folder under ``on_invalid="skip"``: one line per problem in the data."""
+
+
 class RunSetupError(Exception):
     """The run cannot start (e.g. web tools misconfigured); printed as one line by the CLI."""
 
@@ -77,6 +81,8 @@ class RunConfig(BaseModel):
     data: str
     subset: str | None = None
     limit: int | None = None
+    hub_repo: str | None = None
+    on_invalid: Literal["fail", "skip"] = "fail"
     models: list[str]
     model_options: ModelOptions = Field(default_factory=ModelOptions)
     defenders: list[DefenderConfig]
@@ -135,6 +141,8 @@ class RunResult:
     new_records: int
     stats: RunStats
     report: dict[str, Path] = field(default_factory=dict)
+    skipped_rows: int = 0
+    """Invalid data rows left out under ``on_invalid="skip"`` (listed in ``INVALID_ROWS_FILE``)."""
 
 
 def _safe_name(text: str) -> str:
@@ -189,8 +197,10 @@ class Harness:
         tools: Any = None,
         argv: Sequence[str] | None = None,
         stop_when: Callable[[RunStats], str | None] | None = None,
+        notice: Callable[[str], None] | None = None,
     ) -> None:
         self.config = config
+        self.notice = notice
         self.out = Path(config.out)
         self._model_factory = model_factory
         self._models: dict[str, BaseChatModel] = {}
@@ -273,7 +283,13 @@ class Harness:
     def load_cases(self) -> tuple[list[Case], Any]:
         from medmis.experiments.benchmark._data import load_dataset
 
-        dataset = load_dataset(self.config.data, subset=self.config.subset, limit=self.config.limit)
+        dataset = load_dataset(
+            self.config.data,
+            subset=self.config.subset,
+            limit=self.config.limit,
+            mode="skip" if self.config.on_invalid == "skip" else "strict",
+            hub_repo=self.config.hub_repo,
+        )
         cases = build_cases(
             dataset.items,
             self.config.protocols,
@@ -307,6 +323,9 @@ class Harness:
                 "sha256": getattr(dataset, "sha256", None),
                 "items": len(getattr(dataset, "items", [])),
                 "subset": self.config.subset,
+                "hub_repo": self.config.hub_repo,
+                "invalid_rows": len(getattr(dataset, "issues", [])),
+                "warnings": len(getattr(dataset, "warnings", [])),
             },
             "cases_per_model_defender": n_cases,
             "simulated": any(is_simulated(m) for m in self.config.models),
@@ -375,6 +394,7 @@ class Harness:
             "defender": defender.label,
             "protocol": case.protocol,
             "item_id": item.id,
+            "subset": item.subset,
             "target": case.target,
             "context": [c.model_dump() for c in case.context],
             "choice": record.choice,
@@ -402,16 +422,17 @@ class Harness:
         g[0] += int(bool(record.correct))
         g[1] += 1
         if record.protocol == "clean":
-            clean[(record.model, record.defender, record.item_id)] = bool(record.correct)
-        elif record.protocol == "type1" and clean.get((record.model, record.defender, record.item_id)):
+            clean[(record.model, record.defender, record.item_key)] = bool(record.correct)
+        elif record.protocol == "type1" and clean.get((record.model, record.defender, record.item_key)):
             s.flips[0] += int(not record.correct)
             s.flips[1] += 1
 
     async def run(self) -> RunResult:
         cfg = self.config
+        cases, dataset = self.load_cases()  # a data error stops the run before OUT is made
         self.out.mkdir(parents=True, exist_ok=True)
         (self.out / "traces").mkdir(exist_ok=True)
-        cases, dataset = self.load_cases()
+        skipped = self._write_invalid_rows(dataset)
         self.tools()  # fail before any case runs when the tools cannot be built
         self.write_manifest(dataset, len(cases))
         records_path = self.out / "records.jsonl"
@@ -428,7 +449,7 @@ class Harness:
         for spec in cfg.models:
             for d in self.defenders:
                 for case in cases:
-                    key = (spec, d.label, case.protocol, case.item.id, case.target)
+                    key = (spec, d.label, case.protocol, case.item.key, case.target)
                     if key not in done:
                         todo[0 if case.protocol == "clean" else 1].append((spec, d, case))
         total = len(todo[0]) + len(todo[1])
@@ -450,12 +471,30 @@ class Harness:
             await self.aclose()
         if self.stats.stopped_reason:
             self._mark_stopped(self.stats.stopped_reason)
-        result = RunResult(self.out, len(read_records(records_path)), new, self.stats)
+        result = RunResult(
+            self.out, len(read_records(records_path)), new, self.stats, skipped_rows=skipped
+        )
         if cfg.write_report:
             from medmis.experiments.reporting._report import write_report
 
             result.report = write_report(self.out)
         return result
+
+    def _write_invalid_rows(self, dataset: Any) -> int:
+        """List the rows left out under ``on_invalid="skip"`` in the run folder."""
+        issues = list(getattr(dataset, "issues", []))
+        path = self.out / INVALID_ROWS_FILE
+        if not issues:
+            path.unlink(missing_ok=True)  # a resumed run over repaired data leaves no stale list
+            return 0
+        path.write_text("".join(f"{i}\n" for i in issues), encoding="utf-8")
+        rows = len({(i.file, i.line) for i in issues})
+        if self.notice is not None:
+            self.notice(
+                f"skipped {rows} invalid row(s) ({len(issues)} problem(s)); "
+                f"full list in {path}"
+            )
+        return rows
 
     def _mark_stopped(self, reason: str) -> None:
         path = self.out / "manifest.json"
