@@ -29,7 +29,7 @@ TEXT_LIMIT = 600  # claims, quotes, queries, URLs
 MAX_ITEMS = 400  # case browser cap; the records and traces keep everything
 SHUFFLED_DIR = "type2_shuffled"
 SIMULATED_PREFIX = "mock/examinee"
-"""Model specs of the offline demo's simulated examinee (as in ``_report``)."""
+"""Model specs of the offline demo's simulated examinee (as in ``_run``)."""
 
 _OPTION = re.compile(r"^\s*([A-Za-z0-9]{1,3}):\s*(.+)$")
 _PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
