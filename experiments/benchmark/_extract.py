@@ -3,6 +3,9 @@
 A reply is normalised with NFKC (full-width ``Ｂ``, ``：`` and ``（）`` read as ASCII) and then
 read by an ordered list of strategies; the first one that finds a key wins:
 
+0. ``_json_reply`` — a reply that is one JSON object (bare, fenced, or with prose around it),
+   read at its answer field as the reference evaluation reads ``answer_letter`` (see
+   ``_extract_json``). A provider's parsed structured reply, when given, comes before all.
 1. ``_explicit_statement`` — JSON fields, "Final answer: X", ``\\boxed{X}``, "the answer is X",
    "Answer: X", "Option X is correct" and their Chinese forms (答案：X, 最终答案是X, 选X, X项正确).
    Every statement is collected with its position. The last *final* statement (JSON, final
@@ -23,10 +26,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator, Mapping
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from pydantic import BaseModel
 
+from ._extract_json import answer_value, json_object, key_shaped, structured_key, value_key
 from ._extract_rules import (
     _HEDGED_BEFORE,
     _JSON_FIELDS,
@@ -75,11 +79,10 @@ def _json_candidates(reply: _Reply) -> Iterator[_Candidate]:
         for m in pattern.finditer(reply.low):
             # Slice the value from the original text so that its key keeps its case.
             value = reply.text[m.start(m.lastgroup or 0) : m.end(m.lastgroup or 0)]
-            found = _JSON_VALUE.match(_ascii_lower(value))
-            key = _accept(value, found, reply.keymap) if found else None
-            if key is None:  # {"answer": "Vitamin C"}
-                folded = _fold(value)
-                key = next((k for k, v in reply.options.items() if folded and folded == _fold(v)), None)
+            key = value_key(value, reply.options)  # "B", "(B)", "Option B", "Vitamin C"
+            if key is None and not key_shaped(value):  # "B, because …": the checks decide
+                found = _JSON_VALUE.match(_ascii_lower(value))
+                key = _accept(value, found, reply.keymap) if found else None
             if key is not None:
                 yield _Candidate(m.start(), key, "json", True)
 
@@ -179,27 +182,45 @@ def _option_text(reply: _Reply) -> Extraction | None:
     return Extraction(choice=key, method="option_text") if key else None
 
 
+def _json_reply(reply: _Reply) -> Extraction | None:
+    """The answer field of the one JSON object the reply consists of."""
+    if "{" not in reply.text:
+        return None
+    obj = json_object(reply.text)
+    key = value_key(answer_value(obj), reply.options) if obj is not None else None
+    return Extraction(choice=key, method="json") if key is not None else None
+
+
 _STRATEGIES: tuple[Callable[[_Reply], Extraction | None], ...] = (
+    _json_reply,
     _explicit_statement,
     _last_line,
     _option_text,
 )
 
 
-def extract_answer(text: str, options: Mapping[str, str]) -> Extraction:
+def extract_answer(text: str, options: Mapping[str, str], *, parsed: Any = None) -> Extraction:
     """Find the option key a model's reply commits to.
 
     Args:
         text: The raw reply (English or Chinese; markdown, LaTeX or JSON allowed).
         options: Option key -> option text in display order; keys are letters ("A", "B", …)
             or digits ("1", "2", …).
+        parsed: A provider's parsed structured reply (a mapping such as
+            ``{"thinking_process": ..., "answer_letter": "B"}``), read first when it names
+            an option (method ``"structured"``); otherwise the text decides.
 
     Returns:
         The exact key from ``options`` — or None when the reply commits to none of them
-        (refusal, hedge, out-of-range key) — and the strategy that found it: ``"json"``,
+        (refusal, hedge, out-of-range key) — and the strategy that found it:
+        ``"structured"``, ``"json"``,
         ``"final_answer"``, ``"boxed"``, ``"answer_is"``, ``"answer_label"``,
         ``"option_correct"``, ``"last_line"``, ``"option_text"`` or ``"none"``.
     """
+    if parsed is not None:
+        key = structured_key(parsed, options)
+        if key is not None:
+            return Extraction(choice=key, method="structured")
     normalised = _normalise(text or "")
     reply = _Reply(
         text=normalised,

@@ -133,7 +133,8 @@ _VERDICTS: tuple[_Verdict, ...] = (
 
 _JSON_FIELDS = tuple(
     re.compile(
-        q + r"(?:final[_\s-]?answer|answer|choice|option|selected[_\s-]?(?:answer|option|choice)|"
+        q + r"(?:final[_\s-]?(?:answer|choice)|answer(?:[_\s-]?(?:letter|key|option|choice))?|"
+        r"choice|option|selected[_\s-]?(?:answer|option|choice)|"
         r"correct[_\s-]?(?:answer|option|choice)|最终答案|答案)" + q + r"\s*:\s*"
         r"(?:\"(?P<dq>[^\"\n]{0,200})\"|'(?P<sq>[^'\n]{0,200})'|(?P<num>\d{1,2})(?![\d.]))"
     )
