@@ -12,6 +12,10 @@ that wrapper hides:
   attempts and deadlines are counted once.
 * **Safety settings.** Medical questions about overdoses, self-harm or toxicology trip the
   default filters; every harm category is set to ``OFF``.
+* **Structured output.** A bound ``structured_output={"name", "schema"}`` argument (see
+  :mod:`._capabilities`) becomes ``response_mime_type="application/json"`` plus
+  ``response_schema``, as the reference evaluation asks Gemini for its JSON answer; the
+  SDK's parsed object is kept in ``additional_kwargs["parsed"]``.
 * **Errors.** A blocked prompt, a blocking finish reason or an empty candidate list raises
   :class:`BlockedResponseError` (not retried); an unparseable body, a malformed function
   call or a candidate with no parts :class:`MalformedResponseError` (retried). Neither is
@@ -34,7 +38,7 @@ import os
 import threading
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import httpx
 import pydantic
@@ -58,6 +62,7 @@ from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import ConfigDict, Field, PrivateAttr, SecretStr
 
+from ._capabilities import STRUCTURED_OUTPUT_KWARG, StructuredOutput, check_structured_output
 from ._errors import BlockedResponseError, MalformedResponseError, MissingKeyError
 from ._mock import content_text
 from ._registry import HTTP_LIMITS, ModelOptions
@@ -278,6 +283,9 @@ def parse_response(response: types.GenerateContentResponse, model: str) -> AIMes
         extra["text_signature"] = text_signature
     if thoughts:
         extra["thoughts"] = "".join(thoughts)
+    parsed = _parsed(response)
+    if parsed is not None:
+        extra["parsed"] = parsed
     return AIMessage(
         content=text,
         tool_calls=calls,
@@ -292,6 +300,17 @@ def parse_response(response: types.GenerateContentResponse, model: str) -> AIMes
     )
 
 
+def _parsed(response: types.GenerateContentResponse) -> dict[str, Any] | None:
+    """The SDK's parse of a structured reply (a JSON object), or None."""
+    try:
+        parsed = response.parsed
+    except (ValueError, TypeError):  # a schema the SDK cannot parse into: the text still counts
+        return None
+    if isinstance(parsed, pydantic.BaseModel):
+        parsed = parsed.model_dump(mode="json")
+    return parsed if isinstance(parsed, dict) else None
+
+
 class GeminiChat(BaseChatModel):
     """A Gemini chat model over google-genai (httpx transport, no SDK retries, safety off).
 
@@ -300,6 +319,9 @@ class GeminiChat(BaseChatModel):
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    provider_family: ClassVar[str] = "google"
+    accepts_structured_output: ClassVar[bool] = True
 
     model: str
     api_key: SecretStr = Field(repr=False)
@@ -402,6 +424,7 @@ class GeminiChat(BaseChatModel):
         tools: Sequence[dict[str, Any]] | None = None,
         tool_choice: Any = None,
         stop: list[str] | None = None,
+        structured_output: StructuredOutput | None = None,
     ) -> types.GenerateContentConfig:
         """The ``GenerateContentConfig`` sent with a call."""
         fields: dict[str, Any] = {
@@ -424,17 +447,27 @@ class GeminiChat(BaseChatModel):
             decls = [types.FunctionDeclaration(**d) for d in tools]
             fields["tools"] = [types.Tool(function_declarations=decls)]
             fields["tool_config"] = _tool_config(tool_choice)
+        if structured_output is not None:
+            check_structured_output(structured_output)
+            fields["response_mime_type"] = "application/json"
+            fields["response_schema"] = structured_output["schema"]
         fields.update(self.extra)
         return types.GenerateContentConfig(**fields)
 
     def _prepare(
         self, messages: list[BaseMessage], stop: list[str] | None, kwargs: dict[str, Any]
     ) -> dict[str, Any]:
-        unknown = set(kwargs) - {"tools", "tool_choice"}
+        unknown = set(kwargs) - {"tools", "tool_choice", STRUCTURED_OUTPUT_KWARG}
         if unknown:
             raise TypeError(f"unsupported call arguments for Gemini: {sorted(unknown)}")
         system, contents = to_gemini_contents(messages)
-        config = self.request_config(system, kwargs.get("tools"), kwargs.get("tool_choice"), stop)
+        config = self.request_config(
+            system,
+            kwargs.get("tools"),
+            kwargs.get("tool_choice"),
+            stop,
+            structured_output=kwargs.get(STRUCTURED_OUTPUT_KWARG),
+        )
         return {"model": self.model, "contents": contents, "config": config}
 
     def _result(self, response: types.GenerateContentResponse) -> ChatResult:
