@@ -21,7 +21,7 @@ from langgraph.types import Send
 from pydantic import Field
 
 from medmis.agents._mock import message_text
-from medmis.experiments.benchmark._protocols import render_prompt
+from medmis.experiments.benchmark._prompts import render_prompt
 from medmis.experiments.benchmark._types import Answer, Case
 from medmis.tools._types import ToolError
 
