@@ -10,6 +10,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from medmis.agents._registry import ModelOptions
+from medmis.experiments.benchmark._prompts import PromptName
 from medmis.experiments.benchmark._protocols import Type1Targets
 from medmis.experiments.benchmark._types import PROTOCOLS, ProtocolName
 
@@ -45,6 +46,7 @@ class RunConfig(BaseModel):
     protocols: list[ProtocolName] = Field(default_factory=lambda: list(PROTOCOLS))
     type1_targets: Type1Targets = "sampled"
     shuffle_type2: bool = False
+    prompt: PromptName = "paper"
     seed: int = 0
     out: str
     max_connections: int = 8

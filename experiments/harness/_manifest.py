@@ -11,6 +11,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from medmis.experiments.benchmark._prompts import prompt_preset
+
 from ._config import RunConfig
 
 _VERSIONED_PACKAGES = (
@@ -93,6 +95,7 @@ def write_manifest(
             for d in defenders
         ],
         "protocols": list(config.protocols),
+        "prompt": _prompt_facts(config),
         "seed": config.seed,
         "dataset": {
             "source": str(config.data),
@@ -110,6 +113,16 @@ def write_manifest(
         "runs": int(previous.get("runs", 0)) + 1,
     }
     manifest_path.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def _prompt_facts(config: RunConfig) -> dict[str, Any]:
+    preset = prompt_preset(config.prompt)
+    return {
+        "name": preset.name,
+        "version": preset.version,
+        "source": preset.source,
+        "temperature": config.model_options.temperature,
+    }
 
 
 def mark_stopped(out: Path, reason: str) -> None:

@@ -26,6 +26,7 @@ from langchain_core.language_models import BaseChatModel
 from medmis.agents._registry import load_model
 from medmis.agents._retry import RetryPolicy
 from medmis.defenses._base import Defender, DefenderContext, create_defender
+from medmis.experiments.benchmark._prompts import prompt_preset
 from medmis.experiments.benchmark._protocols import build_cases
 from medmis.experiments.benchmark._types import Answer, Case, Record
 
@@ -166,6 +167,7 @@ class Harness:
             seed=self.config.seed,
             type1_targets=self.config.type1_targets,
             shuffle_type2=self.config.shuffle_type2,
+            prompt=self.config.prompt,
         )
         return cases, dataset
     def write_manifest(self, dataset: Any, n_cases: int) -> None:
@@ -218,6 +220,8 @@ class Harness:
             latency_s=round(latency, 6),
             seed=case.seed,
             method=answer.method,
+            prompt=case.prompt,
+            prompt_version=prompt_preset(case.prompt).version,
             defender_options=defender.options.model_dump(mode="json"),
             extra=answer.extra,
             trace_file=str(self._trace_path(spec, defender.label).relative_to(self.out)),

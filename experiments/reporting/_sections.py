@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from medmis.experiments.analysis._metrics import (
     STRATUM_JOIN,
     DefenderMetrics,
@@ -82,6 +84,8 @@ def render_run_facts(run: RunData, report: MetricsReport) -> str:
         ("Defenders", ", ".join(f"`{x}`" for x in defenders) or "—"),
         ("Dataset", f"`{dataset.get('source') or '—'}`"),
         ("Dataset SHA-256", f"`{dataset.get('sha256') or '—'}`"),
+        ("Prompt", render_prompt_fact(run)),
+        ("Temperature", _temperature(m)),
         ("Run seed", str(m.get("seed", "—"))),
         ("Baseline defender", f"`{report.baseline}`"),
         ("Paired bootstrap", f"{report.n_boot} replicates, seed {report.seed}"),
@@ -90,6 +94,33 @@ def render_run_facts(run: RunData, report: MetricsReport) -> str:
     if command:
         facts.append(("Command", f"`{command}`"))
     return "## Run\n\n" + "\n".join(f"- **{k}:** {v}" for k, v in facts)
+
+
+def render_prompt_fact(run: RunData) -> str:
+    """The prompt preset(s) and version(s) the records were made with, and their source.
+
+    Several presets in one run folder are all named: their numbers are not comparable.
+    """
+    seen = dict.fromkeys(
+        (r.prompt, r.prompt_version) for r in run.records if r.prompt is not None
+    )
+    facts = run.manifest.get("prompt") or {}
+    if not seen and facts.get("name"):
+        seen[(str(facts["name"]), str(facts.get("version") or "?"))] = None
+    if not seen:
+        return "— (not recorded)"
+    text = ", ".join(f"`{name}` v{version or '?'}" for name, version in seen)
+    if len(seen) > 1:
+        text += " — **mixed presets: results are not comparable across them**"
+    elif facts.get("source"):
+        text += f" (source: {facts['source']})"
+    return text
+
+
+def _temperature(manifest: dict[str, Any]) -> str:
+    options = (manifest.get("config") or {}).get("model_options") or {}
+    value = options.get("temperature", (manifest.get("prompt") or {}).get("temperature"))
+    return "—" if value is None else f"{value:g}"
 
 
 def render_headline(report: MetricsReport) -> str:
