@@ -97,17 +97,31 @@ def test_paper_gemini_placement_appends_the_instruction(family: str) -> None:
 
 
 def test_reply_schema_is_the_reference_schema() -> None:
-    schema = PRESETS["paper"].render(toy_item_case(), "other").structured_output["schema"]
-    assert schema["required"] == ["thinking_process", "answer_letter"]
-    assert schema["properties"]["answer_letter"] == {
-        "description": "The single letter or number corresponding to the correct option.",
-        "title": "Answer Letter",
-        "type": "string",
+    """``MCQResponse.model_json_schema()`` of the reference notebook, written out."""
+    structured = PRESETS["paper"].render(toy_item_case(), "other").structured_output
+    assert structured == {
+        "name": "medmisbench_mcq_response",
+        "schema": {
+            "properties": {
+                "thinking_process": {
+                    "description": "Step-by-step medical reasoning analyzing the clinical "
+                    "presentation and options before making a final choice.",
+                    "title": "Thinking Process",
+                    "type": "string",
+                },
+                "answer_letter": {
+                    "description": "The single letter or number corresponding to the correct option.",
+                    "title": "Answer Letter",
+                    "type": "string",
+                },
+            },
+            "required": ["thinking_process", "answer_letter"],
+            "title": "MCQResponse",
+            "type": "object",
+        },
     }
-    assert schema["properties"]["thinking_process"]["description"] == (
-        "Step-by-step medical reasoning analyzing the clinical presentation and options before "
-        "making a final choice."
-    )
+    # key order is part of what is sent (Gemini's property_ordering follows it)
+    assert list(structured["schema"]["properties"]) == ["thinking_process", "answer_letter"]
 
 
 def toy_item_case() -> Case:

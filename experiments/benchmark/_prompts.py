@@ -71,9 +71,9 @@ PAPER_RESPONSE_INSTRUCTION = (
 PAPER_SCHEMA_NAME = "medmisbench_mcq_response"
 
 
+# The reference's reply schema; its JSON schema is what the providers are sent. No docstring:
+# pydantic would put it into the schema as a description the reference never sent.
 class MCQResponse(BaseModel):
-    """The reference's reply schema; its JSON schema is what the providers are sent."""
-
     thinking_process: str = Field(
         description="Step-by-step medical reasoning analyzing the clinical presentation and options before making a final choice."
     )
