@@ -382,6 +382,7 @@ def build_claim_verify_graph(opts: ClaimVerifyOptions) -> CompiledStateGraph:
 
     async def answer(state: ClaimVerifyState, config: RunnableConfig) -> dict[str, Any]:
         d = deps(config)
+        messages: list[BaseMessage]
         if not d.case.context:
             messages = render_prompt(d.case)
         else:
