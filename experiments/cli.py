@@ -104,6 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--protocol", default="clean,type1,type2")
     run.add_argument("--type1-targets", choices=["sampled", "all"], default="sampled")
     run.add_argument("--shuffle-type2", action="store_true", help="seeded shuffle of type2 sentence order")
+    run.add_argument("--prompt", choices=["paper", "toolkit"], default="paper",
+                     help="prompt preset: paper (the reference evaluation's wording and JSON "
+                          "answer; default) or toolkit (board-exam prompt, 'Final answer: X')")
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--out", required=True)
     run.add_argument("--max-connections", type=int, default=8)
@@ -121,8 +124,11 @@ def build_parser() -> argparse.ArgumentParser:
     abl.add_argument("config")
     abl.add_argument("--out", default=None)
     abl.add_argument("--dry-run", action="store_true")
-    abl.add_argument("--data", default=None, help="use this data instead of the config's (e.g. a local copy)")
-    abl.add_argument("--limit", type=int, default=None, help="use only the first N items")
+    abl.add_argument("--data", default=None, help="override the config's data (file, folder or hub:SUBSET)")
+    abl.add_argument("--limit", type=int, default=None, help="override the config's item limit")
+    abl.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
+                     help="override a config key (dotted, e.g. model_options.temperature=0.2; "
+                          "value read as TOML, else as a string); repeatable")
     abl.add_argument("--no-progress", action="store_true")
 
     data = sub.add_parser("data", help="dataset utilities")
@@ -202,6 +208,7 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         protocols=protocols,  # type: ignore[arg-type]
         type1_targets=args.type1_targets,
         shuffle_type2=args.shuffle_type2,
+        prompt=args.prompt,
         seed=args.seed,
         out=args.out,
         max_connections=args.max_connections,
@@ -313,8 +320,14 @@ def _cmd_cache(args: argparse.Namespace) -> int:
 def _cmd_ablate(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from medmis.experiments.ablation._ablate import ablate_command
 
-    return ablate_command(args.config, out=args.out, dry_run=args.dry_run, data=args.data, limit=args.limit,
-                          progress=not args.no_progress, argv=["medmis", *argv])
+    overrides = list(args.overrides)
+    if args.data is not None:
+        overrides.append(f"data={json.dumps(args.data)}")
+    if args.limit is not None:
+        overrides.append(f"limit={args.limit}")
+    return ablate_command(args.config, out=args.out, dry_run=args.dry_run,
+                          progress=not args.no_progress, argv=["medmis", *argv],
+                          overrides=overrides)
 
 
 def _dispatch(args: argparse.Namespace, argv: Sequence[str]) -> int:

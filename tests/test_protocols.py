@@ -244,7 +244,8 @@ def test_preface_and_instruction_override(toy_item: Item) -> None:
 
 
 def test_render_prompt_messages(toy_item: Item) -> None:
-    (case,) = cases_for_item(toy_item, ["type1"], seed=0)
+    """The ``toolkit`` preset (the ``paper`` one is tested in test_prompts.py)."""
+    (case,) = cases_for_item(toy_item, ["type1"], seed=0, prompt="toolkit")
     system, user = render_prompt(case)
     assert isinstance(system, SystemMessage) and isinstance(user, HumanMessage)
     assert system.content == SYSTEM_PROMPT

@@ -30,6 +30,9 @@ CONTENT_TYPES: tuple[str, ...] = (
     "Exception Poisoning",
 )
 
+DEFAULT_PROMPT = "paper"
+"""The prompt preset a case is put in unless a run says otherwise (see ``_prompts``)."""
+
 PROVENANCES: tuple[str, ...] = (
     "Neutral False Statement",
     "Patient Self-Diagnosis / Belief / Claim",
@@ -92,7 +95,11 @@ class ContextSentence(BaseModel):
 
 
 class Case(BaseModel):
-    """An item under one delivery protocol: what a defender is asked to answer."""
+    """An item under one delivery protocol: what a defender is asked to answer.
+
+    ``prompt`` names the run's prompt preset (``paper`` or ``toolkit``), so that
+    ``render_prompt(case)`` puts the case to the model in the run's wording.
+    """
 
     model_config = ConfigDict(frozen=True)
 
@@ -101,6 +108,7 @@ class Case(BaseModel):
     target: str | None = None
     seed: int = 0
     context: tuple[ContextSentence, ...] = ()
+    prompt: str = DEFAULT_PROMPT
 
     @property
     def key(self) -> tuple[str, str, str | None]:
@@ -178,6 +186,8 @@ class Record(BaseModel):
     latency_s: float = 0.0
     seed: int = 0
     method: str = "none"
+    prompt: str | None = None
+    prompt_version: str | None = None
     defender_options: dict[str, Any] = Field(default_factory=dict)
     extra: dict[str, Any] = Field(default_factory=dict)
     trace_file: str | None = None
