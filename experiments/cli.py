@@ -60,6 +60,23 @@ def _parse_kv(pairs: Sequence[str], flag: str) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _parse_prices(pairs: Sequence[str]) -> dict[str, tuple[float, float]]:
+    """``MODEL=IN,OUT`` pairs (USD per million tokens) into {model: (in, out)}."""
+    out: dict[str, tuple[float, float]] = {}
+    for pair in pairs:
+        model, sep, raw = pair.rpartition("=")
+        parts = raw.split(",")
+        try:
+            price = (float(parts[0]), float(parts[1])) if sep and model and len(parts) == 2 else None
+        except ValueError:
+            price = None
+        if price is None or min(price) < 0:
+            raise CliError(f"--price expects MODEL=IN,OUT with non-negative USD per million tokens, "
+                           f"got {pair!r}")
+        out[model] = price
+    return out
+
+
 def _parse_flat(pairs: Sequence[str], flag: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for pair in pairs:
@@ -112,6 +129,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--max-connections", type=int, default=8)
     run.add_argument("--max-retries", type=int, default=4)
     run.add_argument("--retry-errors", action="store_true", help="re-run only the keys whose record is an error")
+    run.add_argument("--price", action="append", default=[], metavar="MODEL=IN,OUT",
+                     help="USD per million input and output tokens for MODEL (repeatable); the "
+                          "report then shows dollar cost per case and per 1,000 cases")
     run.add_argument("--no-progress", action="store_true")
     _add_cache_flags(run)
 
@@ -221,6 +241,7 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         allow_hosts=args.allow_host,
         blocklist=args.blocklist,
         retry_errors=args.retry_errors,
+        prices=_parse_prices(args.price),
         progress=not args.no_progress,
     )
     from medmis.experiments.benchmark._dataset import DataError
@@ -232,6 +253,10 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
             raise
         raise CliError(f"{exc.summary()}; `medmis data validate` lists them all, "
                        "--on-invalid skip runs the valid rows") from None
+    if config.write_report:
+        from medmis.experiments.reporting._report import write_report
+
+        result.report = write_report(result.out)
     print(f"{result.new_records} new records, {result.records} in total -> {result.out / 'records.jsonl'}")
     if result.stats.stopped_reason:
         print(f"stopped early: {result.stats.stopped_reason}")

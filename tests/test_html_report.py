@@ -159,7 +159,7 @@ def test_tables_banner_and_case_data(report: tuple[Path, str]) -> None:
     path, doc = report
     assert "SIMULATED EXAMINEE" in doc
     assert "<td>claim_verify</td>" in doc and "<td>none</td>" in doc
-    assert "ΔT1 ASR vs none" in doc and "McNemar p" in doc
+    assert "ΔT1 ASR vs none" in doc and "p" in doc and "USD/case" in doc
     data = case_data(path.parent)
     (item,) = data["items"]
     assert item["question"] == QUESTION and item["options"] == OPTIONS and item["gold"] == "B"

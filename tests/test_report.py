@@ -111,12 +111,12 @@ def test_load_run_tolerates_torn_line(sim_run: Path) -> None:
 
 def test_files_written_and_json_contract(sim_run: Path) -> None:
     paths = write_report(sim_run, figures=False)
-    assert set(paths) == {"metrics.json", "metrics.csv", "report.md"}
+    assert set(paths) == {"metrics.json", "metrics.csv", "report.md", "verdict.json"}
     assert all(p.exists() and p.parent == sim_run for p in paths.values())
     assert not list(sim_run.glob("*.tmp"))
     with_figures = write_report(sim_run)
     assert set(with_figures) == {
-        "metrics.json", "metrics.csv", "report.md", "report.html", "plots/asr_by_defender.png",
+        "metrics.json", "metrics.csv", "report.md", "verdict.json", "report.html", "plots/asr_by_defender.png",
         "plots/robustness_tradeoff.png", "plots/cost_vs_asr.png", "plots/strata_heatmap.png",
     }
     assert all(p.exists() for p in with_figures.values())
@@ -163,7 +163,9 @@ def test_csv_rows(sim_run: Path) -> None:
 def test_report_markdown_content(sim_run: Path) -> None:
     md = write_report(sim_run)["report.md"].read_text("utf-8")
     report = compute_metrics(load_run(sim_run).records)
-    assert md.startswith("# MedMisBench mitigation report: run\n")
+    # one "ignore" case ended in an error: the run is incomplete and says so first
+    assert md.startswith("Incomplete run: 1 case(s) ended in errors")
+    assert "\n\n# MedMisBench mitigation report: run\n" in md
     assert "SIMULATED EXAMINEE" in md and "not model measurements" in md
     assert md.index("SIMULATED EXAMINEE") < md.index("## Headline")
     assert "abc123def" in md and "**Run seed:** 7" in md
@@ -178,10 +180,9 @@ def test_report_markdown_content(sim_run: Path) -> None:
     guard_delta = fmt_delta(report.results[SIM]["guard"].paired["type1_asr"])
     assert guard_delta.startswith("-66.7 [") and guard_delta in md
 
-    reading = md[md.index("## Reading this report"):md.index("## Type 1 ASR by")]
-    assert "**`guard`** lowers Type 1 ASR the most" in reading
-    assert "`ignore` may be **over-correcting**" in reading
-    assert "`guard` may be" not in reading
+    verdict = md[md.index("## Verdict"):md.index("## Type 1 ASR by")]
+    assert "No verdict: the run is incomplete (1 case(s) ended in errors" in verdict
+    assert "better" not in verdict
     for heading in ("## Type 1 ASR by content type × provenance", "## By subset",
                     "## Paired comparisons vs `none`", "## Cost", "## Definitions"):
         assert heading in md
@@ -210,7 +211,7 @@ def test_manifest_flag_alone_marks_simulated(tmp_path: Path) -> None:
 
 
 def test_missing_baseline_is_reported(tmp_path: Path) -> None:
-    records = [r for r in build_records() if r.defender != "none"]
+    records = [r for r in build_records() if r.defender != "none" and r.error is None]
     run = load_run(make_run(tmp_path, records, MANIFEST))
     md = render_markdown(run, compute_metrics(run.records))
     assert "no `none` baseline in this run" in md
@@ -220,18 +221,3 @@ def test_missing_baseline_is_reported(tmp_path: Path) -> None:
 def test_missing_records_file(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
         write_report(tmp_path)
-
-
-def test_a_control_is_labelled_and_never_named_the_winner(tmp_path: Path) -> None:
-    # "context_blind" answers exactly like "guard" here (no flips), but it is a registered
-    # control: the verdict must go to the real mitigation and call the control what it is.
-    records = build_records()
-    records += [r.model_copy(update={"defender": "context_blind"}) for r in records if r.defender == "guard"]
-    run_dir = make_run(tmp_path, records, MANIFEST)
-    write_report(run_dir)
-    reading = (run_dir / "report.md").read_text(encoding="utf-8").split("## Reading this report")[1]
-    reading = reading.split("\n## ")[0]
-    assert "**`guard`** lowers Type 1 ASR the most" in reading
-    assert "`context_blind` is a control, not a mitigation" in reading
-    assert "**`context_blind`**" not in reading
-    assert "model calls and" in reading  # the verdict states its cost

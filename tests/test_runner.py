@@ -92,6 +92,11 @@ async def test_run_records_traces_manifest_and_report(data_file: Path, tmp_path:
     model_steps = [s for s in trace["steps"] if s["kind"] == "model"]
     assert model_steps and model_steps[0]["input"][0]["role"] == "system"
     assert "Question:" in model_steps[0]["input"][1]["content"]
+    # the harness writes records, traces and the manifest; reports are the caller's (layering)
+    assert not (out / "report.md").exists()
+    from medmis.experiments.reporting import write_report
+
+    write_report(out, figures=False)
     for name in ("metrics.json", "metrics.csv", "report.md"):
         assert (out / name).exists()
 

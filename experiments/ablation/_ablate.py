@@ -171,6 +171,8 @@ def _run_config(config: AblationConfig, out: Path, *, progress: bool, shuffled: 
         subset=config.subset,
         limit=config.limit,
         hub_repo=config.data_hub_repo,
+        prices={m.spec: (m.price_in_per_mtok, m.price_out_per_mtok) for m in config.models
+                if m.price_in_per_mtok or m.price_out_per_mtok},
         models=[m.spec for m in config.models],
         model_options=ModelOptions(**config.model_options),
         defenders=config.defender_configs(),
@@ -244,6 +246,10 @@ async def run_ablation(config: AblationConfig, *, out: Path, progress: bool = Tr
         shuf = await run_experiment(shuf_cfg, argv=argv, stop_when=budget_stop)
         summary["type2_shuffled"] = {"out": str(shuf.out), "records": shuf.records, "new": shuf.new_records}
     from medmis.experiments.reporting._report import write_report
+
+    if "type2_shuffled" in summary:
+        # the pass's own tables; its effect is read in the main report's sensitivity section
+        write_report(out / "type2_shuffled", baseline=config.baseline, figures=False)
 
     summary["report"] = {k: str(v) for k, v in write_report(out, baseline=config.baseline).items()}
     return summary

@@ -70,6 +70,8 @@ class RunConfig(BaseModel):
     retry_errors: bool = False
     progress: bool = True
     write_report: bool = True
+    prices: dict[str, tuple[float, float]] = Field(default_factory=dict)
+    """USD per million input and output tokens by model spec (recorded in manifest.json)."""
 
 
 @dataclass

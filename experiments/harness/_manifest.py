@@ -97,6 +97,7 @@ def write_manifest(
         "protocols": list(config.protocols),
         "prompt": _prompt_facts(config),
         "seed": config.seed,
+        "prices": {m: list(p) for m, p in config.prices.items()},
         "dataset": {
             "source": str(config.data),
             "sha256": getattr(dataset, "sha256", None),

@@ -323,10 +323,6 @@ class Harness:
         result = RunResult(
             self.out, len(read_records(records_path)), new, self.stats, skipped_rows=skipped
         )
-        if cfg.write_report:
-            from medmis.experiments.reporting._report import write_report
-
-            result.report = write_report(self.out)
         return result
 
     def _write_invalid_rows(self, dataset: Any) -> int:
@@ -394,5 +390,5 @@ def append_line(fh: Any, record: Record) -> None:
 
 
 async def run_experiment(config: RunConfig, **kwargs: Any) -> RunResult:
-    """Run (or resume) a configuration and write its report."""
+    """Run (or resume) a configuration; the caller writes the report (``medmis.experiments.reporting``)."""
     return await Harness(config, **kwargs).run()

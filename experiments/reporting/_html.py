@@ -53,8 +53,8 @@ def _paired(block: Mapping[str, Any] | None) -> tuple[str, str]:
 
 def headline_html(metrics: Mapping[str, Any], baseline: str = "none") -> str:
     header = ["Model", "Defender", *(label for _, label in HEADLINE),
-              f"ΔT1 ASR vs {baseline} (pts)", "McNemar p", "Unparsed", "Errors",
-              "Model calls/case", "Tool calls/case", "Tokens/case"]
+              f"ΔT1 ASR vs {baseline} (pts)", "p", "Unparsed", "Errors",
+              "Model calls/case", "Tool calls/case", "Tokens/case", "USD/case", "USD/1k cases"]
     rows = []
     for model, defenders in metrics.items():
         for defender, block in defenders.items():
@@ -65,11 +65,16 @@ def headline_html(metrics: Mapping[str, Any], baseline: str = "none") -> str:
                 value = cost.get(key)
                 return "—" if value is None else f"{value:,.{digits}f}"
 
+            def money(key: str, cost: Mapping[str, Any] = cost) -> str:
+                value = cost.get(key)
+                return "—" if value is None else f"${value:,.4f}"
+
             rows.append([model, defender, *(pct(block.get(m)) for m, _ in HEADLINE), delta, p,
                          pct(block.get("unparsed_rate")).split(" ")[0],
                          pct(block.get("error_rate")).split(" ")[0],
                          num("llm_calls_per_case", 2), num("tool_calls_per_case", 2),
-                         num("tokens_per_case", 0)])
+                         num("tokens_per_case", 0), money("usd_per_case"),
+                         money("usd_per_1k_cases")])
     return html_table(header, rows, "headline")
 
 
@@ -225,6 +230,7 @@ def write_html(
     title: str | None = None,
     sensitivity: list[dict[str, Any]] | None = None,
     reading: str | None = None,
+    incomplete: str | None = None,
     max_items: int = MAX_ITEMS,
 ) -> Path:
     """Write ``run_dir/report.html``, one file that opens offline in any browser.
@@ -240,6 +246,7 @@ def write_html(
         title: Page title (default: the run directory's name).
         sensitivity: Rows of :func:`delivery_sensitivity`; None computes them.
         reading: Trusted, already-escaped HTML for a "Reading this report" section.
+        incomplete: Why the run is incomplete (plain text, escaped here); shown first.
         max_items: Items kept in the case browser (sorted by id); the rest are counted.
 
     Returns:
@@ -255,6 +262,8 @@ def write_html(
     banner = ('<p class="banner" id="simulated-banner">SIMULATED EXAMINEE — these results come '
               "from a simulated examinee and are not measurements of any model. They exercise "
               "the pipeline only.</p>" if simulated else "")
+    if incomplete:
+        banner = f'<p class="banner" id="incomplete-banner">{html.escape(incomplete)}</p>' + banner
     plot_html = "".join(_img(name, p) for name, p in (plots or {}).items())
     reading_html = f"<h2>Reading this report</h2><div>{reading}</div>" if reading else ""
     report_html = (f"<h2>report.md</h2><details><summary>Show the markdown report</summary>"
@@ -271,7 +280,7 @@ def write_html(
 <h1>MedMis mitigation report: {name}</h1>
 {banner}
 <h2>Headline</h2>
-<p>Per model × defender on the same items; brackets are Wilson 95% intervals; ΔT1 ASR is paired against <code>{html.escape(baseline)}</code> with a seeded bootstrap interval and the exact McNemar p-value.</p>
+<p>Per model × defender on the same items; brackets are 95% intervals (Wilson, widened by the design effect when one question carries several Type 1 targets); ΔT1 ASR is paired against <code>{html.escape(baseline)}</code> with an interval and test that count questions (the test each comparison used is in metrics.json).</p>
 {headline_html(metrics, baseline)}
 {reading_html}
 <h2>Plots</h2><div class="plots">{plot_html or "<p>No plots.</p>"}</div>

@@ -10,9 +10,11 @@ from __future__ import annotations
 import json
 import os
 import re
+from dataclasses import asdict
 from pathlib import Path
 
 from medmis.experiments.analysis._metrics import compute_metrics
+from medmis.experiments.analysis._verdict import CLEAN_DROP_TOLERANCE, OVERCORRECT_DROP
 
 from ._format import (
     CSV_COLUMNS,
@@ -27,11 +29,16 @@ from ._format import (
 )
 from ._run import SIMULATED_PREFIX, RunData, load_run
 from ._sections import (
-    CLEAN_DROP_TOLERANCE,
-    OVERCORRECT_DROP,
     PAIRED_LABELS,
     render_markdown,
     render_reading,
+)
+from ._verdict_text import (
+    render_incomplete_line,
+    render_verdict,
+    run_prices,
+    run_verdict,
+    usd_rows,
 )
 
 # Re-exported: the report's public pieces have always been importable from here.
@@ -74,11 +81,17 @@ def write_report(
     run = load_run(run_dir)
     report = compute_metrics(run.records, baseline=baseline, seed=seed)
     paths = {name: run.run_dir / name for name in ("metrics.json", "metrics.csv", "report.md")}
+    verdict = run_verdict(run, report)
     metrics = report.to_json_dict()
+    prices = run_prices(run)
+    for (model, defender), money in usd_rows(report, prices).items():
+        metrics[model][defender]["cost"].update(money)
     # allow_nan=False: the contract is strict JSON, undefined values must already be null.
     _write_text(paths["metrics.json"],
                 json.dumps(metrics, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
     _write_text(paths["metrics.csv"], render_csv(report))
+    paths["verdict.json"] = run.run_dir / "verdict.json"
+    _write_text(paths["verdict.json"], json.dumps(asdict(verdict), indent=2, ensure_ascii=False) + "\n")
     from ._html import delivery_sensitivity, sensitivity_markdown, write_html
 
     sensitivity = delivery_sensitivity(run.run_dir)
@@ -92,12 +105,13 @@ def write_report(
         extra.append("## Plots\n\n" + "\n".join(
             f"![{name.replace('_', ' ')}]({p.relative_to(run.run_dir).as_posix()})" for name, p in plots.items()
         ))
-    markdown = render_markdown(run, report).rstrip("\n") + "".join(f"\n\n{x}" for x in extra if x) + "\n"
+    markdown = render_markdown(run, report, verdict).rstrip("\n") + "".join(f"\n\n{x}" for x in extra if x) + "\n"
     _write_text(paths["report.md"], markdown)
     if figures:
         paths["report.html"] = write_html(
             run.run_dir, metrics, plots=plots, baseline=report.baseline, simulated=run.simulated,
-            title=run.run_dir.name, sensitivity=sensitivity, reading=_reading_html(render_reading(report)),
+            title=run.run_dir.name, sensitivity=sensitivity, reading=_reading_html(render_reading(report) + "\n" + render_verdict(verdict, report)),
+            incomplete=render_incomplete_line(verdict) or None,
         )
         paths.update({f"plots/{p.name}": p for p in plots.values()})
     return paths
@@ -110,6 +124,9 @@ def _reading_html(markdown: str) -> str:
     out = []
     for line in markdown.splitlines()[1:]:  # drop the heading
         if not line.strip():
+            continue
+        if line.startswith("## "):
+            out.append(f"<h3>{_html.escape(line[3:].strip())}</h3>")
             continue
         text = _html.escape(line.strip().lstrip("- ").strip())
         text = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", text)
