@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -210,7 +210,7 @@ def _norm(text: str) -> str:
     return " ".join(_WORD.findall(text.lower()))
 
 
-def option_scores(sentence: str, options: dict[str, str]) -> dict[str, float]:
+def option_scores(sentence: str, options: Mapping[str, str]) -> dict[str, float]:
     """How strongly a sentence names each option (lexical; uses only what the model sees).
 
     A verbatim mention of the option text dominates; otherwise the share of the option's

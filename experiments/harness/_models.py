@@ -16,6 +16,8 @@ from langchain_core.language_models import BaseChatModel
 
 from medmis.agents._registry import ModelOptions, load_model
 
+from ._config import CacheMode
+
 
 class ModelPool:
     """Chat models by spec, each built once; the record/replay store they share.
@@ -35,7 +37,7 @@ class ModelPool:
         factory: Callable[[str], BaseChatModel] | None,
         options: ModelOptions,
         *,
-        cache_mode: str,
+        cache_mode: CacheMode,
         cache_dir: Path,
     ) -> None:
         self._factory = factory
