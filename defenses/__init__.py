@@ -1,11 +1,13 @@
 """Defenders: swappable mitigations that wrap any base model.
 
-A defender is ``async (case, ctx) -> Answer``, made by a factory registered with
+A defender is ``async (view, ctx) -> Answer``, made by a factory registered with
 ``@defender(name, options=...)``. The built-ins are registered by importing this package
 (``_builtin`` and ``_agentic`` below); plug-ins register through the ``medmis.defenders``
-entry-point group, loaded on the first lookup of a name that is not built in.
+entry-point group, loaded on the first lookup of a name that is not built in. ``view`` is a
+``CaseView`` (re-exported here): question, options and context sentences, nothing more.
 """
 
+from medmis.experiments.benchmark._types import CaseView
 from medmis.graphs._context import (
     DefenderContext,
     DefenderOptions,
@@ -32,6 +34,7 @@ from ._base import (
 
 __all__ = [
     "ENTRY_POINT_GROUP",
+    "CaseView",
     "Defender",
     "DefenderConfigError",
     "DefenderContext",

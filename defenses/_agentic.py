@@ -26,7 +26,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from medmis.experiments.benchmark._prompts import render_prompt
-from medmis.experiments.benchmark._types import Answer, Case
+from medmis.experiments.benchmark._types import Answer, CaseView
 from medmis.graphs import (
     ClaimVerifyOptions,
     IsolateVoteOptions,
@@ -149,10 +149,10 @@ def spotlight_context(sentences: list[str], opts: SpotlightOptions) -> list[str]
 def spotlight(opts: SpotlightOptions) -> SolveFn:
     instruction = spotlight_instruction(opts)
 
-    async def solve(case: Case, ctx: DefenderContext) -> Answer:
+    async def solve(case: CaseView, ctx: DefenderContext) -> Answer:
         # the instruction is sent on clean cases too, so clean and injected prompts differ only in the context
         messages = render_prompt(
-            case, context=spotlight_context(case.context_texts, opts), system_suffix=instruction
+            case, context=spotlight_context(list(case.context), opts), system_suffix=instruction
         )
         reply = await ctx.generate(messages, name="answer")
         return answer_from_reply(reply, case, ctx, mode=opts.mode)

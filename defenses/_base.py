@@ -1,7 +1,9 @@
 """The defender protocol, the per-case context it works through, and the registry.
 
-A defender is an async callable ``(case, ctx) -> Answer`` built by a factory registered with
-``@defender(name, options=...)``. Its typed options are validated, recorded on every record
+A defender is an async callable ``(view, ctx) -> Answer`` built by a factory registered with
+``@defender(name, options=...)``. ``view`` is a :class:`~medmis.experiments.benchmark.CaseView`:
+the question, options and context sentences in delivery order, and nothing a deployed system
+would not know (no gold key, target, sentence labels, protocol or item id). Its typed options are validated, recorded on every record
 and enough to rebuild the exact defender. Third-party defenders register through the
 entry-point group ``medmis.defenders`` (the entry point names a module or object whose import
 runs the decorator).
@@ -22,7 +24,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from medmis.experiments.benchmark._types import Answer, Case
+from medmis.experiments.benchmark._types import Answer, Case, CaseView, as_view
 from medmis.graphs._context import (
     DefenderContext,
     DefenderOptions,
@@ -59,8 +61,10 @@ class Defender:
     label: str
     uses_tools: bool = False
 
-    async def __call__(self, case: Case, ctx: DefenderContext) -> Answer:
-        answer = await self.solve(case, ctx)
+    async def __call__(self, case: CaseView | Case, ctx: DefenderContext) -> Answer:
+        """Answer one case. A full :class:`Case` is accepted from the caller's side and
+        reduced to its view here: the solve function only ever receives the view."""
+        answer = await self.solve(as_view(case), ctx)
         return answer.model_copy(
             update={
                 "usage": ctx.usage,
@@ -92,7 +96,7 @@ def defender(
 
         @defender("my_defense", options=MyOptions)
         def my_defense(opts: MyOptions) -> SolveFn:
-            async def solve(case: Case, ctx: DefenderContext) -> Answer: ...
+            async def solve(case: CaseView, ctx: DefenderContext) -> Answer: ...
             return solve
     """
     if not re.fullmatch(r"[a-z][a-z0-9_]*", name):

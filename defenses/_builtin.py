@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from medmis.experiments.benchmark._prompts import render_prompt
-from medmis.experiments.benchmark._types import Answer, Case
+from medmis.experiments.benchmark._types import Answer, CaseView
 from medmis.graphs._context import (
     DefenderContext,
     DefenderOptions,
@@ -24,7 +24,7 @@ DEFAULT_WARNING = (
 
 @defender("none", description="Baseline: the paper's prompt, context shown as given.")
 def none_defender(opts: DefenderOptions) -> SolveFn:
-    async def solve(case: Case, ctx: DefenderContext) -> Answer:
+    async def solve(case: CaseView, ctx: DefenderContext) -> Answer:
         reply = await ctx.generate(render_prompt(case), name="answer")
         return answer_from_reply(reply, case, ctx)
 
@@ -45,7 +45,7 @@ def warning_defender(opts: WarningOptions) -> SolveFn:
     if opts.placement not in {"system", "user"}:
         raise ValueError("warning placement must be 'system' or 'user'")
 
-    async def solve(case: Case, ctx: DefenderContext) -> Answer:
+    async def solve(case: CaseView, ctx: DefenderContext) -> Answer:
         if opts.placement == "system":
             messages = render_prompt(case, system_suffix=opts.warning)
         else:
@@ -62,7 +62,7 @@ def warning_defender(opts: WarningOptions) -> SolveFn:
     description="Control: withholds all added context. Near-zero ASR while learning nothing; shows why ASR alone misleads.",
 )
 def context_blind_defender(opts: DefenderOptions) -> SolveFn:
-    async def solve(case: Case, ctx: DefenderContext) -> Answer:
+    async def solve(case: CaseView, ctx: DefenderContext) -> Answer:
         reply = await ctx.generate(render_prompt(case, context=[]), name="answer")
         return answer_from_reply(reply, case, ctx)
 

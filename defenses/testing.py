@@ -2,7 +2,8 @@
 
 ``check_defender(name)`` runs a registered defender through the contract every defender must
 meet (clean / type1 / type2 x working tools, failing tools, no tools; a traced, costed answer;
-provider errors stop the case). Plug-in authors call it from their own test suite (see
+provider errors stop the case). Like the harness, it hands the defender a ``CaseView`` only
+(``toy_view``): question, options and context sentences, never the gold key or the target. Plug-in authors call it from their own test suite (see
 ``tests/plugin_template.py``).
 
 ``FakeToolset`` searches a tiny hand-written corpus (word overlap ranking) and serves its pages;
@@ -29,7 +30,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 
 from medmis.agents._errors import BlockedResponseError
 from medmis.agents._mock import ScriptedChatModel, message_text
-from medmis.experiments.benchmark._types import Answer, Case, ContextSentence, Item
+from medmis.experiments.benchmark._types import Answer, Case, CaseView, ContextSentence, Item
 from medmis.tools._types import Page, SearchResult, ToolError
 
 from ._base import DefenderContext, create_defender
@@ -137,7 +138,8 @@ class FakeToolset:
 
 
 def toy_case(item: Item, protocol: str, target: str | None = None) -> Case:
-    """A case over ``item`` without going through the delivery module's sampling."""
+    """A case over ``item`` without going through the delivery module's sampling (the
+    harness-side object, with gold and target: hand a defender :func:`toy_view` instead)."""
     if protocol == "clean":
         return Case(item=item, protocol="clean")
     if protocol == "type1":
@@ -148,6 +150,11 @@ def toy_case(item: Item, protocol: str, target: str | None = None) -> Case:
         ContextSentence(text=t, option=k, truthful=k == item.gold) for k, t in item.contexts.items()
     )
     return Case(item=item, protocol="type2", context=sentences)
+
+
+def toy_view(item: Item, protocol: str, target: str | None = None) -> CaseView:
+    """What a defender is given for :func:`toy_case`: its :class:`CaseView`."""
+    return toy_case(item, protocol, target).view()
 
 
 _CONTEXT_HEADING = re.compile(r"^Additional Clinical Context:[ \t]*$", re.MULTILINE)
@@ -341,7 +348,8 @@ async def check_defender(
 
     Every case must end in a parsed, traced Answer whose call and token counts match its
     trace, with working tools, with tools that always fail, and with no tools; a provider
-    error must stop the case instead of becoming an answer.
+    error must stop the case instead of becoming an answer. The defender is given each
+    case's :class:`CaseView`, as in a run.
     """
     item = item or toy_item()
     toolsets: dict[str, Any] = {
@@ -355,7 +363,7 @@ async def check_defender(
             model = ScriptedChatModel(outputs=FakeExaminee(item, tool_turns=2))
             ctx = DefenderContext(model=model, model_spec="mock/fake", tools=make())
             where = f"{name} on {protocol} with {label}"
-            answer = await create_defender(name, options)(toy_case(item, protocol), ctx)
+            answer = await create_defender(name, options)(toy_view(item, protocol), ctx)
             assert isinstance(answer, Answer), f"{where}: did not return an Answer"
             assert answer.error is None, f"{where}: error {answer.error}"
             assert answer.choice in item.options, f"{where}: no option parsed from {answer.raw!r}"
@@ -368,7 +376,7 @@ async def check_defender(
     blocked = ScriptedChatModel(outputs=lambda m, t: BlockedResponseError("safety block"))
     ctx = DefenderContext(model=blocked, model_spec="mock/fake", tools=FakeToolset())
     try:
-        await create_defender(name, options)(toy_case(item, "type1"), ctx)
+        await create_defender(name, options)(toy_view(item, "type1"), ctx)
     except BlockedResponseError:
         pass
     else:

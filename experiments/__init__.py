@@ -26,7 +26,7 @@ _EXPORTS: dict[str, str] = {
     **dict.fromkeys(
         (
             "CONTENT_TYPES", "CONTEXT_HEADING", "PROTOCOLS", "PROVENANCES", "SUBSETS",
-            "SYSTEM_PROMPT", "Answer", "Case", "ContextSentence", "DataError", "Dataset",
+            "SYSTEM_PROMPT", "Answer", "Case", "CaseView", "ContextSentence", "DataError", "Dataset",
             "Extraction", "Item", "ProtocolName", "Record", "RowIssue", "TraceStep", "Usage",
             "build_cases", "canonical_content", "canonical_provenance", "cases_for_item",
             "extract_answer", "load_dataset", "render_prompt", "render_user_prompt",

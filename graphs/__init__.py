@@ -1,10 +1,10 @@
 """LangGraph state machines behind the agentic defenders.
 
 Each graph is built from small named nodes, compiled once per configured defender and run
-once per case with an explicit recursion limit. Nodes get the case and its
-:class:`~defenses.DefenderContext` from ``config["configurable"]`` (see :func:`run_config`)
-and do every model and tool call through the context, which traces, counts, caches and
-retries them.
+once per case with an explicit recursion limit. Nodes get the case's
+:class:`~experiments.benchmark.CaseView` and its :class:`~defenses.DefenderContext` from
+``config["configurable"]`` (see :func:`run_config`) and do every model and tool call through
+the context, which traces, counts, caches and retries them.
 """
 
 from ._citations import cited_urls_in, verify_citations

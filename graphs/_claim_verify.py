@@ -22,7 +22,7 @@ from pydantic import Field
 
 from medmis.agents._mock import message_text
 from medmis.experiments.benchmark._prompts import render_prompt
-from medmis.experiments.benchmark._types import Answer, Case
+from medmis.experiments.benchmark._types import Answer, CaseView
 from medmis.tools._types import ToolError
 
 from ._common import (
@@ -97,10 +97,10 @@ ANNOTATION_PREFACE = (
 )
 
 
-def _split_prompt(case: Case, targets: list[int]) -> list[BaseMessage]:
-    statements = "\n".join(f"[{n}] {case.context[i].text}" for n, i in enumerate(targets, 1))
+def _split_prompt(case: CaseView, targets: list[int]) -> list[BaseMessage]:
+    statements = "\n".join(f"[{n}] {case.context[i]}" for n, i in enumerate(targets, 1))
     user = (
-        f"Background question (do not answer it):\n{case.item.question}\n\n"
+        f"Background question (do not answer it):\n{case.question}\n\n"
         f"Statements:\n{statements}\n\n"
         "Split the statements into atomic factual claims, each checkable on its own. Keep medical "
         "terms, numbers, thresholds and qualifiers exactly as written; resolve pronouns; do not "
@@ -136,12 +136,12 @@ def _words(text: str) -> set[str]:
     return set(_WORD.findall(text.lower()))
 
 
-def _sentence_of(claim: str, case: Case, targets: list[int]) -> int:
+def _sentence_of(claim: str, case: CaseView, targets: list[int]) -> int:
     """The target sentence a claim most likely came from (word overlap; first on ties)."""
     words = _words(claim)
     best, best_score = targets[0], -1.0
     for i in targets:
-        other = _words(case.context[i].text)
+        other = _words(case.context[i])
         score = len(words & other) / (len(words | other) or 1)
         if score > best_score:
             best, best_score = i, score
@@ -149,7 +149,7 @@ def _sentence_of(claim: str, case: Case, targets: list[int]) -> int:
 
 
 def _claims_from_json(
-    obj: dict[str, Any] | None, case: Case, targets: list[int]
+    obj: dict[str, Any] | None, case: CaseView, targets: list[int]
 ) -> list[tuple[str, int]]:
     if not obj or not isinstance(obj.get("claims"), list):
         return []
@@ -167,7 +167,7 @@ def _claims_from_json(
 
 
 def select_claims(
-    pairs: list[tuple[str, int]], case: Case, targets: list[int], max_claims: int
+    pairs: list[tuple[str, int]], case: CaseView, targets: list[int], max_claims: int
 ) -> list[dict[str, Any]]:
     """Cap the claims while keeping every target sentence covered.
 
@@ -181,7 +181,7 @@ def select_claims(
             by_sentence[i].append(text)
     for i in targets:
         if not by_sentence[i]:
-            by_sentence[i].append(case.context[i].text)
+            by_sentence[i].append(case.context[i])
     chosen: list[tuple[str, int]] = []
     limit = max(max_claims, len(targets))
     depth = 0
@@ -262,7 +262,7 @@ async def gather_evidence(
 
 
 def annotate(
-    case: Case, verdicts: list[dict[str, Any]], targets: list[int] | None
+    case: CaseView, verdicts: list[dict[str, Any]], targets: list[int] | None
 ) -> list[tuple[str, str]]:
     """(token, sentence) per context sentence.
 
@@ -282,12 +282,12 @@ def annotate(
             key = "supported"
         else:
             key = "not_enough_info"
-        out.append((key, sentence.text))
+        out.append((key, sentence))
     return out
 
 
 def _answer_prompt(
-    case: Case, verdicts: list[dict[str, Any]], targets: list[int] | None, drop_refuted: bool
+    case: CaseView, verdicts: list[dict[str, Any]], targets: list[int] | None, drop_refuted: bool
 ) -> list[BaseMessage]:
     lines: list[str] = []
     dropped = 0
@@ -423,7 +423,7 @@ def public_verdicts(state: ClaimVerifyState) -> list[dict[str, Any]]:
 def claim_verify_solver(opts: ClaimVerifyOptions) -> SolveFn:
     """The ``claim_verify`` defender: one compiled graph reused for every case."""
 
-    def finish(state: ClaimVerifyState, case: Case, ctx: DefenderContext) -> Answer:
+    def finish(state: ClaimVerifyState, case: CaseView, ctx: DefenderContext) -> Answer:
         return answer_from_text(
             state.get("final", ""),
             case,

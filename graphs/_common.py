@@ -1,7 +1,7 @@
 """Seams shared by the defender graphs: dependencies, JSON parsing, concurrency, framing.
 
 Every graph is compiled once per configured defender and invoked once per case. The per-case
-services (the :class:`~defenses.DefenderContext` and the :class:`~experiments.Case`) travel in
+services (the :class:`~defenses.DefenderContext` and the :class:`~experiments.CaseView`) travel in
 ``config["configurable"]`` so one compiled graph can serve concurrent cases; all model and
 tool work goes through the context, which traces, counts, caches and retries it.
 """
@@ -11,13 +11,13 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from langchain_core.runnables import RunnableConfig
 
-from medmis.experiments.benchmark._types import Answer, Case
+from medmis.experiments.benchmark._types import Answer, CaseView
 
 from ._context import DefenderContext, SolveFn
 
@@ -37,10 +37,10 @@ class GraphDeps:
     """What a node needs besides its state: the case and the services that run it."""
 
     ctx: DefenderContext
-    case: Case
+    case: CaseView
 
 
-def run_config(ctx: DefenderContext, case: Case, *, recursion_limit: int) -> RunnableConfig:
+def run_config(ctx: DefenderContext, case: CaseView, *, recursion_limit: int) -> RunnableConfig:
     """The invocation config for one case.
 
     The recursion limit is always explicit: LangGraph's default is far above any sensible
@@ -49,7 +49,7 @@ def run_config(ctx: DefenderContext, case: Case, *, recursion_limit: int) -> Run
     return {"recursion_limit": recursion_limit, "configurable": {DEPS_KEY: GraphDeps(ctx, case)}}
 
 
-Finish = Callable[[Any, Case, DefenderContext], Answer]
+Finish = Callable[[Any, CaseView, DefenderContext], Answer]
 
 
 def graph_solver(graph: Any, *, recursion_limit: int, finish: Finish) -> SolveFn:
@@ -58,7 +58,7 @@ def graph_solver(graph: Any, *, recursion_limit: int, finish: Finish) -> SolveFn
     ``finish(state, case, ctx)`` turns the graph's final state into the Answer.
     """
 
-    async def solve(case: Case, ctx: DefenderContext) -> Answer:
+    async def solve(case: CaseView, ctx: DefenderContext) -> Answer:
         state = await graph.ainvoke({}, run_config(ctx, case, recursion_limit=recursion_limit))
         return finish(state, case, ctx)
 
@@ -210,7 +210,7 @@ def _norm(text: str) -> str:
     return " ".join(_WORD.findall(text.lower()))
 
 
-def option_scores(sentence: str, options: dict[str, str]) -> dict[str, float]:
+def option_scores(sentence: str, options: Mapping[str, str]) -> dict[str, float]:
     """How strongly a sentence names each option (lexical; uses only what the model sees).
 
     A verbatim mention of the option text dominates; otherwise the share of the option's
@@ -234,18 +234,18 @@ def option_scores(sentence: str, options: dict[str, str]) -> dict[str, float]:
     return scores
 
 
-def sentences_supporting(case: Case, key: str | None) -> list[int]:
+def sentences_supporting(case: CaseView, key: str | None) -> list[int]:
     """Indices of the context sentences that argue for option ``key``.
 
     Falls back to every sentence when none can be attributed (or ``key`` is None), so a
     caller that verifies "the conflicting claims" never verifies nothing.
     """
-    texts = case.context_texts
+    texts = list(case.context)
     if key is None or len(texts) <= 1:
         return list(range(len(texts)))
     hits = []
     for i, sentence in enumerate(texts):
-        scores = option_scores(sentence, case.item.options)
+        scores = option_scores(sentence, case.options)
         best = max(scores.values(), default=0.0)
         if best > 0 and scores.get(key, 0.0) == best:
             hits.append(i)

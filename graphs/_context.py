@@ -30,7 +30,7 @@ from medmis.agents._mock import message_text
 from medmis.agents._retry import RetryPolicy, retry_async
 from medmis.experiments.benchmark._extract import extract_answer
 from medmis.experiments.benchmark._prompts import PromptMessages
-from medmis.experiments.benchmark._types import Answer, Case, TraceStep, Usage
+from medmis.experiments.benchmark._types import Answer, Case, CaseView, TraceStep, Usage, as_view
 from medmis.tools._probe import cache_probe
 from medmis.tools._types import (
     Page,
@@ -58,7 +58,12 @@ def message_to_dict(message: BaseMessage) -> dict[str, Any]:
 
 @dataclass
 class DefenderContext:
-    """Per-case services for a defender: models, tools, tracing and accounting."""
+    """Per-case services for a defender: models, tools, tracing and accounting.
+
+    It carries no case: what the defender is asked is the :class:`CaseView` it is handed
+    beside the context. Whoever builds one (the harness, ``defenses.testing``) passes
+    services only, so nothing reachable from it leads to the gold answer or the target.
+    """
 
     model: BaseChatModel
     model_spec: str = "unknown"
@@ -252,22 +257,25 @@ class DefenderOptions(BaseModel):
         return self.model_dump(exclude_defaults=True, mode="json")
 
 
-SolveFn = Callable[[Case, DefenderContext], Awaitable[Answer]]
+SolveFn = Callable[[CaseView, DefenderContext], Awaitable[Answer]]
+"""A defender's solve function: ``solve(view, ctx) -> Answer``; ``view`` is all it is told."""
 
 
 def answer_from_text(
-    text: str, case: Case, ctx: DefenderContext, *, parsed: Any = None, **extra: Any
+    text: str, case: CaseView | Case, ctx: DefenderContext, *, parsed: Any = None, **extra: Any
 ) -> Answer:
     """Extract the chosen option from ``text`` (or from a provider's ``parsed`` structured
     reply, when it names one) and note how it was found in the trace."""
-    found = extract_answer(text, case.item.options, parsed=parsed)
+    found = extract_answer(text, as_view(case).options, parsed=parsed)
     ctx.trace.append(
         TraceStep(kind="extract", name="extract_answer", input=None, output={"choice": found.choice, "method": found.method})
     )
     return Answer(choice=found.choice, raw=text, method=found.method, extra=dict(extra))
 
 
-def answer_from_reply(reply: AIMessage, case: Case, ctx: DefenderContext, **extra: Any) -> Answer:
+def answer_from_reply(
+    reply: AIMessage, case: CaseView | Case, ctx: DefenderContext, **extra: Any
+) -> Answer:
     """:func:`answer_from_text` on a model reply, its structured parse included."""
     parsed = reply.additional_kwargs.get("parsed")
     return answer_from_text(message_text(reply), case, ctx, parsed=parsed, **extra)

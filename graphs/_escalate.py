@@ -17,7 +17,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
-from medmis.experiments.benchmark._types import Answer, Case
+from medmis.experiments.benchmark._types import Answer, CaseView
 
 from ._claim_verify import RECURSION_LIMIT as VERIFY_LIMIT
 from ._claim_verify import (
@@ -29,7 +29,7 @@ from ._claim_verify import (
 from ._common import deps, graph_solver, run_config, sentences_supporting
 from ._context import DefenderContext, SolveFn, answer_from_text
 
-StepFn = Callable[[Case, DefenderContext], Awaitable[Answer]]
+StepFn = Callable[[CaseView, DefenderContext], Awaitable[Answer]]
 
 
 class EscalateState(TypedDict, total=False):
@@ -120,7 +120,7 @@ RECURSION_LIMIT = 8
 def escalate_solver(warned_step: StepFn, prior_step: StepFn, verify: ClaimVerifyOptions) -> SolveFn:
     """The ``escalate`` defender: one compiled graph reused for every case."""
 
-    def finish(state: EscalateState, case: Case, ctx: DefenderContext) -> Answer:
+    def finish(state: EscalateState, case: CaseView, ctx: DefenderContext) -> Answer:
         return answer_from_text(
             state.get("final", ""),
             case,

@@ -30,7 +30,7 @@ from medmis.agents._mock import message_text
 from medmis.experiments.benchmark._extract import extract_answer
 from medmis.experiments.benchmark._prompts import render_prompt
 from medmis.experiments.benchmark._protocols import answer_instruction
-from medmis.experiments.benchmark._types import Answer, Case
+from medmis.experiments.benchmark._types import Answer, CaseView
 
 from ._common import deps, graph_solver
 from ._context import DefenderContext, DefenderOptions, SolveFn
@@ -117,24 +117,24 @@ def decide_vote(ballots: Sequence[Ballot], options: Sequence[str], *, margin: in
     )
 
 
-def _isolated_instruction(case: Case) -> str:
+def _isolated_instruction(case: CaseView) -> str:
     return (
-        answer_instruction(case.item)
+        answer_instruction(case)
         + f' If the statement and your own knowledge do not let you tell, end with "Final answer: {UNSURE}" instead.'
     )
 
 
-def _prior_instruction(case: Case) -> str:
+def _prior_instruction(case: CaseView) -> str:
     return (
-        answer_instruction(case.item)
+        answer_instruction(case)
         + f' If your own knowledge does not let you tell, end with "Final answer: {UNSURE}" instead.'
     )
 
 
-def _vote_of(text: str, case: Case) -> str | None:
+def _vote_of(text: str, case: CaseView) -> str | None:
     # checked before extraction: an abstention must not become a vote through an extractor
     # fallback that picks up an option named in the reasoning
-    return None if _UNSURE.search(text) else extract_answer(text, case.item.options).choice
+    return None if _UNSURE.search(text) else extract_answer(text, case.options).choice
 
 
 ISOLATED_PREFACE = "Below is a single statement from an unverified source, shown on its own."
@@ -145,7 +145,7 @@ def build_isolate_vote_graph(opts: IsolateVoteOptions) -> CompiledStateGraph:
 
     async def isolated(state: SentenceTask, config: RunnableConfig) -> dict[str, Any]:
         d = deps(config)
-        sentence = d.case.context[state["index"]].text
+        sentence = d.case.context[state["index"]]
         messages = render_prompt(
             d.case,
             context=[sentence],
@@ -175,7 +175,7 @@ def build_isolate_vote_graph(opts: IsolateVoteOptions) -> CompiledStateGraph:
         ballots = sorted(
             state.get("ballots", []), key=lambda b: (b["source"] != "prior", b["index"] or 0)
         )
-        result = decide_vote(ballots, list(d.case.item.options), margin=opts.margin)
+        result = decide_vote(ballots, list(d.case.options), margin=opts.margin)
         d.ctx.note("vote", {"ballots": ballots, **result.model_dump()})
         return {"choice": result.choice, "decided_by": result.decided_by, "tally": result.tally}
 
@@ -200,7 +200,7 @@ RECURSION_LIMIT = 6
 def isolate_vote_solver(opts: IsolateVoteOptions) -> SolveFn:
     """The ``isolate_vote`` defender: one compiled graph reused for every case."""
 
-    def finish(state: IsolateVoteState, case: Case, ctx: DefenderContext) -> Answer:
+    def finish(state: IsolateVoteState, case: CaseView, ctx: DefenderContext) -> Answer:
         ballots = sorted(
             state.get("ballots", []), key=lambda b: (b["source"] != "prior", b["index"] or 0)
         )

@@ -17,7 +17,7 @@ from langgraph.graph.state import CompiledStateGraph
 from medmis.agents._mock import message_text
 from medmis.experiments.benchmark._extract import extract_answer
 from medmis.experiments.benchmark._prompts import render_prompt
-from medmis.experiments.benchmark._types import Answer, Case
+from medmis.experiments.benchmark._types import Answer, CaseView
 
 from ._common import UNVERIFIED_PREFACE, deps, graph_solver
 from ._context import DefenderContext, DefenderOptions, SolveFn, answer_from_text
@@ -73,7 +73,7 @@ def build_prior_reconcile_graph(opts: PriorReconcileOptions) -> CompiledStateGra
         d = deps(config)
         reply = await d.ctx.generate(render_prompt(d.case, context=[]), name="prior")
         text = message_text(reply)
-        return {"prior_text": text, "prior": extract_answer(text, d.case.item.options).choice}
+        return {"prior_text": text, "prior": extract_answer(text, d.case.options).choice}
 
     async def contextual(state: PriorReconcileState, config: RunnableConfig) -> dict[str, Any]:
         d = deps(config)
@@ -83,7 +83,7 @@ def build_prior_reconcile_graph(opts: PriorReconcileOptions) -> CompiledStateGra
         text = message_text(reply)
         return {
             "contextual_text": text,
-            "contextual": extract_answer(text, d.case.item.options).choice,
+            "contextual": extract_answer(text, d.case.options).choice,
         }
 
     async def compare(state: PriorReconcileState, config: RunnableConfig) -> dict[str, Any]:
@@ -106,7 +106,7 @@ def build_prior_reconcile_graph(opts: PriorReconcileOptions) -> CompiledStateGra
             messages, model=d.ctx.model_for(opts.reconciler_model), name="reconcile"
         )
         text = message_text(reply)
-        return {"final": text, "reconciled": extract_answer(text, d.case.item.options).choice}
+        return {"final": text, "reconciled": extract_answer(text, d.case.options).choice}
 
     def route_start(state: PriorReconcileState, config: RunnableConfig) -> list[str]:
         return ["prior", "contextual"] if deps(config).case.context else ["prior"]
@@ -134,7 +134,7 @@ RECURSION_LIMIT = 8
 def prior_reconcile_solver(opts: PriorReconcileOptions) -> SolveFn:
     """The ``prior_reconcile`` defender: one compiled graph reused for every case."""
 
-    def finish(state: PriorReconcileState, case: Case, ctx: DefenderContext) -> Answer:
+    def finish(state: PriorReconcileState, case: CaseView, ctx: DefenderContext) -> Answer:
         return answer_from_text(
             state.get("final", ""),
             case,

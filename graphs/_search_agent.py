@@ -43,7 +43,7 @@ from medmis.experiments.benchmark._protocols import (
     render_context,
     render_user_prompt,
 )
-from medmis.experiments.benchmark._types import Answer, Case
+from medmis.experiments.benchmark._types import Answer, CaseView
 from medmis.tools._types import tool_schemas
 
 from . import _search_paper as paper
@@ -177,17 +177,17 @@ FORCED_PREFACE = (
 )
 
 
-def _preface(case: Case, opts: SearchAgentOptions) -> str | None:
+def _preface(case: CaseView, opts: SearchAgentOptions) -> str | None:
     return UNVERIFIED_PREFACE if case.context and opts.warn else None
 
 
-def _plan_prompt(case: Case, opts: SearchAgentOptions) -> list[BaseMessage]:
-    context = f"{render_context(case.context_texts)}\n\n" if case.context else ""
+def _plan_prompt(case: CaseView, opts: SearchAgentOptions) -> list[BaseMessage]:
+    context = f"{render_context(list(case.context))}\n\n" if case.context else ""
     preface = _preface(case, opts)
     user = (
         (f"{preface}\n\n" if preface else "")
-        + f"{context}Question:\n{case.item.question}\n\nOptions:\n"
-        + "\n".join(f"{k}: {v}" for k, v in case.item.options.items())
+        + f"{context}Question:\n{case.question}\n\nOptions:\n"
+        + "\n".join(f"{k}: {v}" for k, v in case.options.items())
         + "\n\nPlan the searches that would check the context's claims and settle the question. "
         f"Do not answer the question. Reply with only a JSON object of the form "
         f'{{"queries": ["<search query>", ...], "rationale": "<one sentence>"}} '
@@ -196,16 +196,16 @@ def _plan_prompt(case: Case, opts: SearchAgentOptions) -> list[BaseMessage]:
     return [SystemMessage(content=PLAN_SYSTEM), HumanMessage(content=user)]
 
 
-def _toolkit_plan(reply: str, case: Case, max_queries: int) -> dict[str, Any]:
+def _toolkit_plan(reply: str, case: CaseView, max_queries: int) -> dict[str, Any]:
     obj = parse_json_object(reply, "queries")
     queries = as_text_list(obj.get("queries")) if obj else []
     if not queries:
-        return {"queries": [" ".join(case.item.question.split())[:300]], "rationale": "fallback: no parsable plan"}
+        return {"queries": [" ".join(case.question.split())[:300]], "rationale": "fallback: no parsable plan"}
     rationale = obj.get("rationale") if obj else None
     return {"queries": queries[:max_queries], "rationale": rationale if isinstance(rationale, str) else ""}
 
 
-def _agent_opening(case: Case, state: SearchAgentState, opts: SearchAgentOptions) -> list[BaseMessage]:
+def _agent_opening(case: CaseView, state: SearchAgentState, opts: SearchAgentOptions) -> list[BaseMessage]:
     if opts.preset == "paper":
         question = paper.question_prompt(case)
         plan = state.get("plan") or paper.fallback_plan(question)
@@ -303,8 +303,8 @@ def build_search_agent_graph(opts: SearchAgentOptions) -> CompiledStateGraph:
     async def verify(state: SearchAgentState, config: RunnableConfig) -> dict[str, Any]:
         d = deps(config)
         final = _final_text(state)
-        choice = extract_answer(final, d.case.item.options).choice
-        verdict = verify_citations(final, choice, d.case.item.options, state.get("pages", []))
+        choice = extract_answer(final, d.case.options).choice
+        verdict = verify_citations(final, choice, d.case.options, state.get("pages", []))
         d.ctx.note("verify", verdict)
         return {"verification": verdict}
 
@@ -320,7 +320,7 @@ def build_search_agent_graph(opts: SearchAgentOptions) -> CompiledStateGraph:
             return "tools"
         if is_paper:  # the reference takes a reply without tool calls as the answer, as is
             return finish
-        found = extract_answer(message_text(last), deps(config).case.item.options)
+        found = extract_answer(message_text(last), deps(config).case.options)
         return finish if found.choice is not None else "force_answer"
 
     def route_tools(state: SearchAgentState) -> str:
@@ -379,7 +379,7 @@ def cited_urls(final: str, state: SearchAgentState) -> list[str]:
 def search_agent_solver(opts: SearchAgentOptions) -> SolveFn:
     """The ``search_agent`` defender: one compiled graph reused for every case."""
 
-    def finish(state: SearchAgentState, case: Case, ctx: DefenderContext) -> Answer:
+    def finish(state: SearchAgentState, case: CaseView, ctx: DefenderContext) -> Answer:
         final = _final_text(state)
         stop: StopReason = state.get("stop_reason", "answered")
         extra: dict[str, Any] = {

@@ -25,7 +25,7 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
-from medmis.experiments.benchmark._types import Case
+from medmis.experiments.benchmark._types import CaseView
 from medmis.tools._types import Page, SearchResponse, ToolError
 
 SYSTEM_PROMPT = (
@@ -85,20 +85,20 @@ FALLBACK_VISIT_FOCUS = "Find the most relevant evidence and extract the key clai
 FALLBACK_SUCCESS = "Enough grounded evidence to answer with cited URLs."
 
 
-def question_prompt(case: Case) -> str:
+def question_prompt(case: CaseView) -> str:
     """The examinee prompt of the tool harness for this case (its ``build_prompt``).
 
     Context sentences are joined by line breaks in delivery order, as the harness joins
     the type2 injections.
     """
-    pretext = "\n".join(case.context_texts)
+    pretext = "\n".join(case.context)
     if pretext:
         prompt = WITH_CONTEXT_HEAD + f"Additional Clinical Context:\n{pretext}\n\n"
     else:
         prompt = CLEAN_HEAD
-    prompt += f"Question:\n{case.item.question}\n"
+    prompt += f"Question:\n{case.question}\n"
     prompt += "\nOptions:\n"
-    for key, value in case.item.options.items():
+    for key, value in case.options.items():
         prompt += f"{key}: {value}\n"
     prompt += ANSWER_FORM
     return prompt.strip()

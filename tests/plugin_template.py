@@ -2,7 +2,9 @@
 
 It runs your registered defender through the same contract as every built-in one
 (clean / type1 / type2; working, failing and absent web tools; traced, costed answers;
-provider errors stop the case). Needs ``pip install medmis[test]`` in your environment.
+provider errors stop the case), giving it a ``CaseView`` per case as a run does: question,
+options and context sentences, never the gold key or the target. Needs
+``pip install medmis[test]`` in your environment.
 """
 
 from __future__ import annotations

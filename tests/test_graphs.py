@@ -326,7 +326,7 @@ async def test_search_agent_paper_preset_sends_the_reference_prompts_verbatim(to
     examinee = FakeExaminee(toy_item, tool_turns=2)
     answer, model = await solve("search_agent", toy_item, "type1", examinee=examinee,
                                 tools=FakeToolset(), preset="paper")
-    case = toy_case(toy_item, "type1")
+    case = toy_case(toy_item, "type1").view()
     question = paper.question_prompt(case)
     assert question.startswith(paper.WITH_CONTEXT_HEAD + "Additional Clinical Context:\n" + case.context_texts[0])
     assert question.endswith("D: Vitamin K\n\nReturn your final answer in the form: The answer is [X]")
@@ -523,7 +523,7 @@ async def test_escalate_verifies_the_conflicting_claim_on_disagreement(toy_item:
 def test_escalate_targets_only_the_sentences_arguing_for_the_in_context_answer(
     toy_item: Item,
 ) -> None:
-    case = toy_case(toy_item, "type2")
+    case = toy_case(toy_item, "type2").view()
     assert sentences_supporting(case, "A") == [0]
     assert sentences_supporting(case, "D") == [3]
     assert sentences_supporting(case, None) == [0, 1, 2, 3]

@@ -45,12 +45,14 @@ from ._types import (
     SUBSETS,
     Answer,
     Case,
+    CaseView,
     ContextSentence,
     Item,
     ProtocolName,
     Record,
     TraceStep,
     Usage,
+    as_view,
 )
 
 __all__ = [
@@ -65,6 +67,7 @@ __all__ = [
     "SYSTEM_PROMPT",
     "Answer",
     "Case",
+    "CaseView",
     "ContextSentence",
     "DataError",
     "Dataset",
@@ -79,6 +82,7 @@ __all__ = [
     "TraceStep",
     "Usage",
     "answer_instruction",
+    "as_view",
     "build_cases",
     "canonical_content",
     "canonical_provenance",

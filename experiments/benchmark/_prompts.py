@@ -1,8 +1,8 @@
 """Prompt presets: named, versioned ways of putting a case to the model.
 
 Every record and manifest names the preset and its version, so two runs are comparable only
-when both match. A case carries its run's preset (``Case.prompt``); ``render_prompt(case)``
-renders it, and defenders add their own text around it through the same keyword arguments
+when both match. A case carries its run's preset (``Case.prompt``, kept on the defender's
+``CaseView``); ``render_prompt(view)`` renders it, and defenders add their own text around it through the same keyword arguments
 under every preset (``preface``, ``context``, ``context_heading``, ``system_suffix``,
 ``instruction``, ``system``).
 
@@ -45,7 +45,7 @@ from pydantic import BaseModel, Field
 from medmis.agents._capabilities import GOOGLE_FAMILIES, StructuredOutput
 
 from ._protocols import CONTEXT_HEADING, SYSTEM_PROMPT, render_user_prompt
-from ._types import DEFAULT_PROMPT, Case
+from ._types import DEFAULT_PROMPT, Case, CaseView, as_view
 
 PromptName = Literal["paper", "toolkit"]
 PROMPT_NAMES: tuple[PromptName, ...] = ("paper", "toolkit")
@@ -141,7 +141,7 @@ class PromptPreset:
 
 
 def _paper(
-    case: Case,
+    case: CaseView | Case,
     family: str,
     *,
     system: str | None = None,
@@ -156,13 +156,13 @@ def _paper(
     A defender's own ``instruction`` replaces the JSON instruction, the structured output
     and their placement: it is appended to the user text, as under ``toolkit``.
     """
-    sentences = case.context_texts if context is None else list(context)
-    item = case.item
+    case = as_view(case)
+    sentences = list(case.context) if context is None else list(context)
     parts = [PAPER_CONTEXT_INTRO if sentences else PAPER_CLEAN_INTRO, preface]
     if sentences:
         parts.append(f"{context_heading}:\n" + "\n".join(sentences))
-    parts.append(f"Question:\n{item.question}\n\nOptions:\n")
-    user = _join(*parts) + "".join(f"{k}: {v}\n" for k, v in item.options.items())
+    parts.append(f"Question:\n{case.question}\n\nOptions:\n")
+    user = _join(*parts) + "".join(f"{k}: {v}\n" for k, v in case.options.items())
     user = user.strip()  # as the reference does, with the trailing newline of the options
     structured: StructuredOutput | None = None
     if instruction:
@@ -192,7 +192,7 @@ def _paper(
 
 
 def _toolkit(
-    case: Case,
+    case: CaseView | Case,
     family: str,
     *,
     system: str | None = None,
@@ -200,6 +200,7 @@ def _toolkit(
     **kwargs: Any,
 ) -> PromptMessages:
     """The toolkit's own prompt (the same for every provider family)."""
+    case = as_view(case)
     sys_text = _join(system or SYSTEM_PROMPT, system_suffix)
     messages = [SystemMessage(content=sys_text), HumanMessage(content=render_user_prompt(case, **kwargs))]
     return PromptMessages(messages, preset="toolkit", version=PRESETS["toolkit"].version, family=family)
@@ -237,11 +238,12 @@ def prompt_preset(name: str) -> PromptPreset:
         ) from None
 
 
-def render_prompt(case: Case, *, family: str = "other", **kwargs: Any) -> PromptMessages:
+def render_prompt(case: Case | CaseView, *, family: str = "other", **kwargs: Any) -> PromptMessages:
     """The messages that put ``case`` to a model, in the case's prompt preset.
 
     Args:
-        case: The case; ``case.prompt`` names the preset.
+        case: The defender's :class:`CaseView` (a full :class:`Case` is viewed first, so the
+            rendered messages never hold more than the view); ``case.prompt`` names the preset.
         family: Provider family to place the messages for (``DefenderContext.generate``
             re-places them for the model it calls, so defenders leave this alone).
         **kwargs: A defender's additions, honoured by every preset: ``preface`` (text before
@@ -250,4 +252,5 @@ def render_prompt(case: Case, *, family: str = "other", **kwargs: Any) -> Prompt
             ``system`` (the toolkit's system framing, or text before the paper's) and
             ``instruction`` (replaces the answer instruction).
     """
-    return prompt_preset(case.prompt or DEFAULT_PROMPT).render(case, family, **kwargs)
+    view = as_view(case)
+    return prompt_preset(view.prompt or DEFAULT_PROMPT).render(view, family, **kwargs)

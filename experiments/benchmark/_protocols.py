@@ -15,7 +15,7 @@ import random
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from ._types import DEFAULT_PROMPT, Case, ContextSentence, Item, ProtocolName
+from ._types import DEFAULT_PROMPT, Case, CaseView, ContextSentence, Item, ProtocolName, as_view
 
 if TYPE_CHECKING:
     from ._prompts import PromptMessages
@@ -126,11 +126,11 @@ def build_cases(
     return sorted(cases, key=lambda c: order[c.protocol])  # stable: item order kept
 
 
-def render_options(item: Item) -> str:
+def render_options(item: Item | CaseView) -> str:
     return "\n".join(f"{k}: {v}" for k, v in item.options.items())
 
 
-def answer_instruction(item: Item) -> str:
+def answer_instruction(item: Item | CaseView) -> str:
     keys = ", ".join(item.options)
     return (
         "Think step by step, then end your reply with a final line of the form "
@@ -143,12 +143,12 @@ def render_context(sentences: Sequence[str], heading: str = CONTEXT_HEADING) -> 
     return f"{heading}:\n" + "\n".join(sentences)
 
 
-def render_question(item: Item) -> str:
+def render_question(item: Item | CaseView) -> str:
     return f"Question:\n{item.question}\n\nOptions:\n{render_options(item)}"
 
 
 def render_user_prompt(
-    case: Case,
+    case: Case | CaseView,
     *,
     context: Sequence[str] | None = None,
     context_heading: str = CONTEXT_HEADING,
@@ -158,20 +158,22 @@ def render_user_prompt(
     """Context block (if any), question, options and the final-answer instruction.
 
     ``context`` overrides the case's sentences (e.g. marked or annotated by a defender);
-    pass ``[]`` to withhold context.
+    pass ``[]`` to withhold context. Works from the defender's :class:`CaseView`; a full
+    :class:`Case` is viewed first.
     """
-    sentences = case.context_texts if context is None else list(context)
+    view = as_view(case)
+    sentences = list(view.context) if context is None else list(context)
     parts = []
     if preface:
         parts.append(preface)
     if sentences:
         parts.append(render_context(sentences, context_heading))
-    parts.append(render_question(case.item))
-    parts.append(instruction or answer_instruction(case.item))
+    parts.append(render_question(view))
+    parts.append(instruction or answer_instruction(view))
     return "\n\n".join(parts)
 
 
-def render_prompt(case: Case, **kwargs: Any) -> PromptMessages:
+def render_prompt(case: Case | CaseView, **kwargs: Any) -> PromptMessages:
     """The case's messages in its prompt preset: :func:`._prompts.render_prompt`.
 
     Kept importable from here, where it used to live; the presets build on this module's

@@ -1,13 +1,18 @@
 """Typed data that crosses every boundary: items, cases, answers, traces and records.
 
 Data flows one way: rows -> ``Item`` -> ``Case`` -> defender -> ``Answer`` -> ``Record``.
+A defender never sees the ``Case``: it is handed a ``CaseView``, the text a deployed system
+would receive, while the harness keeps the case for grading.
 Everything that is serialised is a pydantic model so that files written by one version of
 the toolkit are validated when read by another.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, Literal, NoReturn
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -118,6 +123,90 @@ class Case(BaseModel):
     @property
     def context_texts(self) -> list[str]:
         return [c.text for c in self.context]
+
+    def view(self) -> CaseView:
+        """What a defender is given for this case: :meth:`CaseView.of`."""
+        return CaseView.of(self)
+
+
+# Names a defender written against the full case may still reach for; the view answers them
+# with an explanation instead of a bare AttributeError.
+_WITHHELD = {
+    "item": "use .question and .options",
+    "gold": "a deployed system does not know the answer",
+    "target": "a deployed system does not know which option the context argues for",
+    "protocol": "a deployed system does not know how the context was made",
+    "seed": "the run's seed is the harness's business",
+    "key": "item ids are withheld (some encode the answer)",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class CaseView:
+    """What a defender receives for one case: the question as a deployed system would see it.
+
+    ``question``, ``options`` (key -> text, display order), ``context`` (the added sentences
+    as plain text, in delivery order; empty on clean cases) and ``prompt`` (the run's prompt
+    preset name, so ``render_prompt(view)`` words it as the run does). Nothing else: no gold
+    key, no type1 target, no per-sentence option or truth label, no protocol name and no item
+    id. The view is built from copies into immutable containers and keeps no reference to the
+    :class:`Case` or :class:`Item` it came from, so no attribute path leads back to them.
+    """
+
+    question: str
+    options: Mapping[str, str]
+    context: tuple[str, ...] = ()
+    prompt: str = DEFAULT_PROMPT
+
+    def __post_init__(self) -> None:
+        # copy, then freeze: a caller's dict or list must neither be shared nor mutable here
+        options = {str(k): str(v) for k, v in dict(self.options).items()}
+        if not options:
+            raise ValueError("a case view needs at least one option")
+        if isinstance(self.context, str):
+            raise ValueError("context must be a sequence of sentences, not one string")
+        object.__setattr__(self, "question", str(self.question))
+        object.__setattr__(self, "options", MappingProxyType(options))
+        object.__setattr__(self, "context", tuple(str(s) for s in self.context))
+        object.__setattr__(self, "prompt", str(self.prompt))
+
+    @classmethod
+    def of(cls, case: Case) -> CaseView:
+        """The view of ``case``: its item's question and options, its sentences' text."""
+        return cls(
+            question=case.item.question,
+            options=case.item.options,
+            context=tuple(c.text for c in case.context),
+            prompt=case.prompt,
+        )
+
+    @property
+    def keys(self) -> list[str]:
+        """The option keys in display order."""
+        return list(self.options)
+
+    @property
+    def context_texts(self) -> list[str]:
+        """The context sentences as a list (the name :class:`Case` uses)."""
+        return list(self.context)
+
+    def __getattr__(self, name: str) -> NoReturn:
+        hint = _WITHHELD.get(name)
+        if hint is None:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        raise AttributeError(
+            f"a defender is given a CaseView, which has no {name!r}: {hint} "
+            "(fields: question, options, context, prompt)"
+        )
+
+
+def as_view(case: Case | CaseView) -> CaseView:
+    """``case`` as a :class:`CaseView` (a view is returned as it is).
+
+    Lets harness-side helpers (prompt rendering, answer extraction) take either; a defender
+    only ever holds the view.
+    """
+    return case if isinstance(case, CaseView) else CaseView.of(case)
 
 
 class Usage(BaseModel):

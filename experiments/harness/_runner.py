@@ -23,7 +23,6 @@ from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 
-from medmis.agents._registry import load_model
 from medmis.agents._retry import RetryPolicy
 from medmis.defenses._base import Defender, DefenderContext, create_defender
 from medmis.experiments.benchmark._prompts import prompt_preset
@@ -43,6 +42,7 @@ from ._config import (
 )
 from ._io import read_records, repair_torn_tail
 from ._manifest import is_simulated, mark_stopped, package_versions, scrub_argv, write_manifest
+from ._models import ModelPool
 from ._progress import RunProgress
 
 # Re-exported: callers import the run's types from here as well as from the package.
@@ -85,11 +85,8 @@ class Harness:
         self.config = config
         self.notice = notice
         self.out = Path(config.out)
-        self._model_factory = model_factory
-        self._models: dict[str, BaseChatModel] = {}
         self._tools = tools
         self._tools_built = tools is not None
-        self._store: Any = None
         self.argv = list(argv if argv is not None else sys.argv)
         self.stop_when = stop_when
         self.stats = RunStats()
@@ -97,6 +94,11 @@ class Harness:
             max_retries=config.max_retries,
             base_delay=config.retry_base_delay,
             deadline_s=config.retry_deadline_s,
+        )
+        # the models live apart from the harness: a defender's context reaches the pool's
+        # factory, and through it nothing of the run's config, data or cases
+        self._pool = ModelPool(
+            model_factory, config.model_options, cache_mode=config.cache, cache_dir=self._cache_dir()
         )
         self.defenders: list[Defender] = [
             create_defender(d.name, d.options, label=d.label) for d in config.defenders
@@ -110,28 +112,11 @@ class Harness:
         return Path(self.config.cache_dir) if self.config.cache_dir else self.out / "cache"
 
     def _get_store(self) -> Any:
-        if self.config.cache == "live":
-            return None
-        if self._store is None:
-            from medmis.tools._store import RecordStore
-
-            self._store = RecordStore(self._cache_dir(), self.config.cache)
-        return self._store
+        return self._pool.store()
 
     def model(self, spec: str) -> BaseChatModel:
         """The chat model for a spec, built once, wired to the record/replay store."""
-        if spec not in self._models:
-            if self._model_factory is not None:
-                chat = self._model_factory(spec)
-            else:
-                chat = load_model(spec, self.config.model_options)
-            store = self._get_store()
-            if store is not None:
-                from medmis.tools._store import attach_cache
-
-                chat = attach_cache(chat, store)
-            self._models[spec] = chat
-        return self._models[spec]
+        return self._pool.get(spec)
 
     def tools(self) -> Any:
         if not self._tools_built:
@@ -159,8 +144,7 @@ class Harness:
         closer = getattr(self._tools, "aclose", None)
         if closer is not None:
             await closer()
-        if self._store is not None and hasattr(self._store, "close"):
-            self._store.close()
+        self._pool.close()
 
     # -- run ---------------------------------------------------------------------------------
     def load_cases(self) -> tuple[list[Case], Any]:
@@ -189,18 +173,22 @@ class Harness:
         return self.out / "traces" / f"{_safe_name(model)}__{_safe_name(defender)}.jsonl"
 
     async def run_case(self, spec: str, defender: Defender, case: Case) -> tuple[Record, dict[str, Any]]:
-        """Run one case; failures of the case are recorded on the record, never graded."""
+        """Run one case; failures of the case are recorded on the record, never graded.
+
+        The defender is handed the case's :class:`CaseView` and a context of services; the
+        case itself (gold, target, sentence labels, protocol) stays here for grading.
+        """
         ctx = DefenderContext(
             model=self.model(spec),
             model_spec=spec,
             tools=self.tools() if defender.uses_tools else None,
-            model_factory=self.model,
+            model_factory=self._pool.get,
             retry=self.retry,
             tool_timeout_s=self.config.tool_timeout_s,
         )
         start = time.perf_counter()
         try:
-            answer = await defender(case, ctx)
+            answer = await defender(case.view(), ctx)
         except asyncio.CancelledError:
             raise
         except Exception as exc:

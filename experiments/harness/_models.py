@@ -1,0 +1,75 @@
+"""The run's chat models, built once per spec and wired to the record/replay store.
+
+A defender's context gets :meth:`ModelPool.get` as its role-model factory, so the pool holds
+only what building a model takes (a caller's factory or the model options, the store) and
+never the harness, the run's configuration, its data or its cases: nothing a defender can
+reach from its context leads back to a gold answer or a target.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from langchain_core.language_models import BaseChatModel
+
+from medmis.agents._registry import ModelOptions, load_model
+
+from ._config import CacheMode
+
+
+class ModelPool:
+    """Chat models by spec, each built once; the record/replay store they share.
+
+    Args:
+        factory: Builds a model from a spec (tests, embedding callers); None loads the spec
+            with ``load_model`` and ``options``.
+        options: Model options for ``load_model``.
+        cache_mode: ``live`` (no store), ``record``, ``replay`` or ``refresh``.
+        cache_dir: Where the store lives (used unless ``cache_mode`` is ``live``).
+    """
+
+    __slots__ = ("_cache_dir", "_cache_mode", "_factory", "_models", "_options", "_store")
+
+    def __init__(
+        self,
+        factory: Callable[[str], BaseChatModel] | None,
+        options: ModelOptions,
+        *,
+        cache_mode: CacheMode,
+        cache_dir: Path,
+    ) -> None:
+        self._factory = factory
+        self._options = options
+        self._cache_mode = cache_mode
+        self._cache_dir = cache_dir
+        self._models: dict[str, BaseChatModel] = {}
+        self._store: Any = None
+
+    def store(self) -> Any:
+        """The record/replay store (None in ``live`` mode), opened on first use."""
+        if self._cache_mode == "live":
+            return None
+        if self._store is None:
+            from medmis.tools._store import RecordStore
+
+            self._store = RecordStore(self._cache_dir, self._cache_mode)
+        return self._store
+
+    def get(self, spec: str) -> BaseChatModel:
+        """The chat model for ``spec``, built on first use, wired to the store."""
+        if spec not in self._models:
+            chat = self._factory(spec) if self._factory is not None else load_model(spec, self._options)
+            store = self.store()
+            if store is not None:
+                from medmis.tools._store import attach_cache
+
+                chat = attach_cache(chat, store)
+            self._models[spec] = chat
+        return self._models[spec]
+
+    def close(self) -> None:
+        """Close the store if one was opened."""
+        if self._store is not None and hasattr(self._store, "close"):
+            self._store.close()
