@@ -73,30 +73,6 @@ def _parse_flat(pairs: Sequence[str], flag: str) -> dict[str, Any]:
     return out
 
 
-def _add_review_parser(sub: Any) -> None:
-    review = sub.add_parser("review", help="clinician review: sample cases, offline rating forms, analysis")
-    rsub = review.add_subparsers(dest="review_command", required=True)
-    rs = rsub.add_parser("sample", help="stratified, seeded sample of a run's Type 1 cases -> PACK/tasks.jsonl")
-    rs.add_argument("run_dir")
-    rs.add_argument("--n", type=int, required=True, help="number of tasks")
-    rs.add_argument("--out", required=True, help="new pack folder")
-    rs.add_argument("--models", action="append", default=[], help="only these models (comma-separated)")
-    rs.add_argument("--defenders", action="append", default=[], help="only these defenders (comma-separated)")
-    rs.add_argument("--stratify", default="subset,content,provenance",
-                    help="keys among subset,content,provenance,model,defender,outcome ('' for none)")
-    rs.add_argument("--dual", type=float, default=0.7, help="share of tasks rated by two reviewers (default 0.7)")
-    rs.add_argument("--reviewers", default=None, metavar="FILE",
-                    help="reviewer names, one per line (default: reviewer-1, reviewer-2)")
-    rs.add_argument("--seed", type=int, default=0)
-    rf = rsub.add_parser("form", help="one offline HTML rating form per reviewer -> PACK/forms/")
-    rf.add_argument("pack")
-    ra = rsub.add_parser("analyze", help="validate ratings and write review.json, review.md and plots")
-    ra.add_argument("pack")
-    ra.add_argument("ratings", nargs="+", metavar="RATINGS.csv")
-    ra.add_argument("--out", required=True)
-    ra.add_argument("--seed", type=int, default=0, help="seed of the bootstrap and the regression fit")
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="medmis",
@@ -162,7 +138,9 @@ def build_parser() -> argparse.ArgumentParser:
     val.add_argument("--subset", default=None)
     _add_hub_repo_flag(val)
 
-    _add_review_parser(sub)
+    from medmis.experiments.review import _cli as review_cli
+
+    review_cli.add_parser(sub)
 
     sub.add_parser("defenders", help="list registered defenders with their options")
 
@@ -356,41 +334,6 @@ def _cmd_ablate(args: argparse.Namespace, argv: Sequence[str]) -> int:
                           overrides=overrides)
 
 
-def _cmd_review(args: argparse.Namespace) -> int:
-    from medmis.experiments.review import (
-        ReviewError,
-        analyze_pack,
-        read_reviewers,
-        sample_pack,
-        write_forms,
-    )
-
-    try:
-        if args.review_command == "sample":
-            reviewers = read_reviewers(args.reviewers) if args.reviewers else None
-            info = sample_pack(args.run_dir, args.out, n=args.n, models=_split(args.models) or None,
-                               defenders=_split(args.defenders) or None,
-                               stratify=_split([args.stratify]), dual=args.dual,
-                               **({"reviewers": reviewers} if reviewers else {}), seed=args.seed)
-            print(f"{info['n']} tasks ({info['dual_rated']} dual-rated) from {info['population']} eligible "
-                  f"Type 1 cases -> {args.out}/tasks.jsonl; load: "
-                  + ", ".join(f"{r} {k}" for r, k in info["load"].items()))
-        elif args.review_command == "form":
-            for reviewer, path in write_forms(args.pack).items():
-                print(f"{reviewer}: {path}")
-        else:
-            for name, path in analyze_pack(args.pack, args.ratings, args.out, seed=args.seed).items():
-                print(f"{name}: {path}")
-    except ReviewError as exc:
-        # every problem on its own line (file:line: ...), however many
-        lines = str(exc).strip().splitlines()
-        print(f"medmis: {lines[0]}", file=sys.stderr)
-        for line in lines[1:]:
-            print(f"  {line}", file=sys.stderr)
-        return EXIT_CONFIG
-    return 0
-
-
 def _dispatch(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if args.command == "run":
         return _cmd_run(args, argv)
@@ -407,7 +350,9 @@ def _dispatch(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if args.command == "tools":
         return _cmd_tools(args)
     if args.command == "review":
-        return _cmd_review(args)
+        from medmis.experiments.review import _cli as review_cli
+
+        return review_cli.run(args)
     return _cmd_cache(args)
 
 

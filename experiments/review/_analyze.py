@@ -120,7 +120,10 @@ def analyze(tasks: Sequence[Task], annotations: Sequence[Annotation], reviewers:
     stratum = {t: falsehood_stratum(by_task[t]) for t in rated}
     worst_by = {}
     for dim in STRATA:
-        groups = _by(rated, lambda t, dim=dim: _level(task_of[t], dim, stratum[t]))
+        def level_of(t: str, dim: str = dim) -> str:
+            return _level(task_of[t], dim, stratum[t])
+
+        groups = _by(rated, level_of)
         order = [lv for lv in FALSEHOOD_LEVELS if lv in groups] if dim == "falsehood" else sorted(groups)
         worst_by[dim] = {lv: _worst_blocks(groups[lv], worst) for lv in order}
 

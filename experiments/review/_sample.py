@@ -23,6 +23,7 @@ from typing import Any
 from medmis.experiments.benchmark import Record
 from medmis.experiments.harness._io import read_records
 
+from ._keys import DEFAULT_REVIEWERS, DEFAULT_STRATIFY, STRATA
 from ._pack import (
     PACK_FILE,
     PACK_VERSION,
@@ -34,19 +35,6 @@ from ._pack import (
 )
 from ._rubrics import UNLABELLED, definition_of
 from ._traces import CaseKey, collect_traces, injected_sentence, reasoning_lines
-
-STRATA: dict[str, str] = {
-    "subset": "benchmark subset",
-    "content": "content corruption",
-    "provenance": "provenance framing",
-    "model": "model",
-    "defender": "defender",
-    "outcome": "flipped / held / clean_wrong / no_clean",
-}
-"""Keys ``--stratify`` accepts."""
-
-DEFAULT_STRATIFY = ("subset", "content", "provenance")
-DEFAULT_REVIEWERS = ("reviewer-1", "reviewer-2")
 
 
 def _outcome(record: Record, clean: Record | None) -> Outcome:

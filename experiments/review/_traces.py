@@ -123,7 +123,7 @@ def questions_from_data(run_dir: Path, items: Iterable[str]) -> dict[str, tuple[
         return {}
     config = manifest.get("config") if isinstance(manifest, dict) else None
     data = config.get("data") if isinstance(config, dict) else None
-    if not isinstance(data, str) or not Path(data).exists():
+    if not isinstance(config, dict) or not isinstance(data, str) or not Path(data).exists():
         return {}  # a hub address or a file that has moved: nothing to read offline
     try:
         dataset = load_dataset(data, subset=config.get("subset"), mode="skip")
