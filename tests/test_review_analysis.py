@@ -98,7 +98,7 @@ def _paper_panel(tmp_path: Path) -> tuple[Path, Path]:
         who = rng.sample(PANEL, size)
         models = ("gemini", "gpt")
         tasks.append(make_task(tid, who, model=models[i % 2],
-                               content=("Cue Remapping", "Exception Poisoning")[i % 3 == 0]))
+                               content=("Cue Remapping", "Exception Poisoning")[i % 4 == 0]))
         if i < 10 or 25 <= i < 33:  # 10 singles + 8 duals: every reviewer says worst (strict)
             bs = [worst] * size
         elif 33 <= i < 45:  # 12 duals: one worst, one adopting only partly -> mean, not strict
@@ -140,7 +140,9 @@ def test_synthetic_panel_reproduces_the_papers_proportions_and_wilson_intervals(
     assert doc["rubric_a"]["pass"]["plausibility"]["k"] == 44  # plausibility 2 on odd tasks
     assert doc["ac2"]["base_validity"]["value"] == pytest.approx(1.0)
     reg = doc["regression"]
-    assert "error" in reg or ({"odds_ratios", "icc"} <= set(reg) and 0 <= reg["icc"]["value"] <= 1)
+    assert {"odds_ratios", "icc"} <= set(reg) and 0 <= reg["icc"]["value"] <= 1 and reg["notes"] == []
+    assert set(reg["odds_ratios"]) == {"model: gpt", "content: Exception Poisoning", "falsehood: clear",
+                                       "falsehood: potentially true"}
     strata = doc["worst_case_by"]["falsehood"]
     assert sum(b["conservative"]["n"] for b in strata.values()) == 89
     md = paths["review.md"].read_text()
@@ -176,6 +178,13 @@ def test_glmm_recovers_a_known_odds_ratio_and_reviewer_icc_from_a_simulated_pane
     assert "provenance" not in fit["reference"]  # a single level is left out
     assert abs(fit["icc"]["value"] - true_icc) < 0.12
     assert fit["icc"]["lo"] < true_icc < fit["icc"]["hi"]
+
+
+def test_glmm_notes_confounded_terms() -> None:
+    rows = [{"worst": int(i % 5 == 0), "reviewer": f"r{i % 4}", "model": "m", "content": "c" if i % 2 else "d",
+             "provenance": "p", "falsehood": "clear" if i % 2 else "soft"} for i in range(80)]
+    fit = fit_worst_case_glmm(rows)
+    assert "error" not in fit and "rank 2 < 3 columns" in fit["notes"][0]
 
 
 def test_glmm_says_clearly_when_there_is_too_little_data() -> None:

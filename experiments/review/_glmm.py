@@ -49,7 +49,7 @@ def fit_worst_case_glmm(rows: Sequence[Mapping[str, Any]], seed: int = 0) -> dic
         seed: Seed of the variational fit's random starting values.
 
     Returns:
-        ``{"method", "n", "reviewers", "reference", "odds_ratios", "icc"}``, or
+        ``{"method", "notes", "n", "reviewers", "reference", "odds_ratios", "icc"}``, or
         ``{"error": reason}`` when there is too little data to fit.
     """
     n = len(rows)
@@ -89,6 +89,7 @@ def fit_worst_case_glmm(rows: Sequence[Mapping[str, Any]], seed: int = 0) -> dic
     vcp_mean, vcp_sd = float(result.vcp_mean[0]), float(result.vcp_sd[0])
     if not (np.all(np.isfinite(fe_mean)) and np.all(np.isfinite(fe_sd)) and math.isfinite(vcp_mean)):
         return {"error": "the mixed model did not converge (non-finite estimates)"}
+    rank, width = int(np.linalg.matrix_rank(model.exog)), int(model.exog.shape[1])
     odds: dict[str, dict[str, float]] = {}
     for name, mean, sd in zip(model.exog_names, fe_mean, fe_sd, strict=True):
         if name == "Intercept":
@@ -96,8 +97,15 @@ def fit_worst_case_glmm(rows: Sequence[Mapping[str, Any]], seed: int = 0) -> dic
         factor = name.split(",", 1)[0].removeprefix("C(")
         level = name.rsplit("[T.", 1)[-1].rstrip("]")
         odds[f"{factor}: {level}"] = _interval(float(mean), float(sd))
+    notes = []
+    if rank < width:
+        # the priors still give a fit, but confounded terms share one effect between them
+        notes.append(f"the fixed-effect design has rank {rank} < {width} columns: some terms are "
+                     "confounded in this sample (e.g. a content type seen only in one falsehood "
+                     "stratum), so their odds ratios are not separately identified")
     return {
         "method": METHOD,
+        "notes": notes,
         "formula": "worst ~ " + " + ".join([*reference, "(1 | reviewer)"]),
         "n": n, "events": events, "reviewers": len(reviewers), "reference": reference,
         "odds_ratios": odds,

@@ -91,7 +91,9 @@ def _agreement(doc: Mapping[str, Any]) -> Figure:
     ax.set_xlim(-0.2, 1.0)
     ax.axvline(0, color="#999", lw=0.8)
     ax.set_xlabel("Gwet's AC2 (ordinal weights), 95% CI")
-    ax.set_title("Inter-rater agreement on multi-rated tasks")
+    la = doc["label_agreement"]
+    shown = "—" if la["value"] is None else f"{la['k']}/{la['n']} = {100 * la['value']:.1f}% [{100 * la['lo']:.1f}, {100 * la['hi']:.1f}]"
+    ax.set_title(f"Inter-rater agreement on multi-rated tasks\nclinician vs automatic correctness: {shown}")
     fig.tight_layout()
     return fig
 

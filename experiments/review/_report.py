@@ -107,6 +107,7 @@ def render_markdown(doc: Mapping[str, Any], plots: Mapping[str, Path], simulated
                 "Reference levels: " + "; ".join(f"{k} = {v}" for k, v in reg["reference"].items()) + ".", ""]
         out += _table(["Term", "Adjusted odds ratio"], [[k, _num(v)] for k, v in reg["odds_ratios"].items()])
         out += [f"Reviewer ICC (latent scale, s² / (s² + π²/3)): **{_num(reg['icc'], 3)}**.", ""]
+        out += [f"> **Note**: {note}." for note in reg.get("notes", [])] + ([""] if reg.get("notes") else [])
     if plots:
         out += ["## Plots", "", *(f"![{k.replace('_', ' ')}]({p.parent.name}/{p.name})" for k, p in plots.items()), ""]
     return "\n".join(out)
