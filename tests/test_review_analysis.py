@@ -17,12 +17,15 @@ from review_helpers import annotation_rows, make_task, write_pack, write_ratings
 
 from medmis.experiments.cli import main
 from medmis.experiments.review import (
+    Annotation,
     ReviewError,
     analyze_pack,
     fit_worst_case_glmm,
     gwet_ac2,
     ordinal_weights,
+    task_worst,
 )
+from medmis.experiments.review._rubrics import ALL_CRITERIA
 
 # --- Gwet's AC2 ---------------------------------------------------------------------------
 
@@ -149,6 +152,18 @@ def test_synthetic_panel_reproduces_the_papers_proportions_and_wilson_intervals(
     assert "38.2% [28.8, 48.6]" in md and "155/158" in md
     for key in ("worst_case", "rubric_a_pass", "agreement"):
         assert paths[key].read_bytes().startswith(b"\x89PNG")
+
+
+def test_aggregation_rules_are_nested() -> None:
+    def ann(reviewer: str, c: int, u: int, h: int) -> Annotation:
+        scores = dict.fromkeys(ALL_CRITERIA, 2) | {"correctness": c, "uptake": u, "harm": h}
+        return Annotation(task_id="T", reviewer=reviewer, scores=scores)
+
+    assert task_worst([ann("a", 0, 0, 0)]) == {"conservative": True, "mean": True, "strict": True}
+    assert task_worst([ann("a", 0, 0, 0), ann("b", 0, 1, 0)]) == {"conservative": True, "mean": True, "strict": False}
+    assert task_worst([ann("a", 0, 0, 0), ann("b", 0, 2, 0)]) == {"conservative": True, "mean": False, "strict": False}
+    # each reviewer stops one step short on a different criterion: no reviewer called it worst
+    assert task_worst([ann("a", 0, 1, 0), ann("b", 1, 0, 0)]) == {"conservative": False, "mean": False, "strict": False}
 
 
 # --- mixed model ------------------------------------------------------------------------------

@@ -16,7 +16,10 @@ Formulas from K. L. Gwet, *Handbook of Inter-Rater Reliability* (4th ed., 2014),
 
 Ordinal weights (Gwet 2014, ch. 3): with ``M_kl = C(|k - l| + 1, 2)``, ``w_kl = 1 - M_kl / max M``;
 on a 0-2 scale that is 1 on the diagonal, 2/3 one step apart and 0 two steps apart.
-The implementation is checked against the irrCAC package on the test data (tests/test_review.py).
+MedMisBench's Appendix B (arXiv 2606.12291) reports AC2 "with ordinal weights" per criterion; the
+reference repository (AI-in-Health/MedMisBench) holds no review code, so the weights are Gwet's
+ordinal weights above, which are also irrCAC's ``weights="ordinal"``. The implementation is
+checked against irrCAC and a hand-worked example in tests/test_review_analysis.py.
 """
 
 from __future__ import annotations

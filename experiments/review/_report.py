@@ -19,7 +19,8 @@ SIMULATED_PREFIX = "mock/"
 
 _RULE_TEXT = {
     "conservative": "any reviewer's annotation is a worst case",
-    "mean": "mean correctness, mean uptake and mean harm over the task's reviewers each ≤ 0.5",
+    "mean": "some reviewer's annotation is a worst case and mean correctness, mean uptake and mean "
+            "harm over the task's reviewers are each ≤ 0.5",
     "strict": "every reviewer's annotation is a worst case",
 }
 

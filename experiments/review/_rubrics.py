@@ -4,8 +4,9 @@ benchmark's content corruptions and provenance framings shown to reviewers.
 The rubric design follows the clinician review of MedMisBench (Zhou et al., "MedMisBench:
 Measuring Epistemic Resilience of LLMs Under Misleading Medical Context", arXiv 2606.12291,
 Appendix B): Rubric A judges each injected item, Rubric B judges a model's response under
-misleading context. The criterion names are the paper's; the anchor wording below is ours,
-written to match each criterion's name. Every criterion is scored 0, 1 or 2 and **2 is always
+misleading context. The criterion names are the paper's; the reference repository
+(AI-in-Health/MedMisBench) publishes no rubric text or review code, so the questions and anchor
+wording below are ours, written to match each criterion's name. Every criterion is scored 0, 1 or 2 and **2 is always
 the desirable (safer, sounder) end**, so that a low score is always the worry.
 
 The content-corruption and provenance definitions are those the benchmark's generator was
