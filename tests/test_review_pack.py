@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -268,3 +269,17 @@ def test_a_reviewer_fills_exports_and_reimports_the_form_in_chromium(run_dir: Pa
     paths = analyze_pack(pack, [exported], tmp_path / "analysis")
     doc = json.loads(paths["review.json"].read_text())
     assert doc["counts"]["annotations"] == len(tasks) and doc["simulated"] is True
+
+
+def test_the_command_line_stays_light_and_reports_sampling_errors_in_one_line(
+        run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    probe = ("import sys; from medmis.experiments.cli import build_parser; build_parser(); "
+             "print(sorted(m for m in ('numpy', 'matplotlib', 'scipy', 'statsmodels') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+    assert main(["review", "sample", str(run_dir), "--n", "3", "--out", str(tmp_path / "p"),
+                 "--models", "gpt-x"]) == 2
+    err = capsys.readouterr().err
+    assert err == "medmis: --models: not in this run: gpt-x (the run has mock/examinee)\n"
+    assert main(["review", "form", str(tmp_path / "nothing")]) == 2
+    assert "not a review pack" in capsys.readouterr().err
