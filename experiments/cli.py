@@ -158,6 +158,10 @@ def build_parser() -> argparse.ArgumentParser:
     val.add_argument("--subset", default=None)
     _add_hub_repo_flag(val)
 
+    from medmis.experiments.review import _cli as review_cli
+
+    review_cli.add_parser(sub)
+
     sub.add_parser("defenders", help="list registered defenders with their options")
 
     tools = sub.add_parser("tools", help="debug the web tools")
@@ -370,6 +374,10 @@ def _dispatch(args: argparse.Namespace, argv: Sequence[str]) -> int:
         return _cmd_defenders()
     if args.command == "tools":
         return _cmd_tools(args)
+    if args.command == "review":
+        from medmis.experiments.review import _cli as review_cli
+
+        return review_cli.run(args)
     return _cmd_cache(args)
 
 
