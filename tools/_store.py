@@ -14,6 +14,19 @@ Values are JSON and are stored as canonical JSON text next to the original key a
 replay returns exactly what was recorded and the store can be exported as a diffable cassette
 (see :mod:`medmis.tools._cassette`). Failed calls are never stored.
 
+The store never lies. Every entry carries the SHA-256 of its value's canonical JSON, and every
+read checks it, and checks that the stored key still hashes to the entry's disk key (so a value
+file moved under another entry is caught too). A mismatch, a value file that is gone or
+unreadable, an entry without a hash, or a database SQLite cannot read raises
+:class:`~medmis.tools._types.StoreCorruptError` in every mode: never a miss, never a silently
+recomputed call, never served. ``medmis cache verify`` lists the damaged entries; ``--cache
+refresh`` re-records them and ``medmis cache prune --corrupt`` drops them.
+
+Recorded entries stay until they are pruned. Nothing expires unless ``expire_s`` is given, and
+nothing is evicted: the store runs diskcache with eviction policy ``none``, so ``size_limit``
+is a warning threshold (logged once per store object when a write takes the store past it),
+not a silent deletion of recordings. ``medmis cache prune`` is how entries leave.
+
 :class:`~medmis.tools._llm_cache.StoreCache` plugs the same store into LangChain as a chat-model
 cache (kind ``"model"``); :func:`~medmis.tools._llm_cache.attach_cache` puts it on a model.
 
@@ -28,12 +41,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
+import sqlite3
 import threading
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from dataclasses import dataclass
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, get_args
@@ -41,7 +57,7 @@ from typing import Any, Literal, get_args
 import diskcache
 
 from medmis.tools._probe import mark_cache
-from medmis.tools._types import ReplayMissError
+from medmis.tools._types import ReplayMissError, StoreCorruptError
 
 CacheMode = Literal["live", "record", "replay", "refresh"]
 CACHE_MODES: tuple[str, ...] = get_args(CacheMode)
@@ -49,47 +65,19 @@ CACHE_MODES: tuple[str, ...] = get_args(CacheMode)
 MODEL_KIND = "model"
 
 _KIND_RE = re.compile(r"[a-z][a-z0-9_.-]*")
+_DISK_KEY_RE = re.compile(rf"{_KIND_RE.pattern}:[0-9a-f]{{64}}")
 _RECORD_HINT = "run once with --cache record"
+_FIELDS = frozenset({"kind", "key", "value", "created", "sha256"})
+_MISSING = object()
+# SQLite's primary result codes for "busy" and "locked": contention, not damage
+_CONTENTION_CODES = frozenset({5, 6})
 
-
-def canonical_json(obj: Any) -> str:
-    """The one JSON spelling of ``obj``: sorted keys, no spaces, UTF-8 kept as is.
-
-    Raises:
-        TypeError: ``obj`` is not JSON-able.
-    """
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-def key_digest(kind: str, key: dict[str, Any]) -> str:
-    """The store key for a call: ``"<kind>:<sha256 of canonical key JSON>"``."""
-    return f"{kind}:{hashlib.sha256(canonical_json(key).encode('utf-8')).hexdigest()}"
+log = logging.getLogger(__name__)
 
 
 def _short_repr(obj: Any, limit: int = 300) -> str:
     text = repr(obj)
     return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-@dataclass(frozen=True)
-class Entry:
-    """One stored call: its kind, the original key arguments, the value and when it was stored."""
-
-    kind: str
-    key: dict[str, Any]
-    value: Any
-    created: float
-
-    def to_json(self) -> str:
-        """The stored text (canonical JSON of all four fields)."""
-        return canonical_json(
-            {"kind": self.kind, "key": self.key, "value": self.value, "created": self.created}
-        )
-
-    @classmethod
-    def from_json(cls, text: str) -> Entry:
-        data = json.loads(text)
-        return cls(data["kind"], data["key"], data["value"], float(data["created"]))
 
 
 class RecordStore:
@@ -98,9 +86,10 @@ class RecordStore:
     Args:
         directory: Where the diskcache lives (created if missing).
         mode: ``live``, ``record``, ``replay`` or ``refresh`` (see the module docstring).
-        size_limit: Bytes on disk before the least recently stored entries are evicted.
-        expire_s: Seconds an entry lives after it is written; ``None`` keeps it until pruned
-            or evicted. Use ``None`` for stores that are themselves test fixtures.
+        size_limit: Bytes on disk past which a write logs a warning (once per store
+            object). Nothing is ever evicted: recordings leave only through :meth:`prune`.
+        expire_s: Seconds an entry lives after it is written; ``None`` (the default) keeps it
+            until pruned, so a recorded run replays however long ago it was recorded.
 
     Example::
 
@@ -114,7 +103,7 @@ class RecordStore:
         mode: CacheMode = "record",
         *,
         size_limit: int = 2**30,
-        expire_s: float | None = 30 * 86400,
+        expire_s: float | None = None,
     ) -> None:
         if mode not in CACHE_MODES:
             raise ValueError(f"cache mode must be one of {', '.join(CACHE_MODES)}; got {mode!r}")
@@ -126,6 +115,7 @@ class RecordStore:
         self._lock = threading.Lock()
         self._hits: Counter[str] = Counter()
         self._misses: Counter[str] = Counter()
+        self._size_warned = False
 
     # -- plumbing -------------------------------------------------------------------------
 
@@ -133,19 +123,35 @@ class RecordStore:
     def cache(self) -> diskcache.Cache:
         """The underlying diskcache, opened on first use (live runs never create a directory)."""
         if self._cache is None:
-            with self._lock:
+            with self._lock, self._guard():
                 if self._cache is None:
                     self._cache = diskcache.Cache(
                         str(self.directory),
                         # SQLite busy timeout: how long a writer waits for another process
                         timeout=60,
                         size_limit=self.size_limit,
-                        # the default, but explicit: an LRU policy would turn every read
-                        # into a write and make concurrent readers contend
-                        eviction_policy="least-recently-stored",
+                        # recordings are fixtures, not a cache to trim: never evict silently
+                        # (and an LRU policy would turn every read into a write)
+                        eviction_policy="none",
                         statistics=False,
                     )
         return self._cache
+
+    @contextmanager
+    def _guard(self, disk_key: str | None = None) -> Iterator[None]:
+        """Turn SQLite's "I cannot read this" into :class:`StoreCorruptError`."""
+        try:
+            yield
+        except sqlite3.DatabaseError as exc:
+            code = getattr(exc, "sqlite_errorcode", None)
+            if isinstance(code, int) and code & 0xFF in _CONTENTION_CODES:
+                raise  # another process holds the lock past the timeout: not damage
+            raise self._corrupt(disk_key, f"SQLite cannot read the store ({exc})") from exc
+        except UnicodeDecodeError as exc:  # a value file that is no longer UTF-8
+            raise self._corrupt(disk_key, "value file is not UTF-8 text") from exc
+
+    def _corrupt(self, disk_key: str | None, reason: str) -> StoreCorruptError:
+        return StoreCorruptError(str(self.directory), disk_key, reason)
 
     def close(self) -> None:
         """Close this thread's database connection (the store reopens on next use)."""
@@ -178,17 +184,55 @@ class RecordStore:
             (self._hits if hit else self._misses)[kind] += 1
         mark_cache(hit)
 
-    def _read(self, digest: str) -> Entry | None:
-        text = self.cache.get(digest)
-        return None if text is None else Entry.from_json(text)
+    def _read(self, disk_key: str) -> Entry | None:
+        """The checked entry at a disk key; ``None`` when there is none.
 
-    def _write(self, digest: str, entry: Entry) -> None:
-        self.cache.set(digest, entry.to_json(), expire=self.expire_s)
+        Raises:
+            StoreCorruptError: The entry is there but unreadable or fails its checks.
+        """
+        with self._guard(disk_key):
+            raw = self.cache.get(disk_key, _MISSING)
+            if raw is _MISSING:
+                # diskcache answers "missing" when the row exists but its value file cannot
+                # be opened. A writer replacing the entry removes the old file only after the
+                # new row is committed, so read once more before calling it damage.
+                if disk_key not in self.cache:
+                    return None
+                raw = self.cache.get(disk_key, _MISSING)
+                if raw is _MISSING:
+                    if disk_key not in self.cache:
+                        return None  # deleted meanwhile
+                    raise self._corrupt(disk_key, "value file is missing or unreadable")
+        return self._decode(disk_key, raw)
+
+    def _set(self, disk_key: str, text: str) -> None:
+        with self._guard(disk_key):
+            self.cache.set(disk_key, text, expire=self.expire_s)
+        self._check_size()
+
+    def _check_size(self) -> None:
+        if self._size_warned:
+            return
+        with self._guard():
+            volume = int(self.cache.volume())
+        if volume > self.size_limit:
+            self._size_warned = True
+            log.warning(
+                "record/replay store %s holds %d bytes, past its size limit of %d; nothing is "
+                "evicted: free space with `medmis cache prune`",
+                self.directory,
+                volume,
+                self.size_limit,
+            )
 
     # -- sync helpers ---------------------------------------------------------------------
 
     def get_entry(self, kind: str, key: dict[str, Any]) -> Entry | None:
-        """The stored entry for a call, or ``None`` (ignores the mode; no stats, no probe)."""
+        """The stored entry for a call, or ``None`` (ignores the mode; no stats, no probe).
+
+        Raises:
+            StoreCorruptError: The entry is there but damaged.
+        """
         self.check_kind(kind)
         return self._read(key_digest(kind, key))
 
@@ -214,13 +258,15 @@ class RecordStore:
         stamp = round(time.time() if created is None else created, 3)
         entry = Entry(kind, key, value, stamp)
         text = entry.to_json()  # serialise before touching the disk so a bad value writes nothing
-        self.cache.set(key_digest(kind, key), text, expire=self.expire_s)
+        self._set(key_digest(kind, key), text)
         return json.loads(text)["value"]
 
     def delete(self, kind: str, key: dict[str, Any]) -> bool:
         """Remove one call's entry; ``True`` when there was one."""
         self.check_kind(kind)
-        return bool(self.cache.delete(key_digest(kind, key)))
+        disk_key = key_digest(kind, key)
+        with self._guard(disk_key):
+            return bool(self.cache.delete(disk_key))
 
     def lookup(self, kind: str, key: dict[str, Any]) -> Entry | None:
         """A mode-aware lookup: counts a hit or miss and marks the cache probe.
@@ -231,6 +277,7 @@ class RecordStore:
 
         Raises:
             ReplayMissError: ``replay`` mode and nothing stored for the call.
+            StoreCorruptError: ``record`` or ``replay`` mode and the stored entry is damaged.
         """
         self.check_kind(kind)
         if self.mode == "live":
@@ -262,6 +309,7 @@ class RecordStore:
 
         Raises:
             ReplayMissError: ``replay`` mode and the call was never recorded.
+            StoreCorruptError: The stored entry is damaged (``produce`` is not called).
             TypeError: ``key`` or the produced value is not JSON-able.
         """
         if self.mode == "live":
@@ -274,33 +322,50 @@ class RecordStore:
 
     # -- maintenance ----------------------------------------------------------------------
 
+    def _all_keys(self) -> list[Any]:
+        with self._guard():
+            return list(self.cache.iterkeys())
+
     def _disk_keys(self, kinds: Sequence[str] | None = None) -> Iterator[str]:
         wanted = None if kinds is None else set(kinds)
-        for disk_key in self.cache.iterkeys():
+        for disk_key in self._all_keys():
             if not isinstance(disk_key, str) or ":" not in disk_key:
                 continue  # not ours; a store directory should hold nothing else
             if wanted is None or disk_key.split(":", 1)[0] in wanted:
                 yield disk_key
 
     def entries(self, kinds: Sequence[str] | None = None) -> Iterator[Entry]:
-        """Every live entry (optionally of some kinds), in disk-key order."""
+        """Every live entry (optionally of some kinds), in disk-key order, each one checked.
+
+        Raises:
+            StoreCorruptError: At the first damaged entry.
+        """
         for disk_key in self._disk_keys(kinds):
-            text = self.cache.get(disk_key)
-            if text is not None:  # expired or deleted since the key listing
-                yield Entry.from_json(text)
+            entry = self._read(disk_key)
+            if entry is not None:  # expired or deleted since the key listing
+                yield entry
+
+    def _volume(self) -> int:
+        with self._guard():
+            return int(self.cache.volume())
 
     def stats(self) -> dict[str, Any]:
-        """Entries per kind, bytes on disk, and this process's hits and misses per kind."""
+        """Entries per kind, bytes on disk, and this process's hits and misses per kind.
+
+        Counts keys only; :meth:`verify` reads and checks every entry.
+        """
         per_kind: Counter[str] = Counter(k.split(":", 1)[0] for k in self._disk_keys())
         with self._lock:
             hits, misses = dict(self._hits), dict(self._misses)
+        size = self._volume()
         return {
             "directory": str(self.directory),
             "mode": self.mode,
             "entries": dict(sorted(per_kind.items())),
             "total_entries": sum(per_kind.values()),
-            "size_bytes": int(self.cache.volume()),
+            "size_bytes": size,
             "size_limit": self.size_limit,
+            "over_size_limit": size > self.size_limit,
             "expire_s": self.expire_s,
             "hits": sum(hits.values()),
             "misses": sum(misses.values()),
@@ -308,27 +373,43 @@ class RecordStore:
             "misses_by_kind": dict(sorted(misses.items())),
         }
 
-    def prune(self, older_than_s: float | None = None, kind: str | None = None) -> int:
+    def prune(
+        self, older_than_s: float | None = None, kind: str | None = None, *, corrupt: bool = False
+    ) -> int:
         """Remove entries; returns how many went.
 
-        Expired entries always go (and the store is culled to its size limit). Beyond that:
-        with ``older_than_s``, entries stored more than that many seconds ago (of ``kind``
-        only, if given); with only ``kind``, every entry of that kind. With neither, nothing
-        else is removed, so a bare prune is never a wipe.
+        Expired entries (only ever written with an explicit ``expire_s``) always go. Beyond
+        that: with ``corrupt``, every damaged entry; with ``older_than_s``, entries stored
+        more than that many seconds ago; both limited to ``kind`` when given. With ``kind``
+        alone, every entry of that kind. With none of these, nothing else is removed, so a
+        bare prune is never a wipe.
+
+        Raises:
+            StoreCorruptError: ``older_than_s`` meets a damaged entry (prune with
+                ``corrupt=True`` to drop those).
         """
         if kind is not None:
             self.check_kind(kind)
-        removed = int(self.cache.expire())
-        if older_than_s is not None or kind is not None:
+        kinds = None if kind is None else [kind]
+        with self._guard():
+            removed = int(self.cache.expire())
+        if corrupt:
+            for disk_key in list(self._disk_keys(kinds)):
+                try:
+                    self._read(disk_key)
+                except StoreCorruptError:
+                    with self._guard(disk_key):
+                        removed += int(bool(self.cache.delete(disk_key)))
+        if older_than_s is not None or (kind is not None and not corrupt):
             cutoff = None if older_than_s is None else time.time() - older_than_s
-            for disk_key in list(self._disk_keys(None if kind is None else [kind])):
+            for disk_key in list(self._disk_keys(kinds)):
                 if cutoff is not None:
-                    text = self.cache.get(disk_key)
-                    if text is None or Entry.from_json(text).created >= cutoff:
+                    entry = self._read(disk_key)
+                    if entry is None or entry.created >= cutoff:
                         continue
-                if self.cache.delete(disk_key):
-                    removed += 1
-        return removed + int(self.cache.cull())
+                with self._guard(disk_key):
+                    removed += int(bool(self.cache.delete(disk_key)))
+        return removed
 
 
 # The LangChain adapter lives in medmis.tools._llm_cache; these names were once defined here and
