@@ -39,23 +39,21 @@ process writes, so one store may be shared by threads and tasks and opened by ma
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
-import re
 import sqlite3
 import threading
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, get_args
 
 import diskcache
 
+from medmis.tools._entry import KIND_RE, Entry, canonical_json, decode_entry, key_digest
 from medmis.tools._probe import mark_cache
 from medmis.tools._types import ReplayMissError, StoreCorruptError
 
@@ -64,15 +62,18 @@ CACHE_MODES: tuple[str, ...] = get_args(CacheMode)
 
 MODEL_KIND = "model"
 
-_KIND_RE = re.compile(r"[a-z][a-z0-9_.-]*")
-_DISK_KEY_RE = re.compile(rf"{_KIND_RE.pattern}:[0-9a-f]{{64}}")
 _RECORD_HINT = "run once with --cache record"
-_FIELDS = frozenset({"kind", "key", "value", "created", "sha256"})
 _MISSING = object()
 # SQLite's primary result codes for "busy" and "locked": contention, not damage
 _CONTENTION_CODES = frozenset({5, 6})
 
 log = logging.getLogger(__name__)
+
+# Entry, canonical_json and key_digest live in medmis.tools._entry and are re-exported here
+__all__ = [
+    "CACHE_MODES", "MODEL_KIND", "CacheMode", "Entry", "RecordStore", "canonical_json",
+    "key_digest",
+]
 
 
 def _short_repr(obj: Any, limit: int = 300) -> str:
@@ -176,7 +177,7 @@ class RecordStore:
     def check_kind(kind: str) -> None:
         """Raise ``ValueError`` unless ``kind`` is a lower-case word (``visit``, ``model``)."""
         # the kind is the prefix of every disk key and the unit of stats/prune/export
-        if not _KIND_RE.fullmatch(kind):
+        if not KIND_RE.fullmatch(kind):
             raise ValueError(f"store kinds are lower-case words like 'visit'; got {kind!r}")
 
     def _count(self, kind: str, hit: bool) -> None:
@@ -204,6 +205,12 @@ class RecordStore:
                         return None  # deleted meanwhile
                     raise self._corrupt(disk_key, "value file is missing or unreadable")
         return self._decode(disk_key, raw)
+
+    def _decode(self, disk_key: str, raw: Any) -> Entry:
+        try:
+            return decode_entry(disk_key, raw)
+        except ValueError as exc:
+            raise self._corrupt(disk_key, str(exc)) from None
 
     def _set(self, disk_key: str, text: str) -> None:
         with self._guard(disk_key):
@@ -344,6 +351,26 @@ class RecordStore:
             entry = self._read(disk_key)
             if entry is not None:  # expired or deleted since the key listing
                 yield entry
+
+    def verify(self, kinds: Sequence[str] | None = None) -> tuple[int, list[StoreCorruptError]]:
+        """Read and check every entry (optionally of some kinds).
+
+        Returns:
+            How many entries were checked, and one error per damaged entry (in disk-key order).
+
+        Raises:
+            StoreCorruptError: The store as a whole cannot be read (no entry to blame).
+        """
+        checked, problems = 0, []
+        for disk_key in self._disk_keys(kinds):
+            try:
+                entry = self._read(disk_key)
+            except StoreCorruptError as exc:
+                checked += 1
+                problems.append(exc)
+                continue
+            checked += entry is not None
+        return checked, problems
 
     def _volume(self) -> int:
         with self._guard():
