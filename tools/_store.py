@@ -10,22 +10,18 @@ SHA-256 of the canonical JSON of the call's arguments. The store has four modes:
   never reach the network by accident.
 * ``refresh``: always call and overwrite.
 
-Values are JSON and are stored as canonical JSON text next to the original key arguments, so a
-replay returns exactly what was recorded and the store can be exported as a diffable cassette
-(see :mod:`medmis.tools._cassette`). Failed calls are never stored.
+Values are stored as canonical JSON text next to the original key arguments and the SHA-256
+of the value (:mod:`medmis.tools._entry`), so replay returns exactly what was recorded and the
+store exports as a diffable cassette (:mod:`medmis.tools._cassette`). Failed calls are never
+stored.
 
-The store never lies. Every entry carries the SHA-256 of its value's canonical JSON, and every
-read checks it, and checks that the stored key still hashes to the entry's disk key (so a value
-file moved under another entry is caught too). A mismatch, a value file that is gone or
-unreadable, an entry without a hash, or a database SQLite cannot read raises
-:class:`~medmis.tools._types.StoreCorruptError` in every mode: never a miss, never a silently
-recomputed call, never served. ``medmis cache verify`` lists the damaged entries; ``--cache
-refresh`` re-records them and ``medmis cache prune --corrupt`` drops them.
-
-Recorded entries stay until they are pruned. Nothing expires unless ``expire_s`` is given, and
-nothing is evicted: the store runs diskcache with eviction policy ``none``, so ``size_limit``
-is a warning threshold (logged once per store object when a write takes the store past it),
-not a silent deletion of recordings. ``medmis cache prune`` is how entries leave.
+The store never lies: every read checks the value against its hash and the stored key against
+the disk key. A mismatch, a missing or unreadable value file, an unhashed entry or a database
+SQLite cannot read raises :class:`~medmis.tools._types.StoreCorruptError` in every mode: never
+a miss, never a re-fetch, never served. ``medmis cache verify`` lists damaged entries;
+``--cache refresh`` re-records them, ``medmis cache prune --corrupt`` drops them. Recordings
+never expire (unless ``expire_s`` is given) and are never evicted (``size_limit`` only warns);
+``medmis cache prune`` is how entries leave.
 
 :class:`~medmis.tools._llm_cache.StoreCache` plugs the same store into LangChain as a chat-model
 cache (kind ``"model"``); :func:`~medmis.tools._llm_cache.attach_cache` puts it on a model.
@@ -40,20 +36,15 @@ process writes, so one store may be shared by threads and tasks and opened by ma
 from __future__ import annotations
 
 import json
-import logging
-import sqlite3
-import threading
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, get_args
 
-import diskcache
-
-from medmis.tools._entry import KIND_RE, Entry, canonical_json, decode_entry, key_digest
+from medmis.tools._disk import DiskStore
+from medmis.tools._entry import Entry, canonical_json, key_digest
 from medmis.tools._probe import mark_cache
 from medmis.tools._types import ReplayMissError, StoreCorruptError
 
@@ -63,11 +54,6 @@ CACHE_MODES: tuple[str, ...] = get_args(CacheMode)
 MODEL_KIND = "model"
 
 _RECORD_HINT = "run once with --cache record"
-_MISSING = object()
-# SQLite's primary result codes for "busy" and "locked": contention, not damage
-_CONTENTION_CODES = frozenset({5, 6})
-
-log = logging.getLogger(__name__)
 
 # Entry, canonical_json and key_digest live in medmis.tools._entry and are re-exported here
 __all__ = [
@@ -81,7 +67,7 @@ def _short_repr(obj: Any, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-class RecordStore:
+class RecordStore(DiskStore):
     """A process-safe record/replay store for JSON values.
 
     Args:
@@ -108,56 +94,12 @@ class RecordStore:
     ) -> None:
         if mode not in CACHE_MODES:
             raise ValueError(f"cache mode must be one of {', '.join(CACHE_MODES)}; got {mode!r}")
-        self.directory = Path(directory)
+        super().__init__(directory, size_limit=size_limit, expire_s=expire_s)
         self.mode: CacheMode = mode
-        self.size_limit = size_limit
-        self.expire_s = expire_s
-        self._cache: diskcache.Cache | None = None
-        self._lock = threading.Lock()
         self._hits: Counter[str] = Counter()
         self._misses: Counter[str] = Counter()
-        self._size_warned = False
 
-    # -- plumbing -------------------------------------------------------------------------
-
-    @property
-    def cache(self) -> diskcache.Cache:
-        """The underlying diskcache, opened on first use (live runs never create a directory)."""
-        if self._cache is None:
-            with self._lock, self._guard():
-                if self._cache is None:
-                    self._cache = diskcache.Cache(
-                        str(self.directory),
-                        # SQLite busy timeout: how long a writer waits for another process
-                        timeout=60,
-                        size_limit=self.size_limit,
-                        # recordings are fixtures, not a cache to trim: never evict silently
-                        # (and an LRU policy would turn every read into a write)
-                        eviction_policy="none",
-                        statistics=False,
-                    )
-        return self._cache
-
-    @contextmanager
-    def _guard(self, disk_key: str | None = None) -> Iterator[None]:
-        """Turn SQLite's "I cannot read this" into :class:`StoreCorruptError`."""
-        try:
-            yield
-        except sqlite3.DatabaseError as exc:
-            code = getattr(exc, "sqlite_errorcode", None)
-            if isinstance(code, int) and code & 0xFF in _CONTENTION_CODES:
-                raise  # another process holds the lock past the timeout: not damage
-            raise self._corrupt(disk_key, f"SQLite cannot read the store ({exc})") from exc
-        except UnicodeDecodeError as exc:  # a value file that is no longer UTF-8
-            raise self._corrupt(disk_key, "value file is not UTF-8 text") from exc
-
-    def _corrupt(self, disk_key: str | None, reason: str) -> StoreCorruptError:
-        return StoreCorruptError(str(self.directory), disk_key, reason)
-
-    def close(self) -> None:
-        """Close this thread's database connection (the store reopens on next use)."""
-        if self._cache is not None:
-            self._cache.close()
+    # -- plumbing (the disk side, checks included, is medmis.tools._disk.DiskStore) -----
 
     def __enter__(self) -> RecordStore:
         return self
@@ -173,64 +115,10 @@ class RecordStore:
     def __repr__(self) -> str:
         return f"RecordStore({str(self.directory)!r}, mode={self.mode!r})"
 
-    @staticmethod
-    def check_kind(kind: str) -> None:
-        """Raise ``ValueError`` unless ``kind`` is a lower-case word (``visit``, ``model``)."""
-        # the kind is the prefix of every disk key and the unit of stats/prune/export
-        if not KIND_RE.fullmatch(kind):
-            raise ValueError(f"store kinds are lower-case words like 'visit'; got {kind!r}")
-
     def _count(self, kind: str, hit: bool) -> None:
         with self._lock:
             (self._hits if hit else self._misses)[kind] += 1
         mark_cache(hit)
-
-    def _read(self, disk_key: str) -> Entry | None:
-        """The checked entry at a disk key; ``None`` when there is none.
-
-        Raises:
-            StoreCorruptError: The entry is there but unreadable or fails its checks.
-        """
-        with self._guard(disk_key):
-            raw = self.cache.get(disk_key, _MISSING)
-            if raw is _MISSING:
-                # diskcache answers "missing" when the row exists but its value file cannot
-                # be opened. A writer replacing the entry removes the old file only after the
-                # new row is committed, so read once more before calling it damage.
-                if disk_key not in self.cache:
-                    return None
-                raw = self.cache.get(disk_key, _MISSING)
-                if raw is _MISSING:
-                    if disk_key not in self.cache:
-                        return None  # deleted meanwhile
-                    raise self._corrupt(disk_key, "value file is missing or unreadable")
-        return self._decode(disk_key, raw)
-
-    def _decode(self, disk_key: str, raw: Any) -> Entry:
-        try:
-            return decode_entry(disk_key, raw)
-        except ValueError as exc:
-            raise self._corrupt(disk_key, str(exc)) from None
-
-    def _set(self, disk_key: str, text: str) -> None:
-        with self._guard(disk_key):
-            self.cache.set(disk_key, text, expire=self.expire_s)
-        self._check_size()
-
-    def _check_size(self) -> None:
-        if self._size_warned:
-            return
-        with self._guard():
-            volume = int(self.cache.volume())
-        if volume > self.size_limit:
-            self._size_warned = True
-            log.warning(
-                "record/replay store %s holds %d bytes, past its size limit of %d; nothing is "
-                "evicted: free space with `medmis cache prune`",
-                self.directory,
-                volume,
-                self.size_limit,
-            )
 
     # -- sync helpers ---------------------------------------------------------------------
 
@@ -329,18 +217,6 @@ class RecordStore:
 
     # -- maintenance ----------------------------------------------------------------------
 
-    def _all_keys(self) -> list[Any]:
-        with self._guard():
-            return list(self.cache.iterkeys())
-
-    def _disk_keys(self, kinds: Sequence[str] | None = None) -> Iterator[str]:
-        wanted = None if kinds is None else set(kinds)
-        for disk_key in self._all_keys():
-            if not isinstance(disk_key, str) or ":" not in disk_key:
-                continue  # not ours; a store directory should hold nothing else
-            if wanted is None or disk_key.split(":", 1)[0] in wanted:
-                yield disk_key
-
     def entries(self, kinds: Sequence[str] | None = None) -> Iterator[Entry]:
         """Every live entry (optionally of some kinds), in disk-key order, each one checked.
 
@@ -372,10 +248,6 @@ class RecordStore:
             checked += entry is not None
         return checked, problems
 
-    def _volume(self) -> int:
-        with self._guard():
-            return int(self.cache.volume())
-
     def stats(self) -> dict[str, Any]:
         """Entries per kind, bytes on disk, and this process's hits and misses per kind.
 
@@ -384,7 +256,8 @@ class RecordStore:
         per_kind: Counter[str] = Counter(k.split(":", 1)[0] for k in self._disk_keys())
         with self._lock:
             hits, misses = dict(self._hits), dict(self._misses)
-        size = self._volume()
+        with self._guard():
+            size = int(self.cache.volume())
         return {
             "directory": str(self.directory),
             "mode": self.mode,
