@@ -152,3 +152,25 @@ def test_search_backend_store_ids_carry_no_url_credentials(monkeypatch: pytest.M
     monkeypatch.setenv("SERPER_API_KEY", "serper-key-0123456789")
     backend = SerperSearch(base_url=f"http://u:{PASSWORD}@127.0.0.1:9")
     assert backend.cache_id == "serper@http://127.0.0.1:9"
+
+
+async def test_a_search_backend_401_echoing_its_key_reaches_the_model_redacted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import httpx
+
+    from medmis.tools._types import ToolError
+
+    key = "serper-0f1e2d3c4b5a69788796"
+    monkeypatch.setenv("SERPER_API_KEY", key)
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(401, json={"message": f"Unauthorized: key {key} is not valid"})
+
+    client = httpx.AsyncClient(transport=httpx.MockTransport(answer))
+    backend = SerperSearch(base_url="http://127.0.0.1:9", client=client)
+    with pytest.raises(ToolError) as caught:
+        await backend.search("vitamin C", 3)
+    await client.aclose()
+    assert caught.value.kind == "http" and "HTTP 401" in caught.value.message
+    assert key not in str(caught.value) and "***" in str(caught.value)

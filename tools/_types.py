@@ -12,6 +12,8 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
 
+from ._redact import redact
+
 
 class SearchResult(BaseModel):
     title: str
@@ -61,6 +63,9 @@ class ToolError(Exception):
     """
 
     def __init__(self, message: str, *, kind: str = "error") -> None:
+        # shown to the model, so it enters traces and model cache keys: a provider's error
+        # body echoing the key must not (see medmis.tools._redact)
+        message = redact(message)
         super().__init__(message)
         self.kind = kind
         self.message = message
