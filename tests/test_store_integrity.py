@@ -276,3 +276,23 @@ def _edit_small_one(cache_dir: Path, disk_key: str) -> None:
         (text,) = db.execute("SELECT value FROM Cache WHERE key = ?", (disk_key,)).fetchone()
         db.execute("UPDATE Cache SET value = ? WHERE key = ?", (text.replace("scurvy", "gout"), disk_key))
     db.close()
+
+
+async def test_an_edited_model_reply_is_never_replayed(tmp_path: Path) -> None:
+    from langchain_core.messages import AIMessage, HumanMessage
+
+    from medmis.agents._mock import ScriptedChatModel
+    from medmis.tools._llm_cache import attach_cache
+
+    cache_dir = tmp_path / "cache"
+    prompt = [HumanMessage("Which vitamin prevents scurvy? A or B")]
+    with RecordStore(cache_dir, "record") as store:
+        model = attach_cache(ScriptedChatModel(outputs=[AIMessage("Final answer: B")]), store)
+        assert (await model.ainvoke(prompt)).content == "Final answer: B"
+    _edit_small(cache_dir, "Final answer: B", "Final answer: A")
+    for mode in ("record", "replay"):
+        store = RecordStore(cache_dir, mode)  # type: ignore[arg-type]
+        # an empty script: a model call would raise IndexError, not the corruption
+        model = attach_cache(ScriptedChatModel(outputs=[]), store)
+        with store, pytest.raises(StoreCorruptError, match="content hash"):
+            await model.ainvoke(prompt)
