@@ -191,6 +191,10 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--cache-dir", required=True)
     cp.add_argument("--older-than-days", type=float, default=None)
     cp.add_argument("--kind", default=None)
+    cp.add_argument("--corrupt", action="store_true", help="drop entries that fail their checks")
+    from medmis.tools._cache_cli import add_verify_parser
+
+    add_verify_parser(csub)
     return parser
 
 
@@ -330,8 +334,17 @@ def _cmd_tools(args: argparse.Namespace) -> int:
 
 
 def _cmd_cache(args: argparse.Namespace) -> int:
-    from medmis.tools import _cassette
+    from medmis.tools._cache_cli import one_line
 
+    return one_line(lambda: _cache_command(args), CliError)
+
+
+def _cache_command(args: argparse.Namespace) -> int:
+    from medmis.tools import _cassette
+    from medmis.tools._cache_cli import run_verify
+
+    if args.cache_command == "verify":
+        return run_verify(args)
     if args.cache_command == "stats":
         print(json.dumps(_cassette.cache_stats(args.cache_dir), indent=2))
     elif args.cache_command == "export":
@@ -341,7 +354,7 @@ def _cmd_cache(args: argparse.Namespace) -> int:
         n = _cassette.cache_import(args.cache_dir, args.path)
         print(f"imported {n} entries into {args.cache_dir}")
     else:
-        n = _cassette.cache_prune(args.cache_dir, args.older_than_days, args.kind)
+        n = _cassette.cache_prune(args.cache_dir, args.older_than_days, args.kind, corrupt=args.corrupt)
         print(f"pruned {n} entries")
     return 0
 

@@ -32,6 +32,7 @@ from medmis.experiments.benchmark._extract import extract_answer
 from medmis.experiments.benchmark._prompts import PromptMessages
 from medmis.experiments.benchmark._types import Answer, Case, CaseView, TraceStep, Usage, as_view
 from medmis.tools._probe import cache_probe
+from medmis.tools._redact import redact
 from medmis.tools._types import (
     Page,
     SearchResponse,
@@ -124,7 +125,7 @@ class DefenderContext:
             with cache_probe() as probe:
                 reply = await retry_async(lambda: runnable.ainvoke(list(messages)), self.retry)
         except Exception as exc:
-            step.error = f"{type(exc).__name__}: {exc}"[:500]
+            step.error = redact(f"{type(exc).__name__}: {exc}")[:500]  # redact, then cut
             step.latency_s = time.perf_counter() - start
             self.trace.append(step)
             raise
@@ -166,7 +167,7 @@ class DefenderContext:
             self.trace.append(step)
             raise
         except Exception as exc:
-            step.error = f"{type(exc).__name__}: {exc}"[:500]
+            step.error = redact(f"{type(exc).__name__}: {exc}")[:500]  # redact, then cut
             step.latency_s = time.perf_counter() - start
             self.trace.append(step)
             raise

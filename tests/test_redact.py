@@ -58,3 +58,12 @@ def test_scrub_url(url: str, expected: str) -> None:
 def test_redact_obj_walks_json() -> None:
     obj = {"error": "401 sk-abcdefghijklmnopqrstu", "n": 3, "steps": [{"url": "http://u:p@h/x"}]}
     assert redact_obj(obj, []) == {"error": "401 ***", "n": 3, "steps": [{"url": "http://***@h/x"}]}
+
+
+def test_redact_obj_masks_values_under_credential_names() -> None:
+    obj = {"model_options": {"extra": {"api_key": "plain-value", "auth_token": "abc", "key": "k1"}},
+           "usage": {"input_tokens": 5, "max_tokens": "10"}, "tokenizer": "bpe", "keys": "a"}
+    assert redact_obj(obj, []) == {
+        "model_options": {"extra": {"api_key": "***", "auth_token": "***", "key": "***"}},
+        "usage": {"input_tokens": 5, "max_tokens": "10"}, "tokenizer": "bpe", "keys": "a",
+    }

@@ -9,7 +9,12 @@ written as canonical JSON, so exporting the same store twice gives the same byte
 re-recording one call changes one line. Cassettes are how recorded traces travel: commit one
 under ``fixtures/``, import it into a fresh store, and replay offline.
 
-The ``cache_*`` functions back ``medmis cache stats|export|import|prune``.
+Import is all or nothing: a line that is not an entry, or two lines that give one key different
+values, is a :class:`CassetteError` naming ``file:line`` (and the key), and nothing is written.
+Export refuses to write a line holding a configured credential (an API key from the
+environment), so a cassette can be committed without reading it first.
+
+The ``cache_*`` functions back ``medmis cache stats|verify|export|import|prune``.
 """
 
 from __future__ import annotations
@@ -22,7 +27,20 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from medmis.tools._store import Entry, RecordStore, canonical_json, key_digest
+from medmis.tools._entry import Entry, canonical_json, key_digest
+from medmis.tools._redact import configured_secrets
+from medmis.tools._store import RecordStore
+from medmis.tools._types import StoreCorruptError
+
+
+class CassetteError(ValueError):
+    """A cassette that cannot be imported or exported as asked; the message is one line."""
+
+
+def _key_label(kind: str, key: dict[str, Any], limit: int = 120) -> str:
+    text = canonical_json(key)
+    shown = text if len(text) <= limit else text[: limit - 1] + "…"
+    return f"{kind} {shown} (key {key_digest(kind, key).split(':', 1)[1][:16]})"
 
 
 def _line(entry: Entry) -> str:
@@ -52,6 +70,7 @@ def export_cassette(
     )
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
+    secrets = configured_secrets()
     count = 0
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
     try:
@@ -60,7 +79,13 @@ def export_cassette(
                 entry = store.get_entry(kind, json.loads(key_text))
                 if entry is None:  # expired between the listing and now
                     continue
-                out.write(_line(entry) + "\n")
+                line = _line(entry)
+                if any(secret in line for secret in secrets):
+                    raise CassetteError(
+                        f"{_key_label(entry.kind, entry.key)} holds a configured API key; "
+                        "not exporting it (drop the entry with `medmis cache prune --kind`)"
+                    )
+                out.write(line + "\n")
                 count += 1
         os.replace(tmp, target)
     except BaseException:
@@ -72,39 +97,66 @@ def export_cassette(
 def import_cassette(store: RecordStore, path: str | Path) -> int:
     """Load a JSONL cassette into the store (whatever its mode), overwriting equal keys.
 
-    Every line is checked before anything is written, so a bad cassette changes nothing.
+    Every line is checked before anything is written, so a bad cassette changes nothing. A
+    key given twice with the same value is one entry (the first line's timestamp is kept);
+    given twice with different values it is an error: replay could not know which is true.
 
     Returns:
-        The number of entries imported.
+        The number of distinct entries imported.
 
     Raises:
-        ValueError: A line is not a cassette entry (the message gives the line number).
+        CassetteError: A line is not a cassette entry, or two lines give one key different
+            values (one line naming ``file:line`` and the key).
+        FileNotFoundError: No file at ``path``.
     """
-    entries: list[Entry] = []
-    with open(path, encoding="utf-8") as handle:
-        for number, raw in enumerate(handle, 1):
-            if not raw.strip():
-                continue
-            try:
-                data = json.loads(raw)
-                if not isinstance(data, dict) or not isinstance(data.get("key"), dict):
-                    raise ValueError("expected an object with a 'key' object")
-                kind = str(data["kind"])
-                RecordStore.check_kind(kind)
-                created = data.get("created")
-                entries.append(
-                    Entry(
-                        kind,
-                        data["key"],
-                        data["value"],
-                        time.time() if created is None else float(created),
+    entries: dict[str, tuple[int, Entry]] = {}
+    with open(path, encoding="utf-8", errors="strict") as handle:
+        number = 0
+        try:
+            for number, raw in enumerate(handle, 1):
+                if not raw.strip():
+                    continue
+                entry = _parse_line(raw)
+                digest = key_digest(entry.kind, entry.key)
+                first = entries.get(digest)
+                if first is None:
+                    entries[digest] = (number, entry)
+                elif canonical_json(first[1].value) != canonical_json(entry.value):
+                    raise CassetteError(
+                        f"{path}:{number}: {_key_label(entry.kind, entry.key)} was already "
+                        f"given a different value on line {first[0]}"
                     )
-                )
-            except (ValueError, KeyError, TypeError) as exc:
-                raise ValueError(f"{path}:{number}: not a cassette entry: {exc}") from None
-    for entry in entries:
+        except UnicodeDecodeError:
+            raise CassetteError(f"{path}:{number + 1}: not UTF-8 text") from None
+        except (ValueError, KeyError, TypeError) as exc:
+            if isinstance(exc, CassetteError):
+                raise
+            reason = " ".join(str(exc).split()) or type(exc).__name__
+            if isinstance(exc, KeyError):
+                reason = f"missing field {reason}"
+            raise CassetteError(f"{path}:{number}: not a cassette entry: {reason}") from None
+    for _number, entry in entries.values():
         store.put(entry.kind, entry.key, entry.value, created=entry.created)
     return len(entries)
+
+
+def _parse_line(raw: str) -> Entry:
+    data = json.loads(raw)
+    if not isinstance(data, dict) or not isinstance(data.get("key"), dict):
+        raise ValueError("expected an object with a 'key' object")
+    extra = set(data) - {"kind", "key", "value", "created"}
+    if extra:
+        raise ValueError(f"unknown field(s) {', '.join(sorted(extra))}")
+    kind = data["kind"]
+    if not isinstance(kind, str):
+        raise ValueError("'kind' is not a string")
+    RecordStore.check_kind(kind)
+    if "value" not in data:
+        raise KeyError("value")
+    created = data.get("created")
+    if created is not None and (isinstance(created, bool) or not isinstance(created, int | float)):
+        raise ValueError("'created' is not a number")
+    return Entry(kind, data["key"], data["value"], time.time() if created is None else float(created))
 
 
 def _existing(cache_dir: str | Path) -> Path:
@@ -125,6 +177,21 @@ def cache_stats(cache_dir: str | Path) -> dict[str, Any]:
     return stats
 
 
+def cache_verify(
+    cache_dir: str | Path, kinds: Sequence[str] | None = None
+) -> tuple[int, list[StoreCorruptError]]:
+    """``medmis cache verify``: read and check every entry.
+
+    Returns:
+        How many entries were checked and one error per damaged entry.
+
+    Raises:
+        StoreCorruptError: The store as a whole cannot be read.
+    """
+    with RecordStore(_existing(cache_dir), "replay") as store:
+        return store.verify(kinds or None)
+
+
 def cache_export(
     cache_dir: str | Path, path: str | Path, kinds: Sequence[str] | None = None
 ) -> int:
@@ -140,13 +207,17 @@ def cache_import(cache_dir: str | Path, path: str | Path) -> int:
 
 
 def cache_prune(
-    cache_dir: str | Path, older_than_days: float | None = None, kind: str | None = None
+    cache_dir: str | Path,
+    older_than_days: float | None = None,
+    kind: str | None = None,
+    *,
+    corrupt: bool = False,
 ) -> int:
-    """``medmis cache prune``: drop expired entries, and those older than N days / of a kind.
+    """``medmis cache prune``: drop expired entries, damaged ones, those older than N days / of a kind.
 
     Returns:
         The number of entries removed.
     """
     older_than_s = None if older_than_days is None else older_than_days * 86400
     with RecordStore(_existing(cache_dir), "record") as store:
-        return store.prune(older_than_s, kind)
+        return store.prune(older_than_s, kind, corrupt=corrupt)

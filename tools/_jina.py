@@ -20,6 +20,7 @@ import re
 
 import httpx
 
+from ._redact import scrub_url
 from ._types import Page, ToolError
 
 JINA_DEFAULT_BASE_URL = "https://r.jina.ai/"
@@ -75,7 +76,7 @@ class JinaReader:
 
     @property
     def cache_id(self) -> str:
-        return "jina" if self.base_url == JINA_DEFAULT_BASE_URL else f"jina@{self.base_url}"
+        return "jina" if self.base_url == JINA_DEFAULT_BASE_URL else f"jina@{scrub_url(self.base_url)}"
 
     def request_headers(self, goal: str | None) -> dict[str, str]:
         """The headers of a read: the key, and the goal as ReaderLM's instruction."""

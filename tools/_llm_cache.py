@@ -21,6 +21,7 @@ from langchain_core.load import Serializable, dumps, load
 from langchain_core.messages import AIMessage, AIMessageChunk
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, Generation, GenerationChunk
 
+from medmis.tools._redact import MASK, is_secret_name, redact, scrub_url
 from medmis.tools._store import _RECORD_HINT, MODEL_KIND, RecordStore, key_digest
 from medmis.tools._types import ReplayMissError
 
@@ -75,6 +76,7 @@ _CHUNK_TYPES = {
     "FunctionMessageChunk": "function",
 }
 _ADDRESS_RE = re.compile(r" at 0x[0-9a-fA-F]+")
+_URL_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://")
 _GENERATION_CLASSES: list[type[Serializable]] = [
     Generation,
     GenerationChunk,
@@ -99,6 +101,20 @@ def _clean_param(value: Any) -> Any:
         return [_clean_param(v) for v in value]
     if isinstance(value, str):
         return _ADDRESS_RE.sub("", value)
+    return value
+
+
+def _scrub_param(value: Any) -> Any:
+    """A parameter without credentials: base URLs lose ``user:pass@`` and key-like query
+    values, other text loses configured keys and key-shaped strings. Deterministic, so the key
+    stays stable; credentials never change what a model says, so dropping them merges nothing.
+    """
+    if isinstance(value, dict):
+        return {k: MASK if is_secret_name(k) else _scrub_param(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_scrub_param(v) for v in value]
+    if isinstance(value, str):
+        return scrub_url(value) if _URL_RE.match(value) else redact(value)
     return value
 
 
@@ -141,11 +157,12 @@ def normalize_llm_string(llm_string: str) -> dict[str, Any]:
     provider = provider or (str(type_name) if type_name is not None else None)
     model = next((params[k] for k in _MODEL_NAME_PARAMS if isinstance(params.get(k), str)), None)
     kept = {
-        k: _clean_param(v)
+        k: _scrub_param(_clean_param(v))
         for k, v in params.items()
         if k not in _VOLATILE_PARAMS
         and k not in _MODEL_NAME_PARAMS
         and "api_key" not in k
+        and not is_secret_name(k)
         and not _is_secret(v)
         and v is not None
     }

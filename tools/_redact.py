@@ -39,6 +39,12 @@ _PATTERNS: tuple[re.Pattern[str], ...] = (
                r"(?!\*\*\*)[^\s\"',;&}]{6,}"),
     re.compile(r"(?i)([?&](?:key|api[-_]?key|access_token|token)=)[^&\s\"']+"),
 )
+# a field named like a credential: the whole name or its last part (``openai_api_key``,
+# ``auth_token``), never a count such as ``max_tokens`` or ``input_tokens``
+_SECRET_NAME = re.compile(
+    r"(?i)(?:^|[_\-.])(?:api[_\-]?key|apikey|token|access[_\-]?token|secret|password|passwd|"
+    r"authorization|credentials?)$|^(?:auth|key|pwd)$"
+)
 _USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)[^/\s@:]+(?::[^/\s@]*)?@")
 
 
@@ -92,13 +98,25 @@ def scrub_url(url: str) -> str:
     return redact(urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment)))
 
 
+def is_secret_name(name: object) -> bool:
+    """Whether a field name says its value is a credential (``api_key``, ``auth_token``, …)."""
+    return isinstance(name, str) and bool(_SECRET_NAME.search(name))
+
+
 def redact_obj(obj: Any, secrets: Iterable[str] | None = None) -> Any:
-    """A JSON-like structure with every string redacted (keys kept)."""
+    """A JSON-like structure with every string redacted (keys kept).
+
+    A text value under a credential-like name (:func:`is_secret_name`) is masked whole,
+    whatever its shape: ``--model-option api_key=…`` lands in the manifest as ``{"api_key": …}``.
+    """
     values = list(configured_secrets() if secrets is None else secrets)
     if isinstance(obj, str):
         return redact(obj, values)
     if isinstance(obj, Mapping):
-        return {k: redact_obj(v, values) for k, v in obj.items()}
+        return {
+            k: MASK if isinstance(v, str) and v and is_secret_name(k) else redact_obj(v, values)
+            for k, v in obj.items()
+        }
     if isinstance(obj, list | tuple):
         return [redact_obj(v, values) for v in obj]
     return obj

@@ -20,6 +20,7 @@ from typing import Any
 
 import httpx
 
+from ._redact import scrub_url
 from ._types import SearchResponse, SearchResult, SerpResult, ToolError
 
 SERPER_DEFAULT_BASE_URL = "https://google.serper.dev"
@@ -93,7 +94,7 @@ class SerperSearch:
 
     @property
     def cache_id(self) -> str:
-        return "serper" if self.base_url == SERPER_DEFAULT_BASE_URL else f"serper@{self.base_url}"
+        return "serper" if self.base_url == SERPER_DEFAULT_BASE_URL else f"serper@{scrub_url(self.base_url)}"
 
     def locale(self, country: str | None, language: str | None) -> tuple[str, str]:
         """The ``(gl, hl)`` a search is sent with (model's choice, else the defaults)."""

@@ -10,9 +10,18 @@ SHA-256 of the canonical JSON of the call's arguments. The store has four modes:
   never reach the network by accident.
 * ``refresh``: always call and overwrite.
 
-Values are JSON and are stored as canonical JSON text next to the original key arguments, so a
-replay returns exactly what was recorded and the store can be exported as a diffable cassette
-(see :mod:`medmis.tools._cassette`). Failed calls are never stored.
+Values are stored as canonical JSON text next to the original key arguments and the SHA-256
+of the value (:mod:`medmis.tools._entry`), so replay returns exactly what was recorded and the
+store exports as a diffable cassette (:mod:`medmis.tools._cassette`). Failed calls are never
+stored.
+
+The store never lies: every read checks the value against its hash and the stored key against
+the disk key. A mismatch, a missing or unreadable value file, an unhashed entry or a database
+SQLite cannot read raises :class:`~medmis.tools._types.StoreCorruptError` in every mode: never
+a miss, never a re-fetch, never served. ``medmis cache verify`` lists damaged entries;
+``--cache refresh`` re-records them, ``medmis cache prune --corrupt`` drops them. Recordings
+never expire (unless ``expire_s`` is given) and are never evicted (``size_limit`` only warns);
+``medmis cache prune`` is how entries leave.
 
 :class:`~medmis.tools._llm_cache.StoreCache` plugs the same store into LangChain as a chat-model
 cache (kind ``"model"``); :func:`~medmis.tools._llm_cache.attach_cache` puts it on a model.
@@ -26,44 +35,31 @@ process writes, so one store may be shared by threads and tasks and opened by ma
 
 from __future__ import annotations
 
-import hashlib
 import json
-import re
-import threading
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, get_args
 
-import diskcache
-
+from medmis.tools._disk import DiskStore
+from medmis.tools._entry import Entry, canonical_json, key_digest
 from medmis.tools._probe import mark_cache
-from medmis.tools._types import ReplayMissError
+from medmis.tools._types import ReplayMissError, StoreCorruptError
 
 CacheMode = Literal["live", "record", "replay", "refresh"]
 CACHE_MODES: tuple[str, ...] = get_args(CacheMode)
 
 MODEL_KIND = "model"
 
-_KIND_RE = re.compile(r"[a-z][a-z0-9_.-]*")
 _RECORD_HINT = "run once with --cache record"
 
-
-def canonical_json(obj: Any) -> str:
-    """The one JSON spelling of ``obj``: sorted keys, no spaces, UTF-8 kept as is.
-
-    Raises:
-        TypeError: ``obj`` is not JSON-able.
-    """
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-def key_digest(kind: str, key: dict[str, Any]) -> str:
-    """The store key for a call: ``"<kind>:<sha256 of canonical key JSON>"``."""
-    return f"{kind}:{hashlib.sha256(canonical_json(key).encode('utf-8')).hexdigest()}"
+# Entry, canonical_json and key_digest live in medmis.tools._entry and are re-exported here
+__all__ = [
+    "CACHE_MODES", "MODEL_KIND", "CacheMode", "Entry", "RecordStore", "canonical_json",
+    "key_digest",
+]
 
 
 def _short_repr(obj: Any, limit: int = 300) -> str:
@@ -71,36 +67,16 @@ def _short_repr(obj: Any, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-@dataclass(frozen=True)
-class Entry:
-    """One stored call: its kind, the original key arguments, the value and when it was stored."""
-
-    kind: str
-    key: dict[str, Any]
-    value: Any
-    created: float
-
-    def to_json(self) -> str:
-        """The stored text (canonical JSON of all four fields)."""
-        return canonical_json(
-            {"kind": self.kind, "key": self.key, "value": self.value, "created": self.created}
-        )
-
-    @classmethod
-    def from_json(cls, text: str) -> Entry:
-        data = json.loads(text)
-        return cls(data["kind"], data["key"], data["value"], float(data["created"]))
-
-
-class RecordStore:
+class RecordStore(DiskStore):
     """A process-safe record/replay store for JSON values.
 
     Args:
         directory: Where the diskcache lives (created if missing).
         mode: ``live``, ``record``, ``replay`` or ``refresh`` (see the module docstring).
-        size_limit: Bytes on disk before the least recently stored entries are evicted.
-        expire_s: Seconds an entry lives after it is written; ``None`` keeps it until pruned
-            or evicted. Use ``None`` for stores that are themselves test fixtures.
+        size_limit: Bytes on disk past which a write logs a warning (once per store
+            object). Nothing is ever evicted: recordings leave only through :meth:`prune`.
+        expire_s: Seconds an entry lives after it is written; ``None`` (the default) keeps it
+            until pruned, so a recorded run replays however long ago it was recorded.
 
     Example::
 
@@ -114,43 +90,16 @@ class RecordStore:
         mode: CacheMode = "record",
         *,
         size_limit: int = 2**30,
-        expire_s: float | None = 30 * 86400,
+        expire_s: float | None = None,
     ) -> None:
         if mode not in CACHE_MODES:
             raise ValueError(f"cache mode must be one of {', '.join(CACHE_MODES)}; got {mode!r}")
-        self.directory = Path(directory)
+        super().__init__(directory, size_limit=size_limit, expire_s=expire_s)
         self.mode: CacheMode = mode
-        self.size_limit = size_limit
-        self.expire_s = expire_s
-        self._cache: diskcache.Cache | None = None
-        self._lock = threading.Lock()
         self._hits: Counter[str] = Counter()
         self._misses: Counter[str] = Counter()
 
-    # -- plumbing -------------------------------------------------------------------------
-
-    @property
-    def cache(self) -> diskcache.Cache:
-        """The underlying diskcache, opened on first use (live runs never create a directory)."""
-        if self._cache is None:
-            with self._lock:
-                if self._cache is None:
-                    self._cache = diskcache.Cache(
-                        str(self.directory),
-                        # SQLite busy timeout: how long a writer waits for another process
-                        timeout=60,
-                        size_limit=self.size_limit,
-                        # the default, but explicit: an LRU policy would turn every read
-                        # into a write and make concurrent readers contend
-                        eviction_policy="least-recently-stored",
-                        statistics=False,
-                    )
-        return self._cache
-
-    def close(self) -> None:
-        """Close this thread's database connection (the store reopens on next use)."""
-        if self._cache is not None:
-            self._cache.close()
+    # -- plumbing (the disk side, checks included, is medmis.tools._disk.DiskStore) -----
 
     def __enter__(self) -> RecordStore:
         return self
@@ -166,29 +115,19 @@ class RecordStore:
     def __repr__(self) -> str:
         return f"RecordStore({str(self.directory)!r}, mode={self.mode!r})"
 
-    @staticmethod
-    def check_kind(kind: str) -> None:
-        """Raise ``ValueError`` unless ``kind`` is a lower-case word (``visit``, ``model``)."""
-        # the kind is the prefix of every disk key and the unit of stats/prune/export
-        if not _KIND_RE.fullmatch(kind):
-            raise ValueError(f"store kinds are lower-case words like 'visit'; got {kind!r}")
-
     def _count(self, kind: str, hit: bool) -> None:
         with self._lock:
             (self._hits if hit else self._misses)[kind] += 1
         mark_cache(hit)
 
-    def _read(self, digest: str) -> Entry | None:
-        text = self.cache.get(digest)
-        return None if text is None else Entry.from_json(text)
-
-    def _write(self, digest: str, entry: Entry) -> None:
-        self.cache.set(digest, entry.to_json(), expire=self.expire_s)
-
     # -- sync helpers ---------------------------------------------------------------------
 
     def get_entry(self, kind: str, key: dict[str, Any]) -> Entry | None:
-        """The stored entry for a call, or ``None`` (ignores the mode; no stats, no probe)."""
+        """The stored entry for a call, or ``None`` (ignores the mode; no stats, no probe).
+
+        Raises:
+            StoreCorruptError: The entry is there but damaged.
+        """
         self.check_kind(kind)
         return self._read(key_digest(kind, key))
 
@@ -214,13 +153,15 @@ class RecordStore:
         stamp = round(time.time() if created is None else created, 3)
         entry = Entry(kind, key, value, stamp)
         text = entry.to_json()  # serialise before touching the disk so a bad value writes nothing
-        self.cache.set(key_digest(kind, key), text, expire=self.expire_s)
+        self._set(key_digest(kind, key), text)
         return json.loads(text)["value"]
 
     def delete(self, kind: str, key: dict[str, Any]) -> bool:
         """Remove one call's entry; ``True`` when there was one."""
         self.check_kind(kind)
-        return bool(self.cache.delete(key_digest(kind, key)))
+        disk_key = key_digest(kind, key)
+        with self._guard(disk_key):
+            return bool(self.cache.delete(disk_key))
 
     def lookup(self, kind: str, key: dict[str, Any]) -> Entry | None:
         """A mode-aware lookup: counts a hit or miss and marks the cache probe.
@@ -231,6 +172,7 @@ class RecordStore:
 
         Raises:
             ReplayMissError: ``replay`` mode and nothing stored for the call.
+            StoreCorruptError: ``record`` or ``replay`` mode and the stored entry is damaged.
         """
         self.check_kind(kind)
         if self.mode == "live":
@@ -262,6 +204,7 @@ class RecordStore:
 
         Raises:
             ReplayMissError: ``replay`` mode and the call was never recorded.
+            StoreCorruptError: The stored entry is damaged (``produce`` is not called).
             TypeError: ``key`` or the produced value is not JSON-able.
         """
         if self.mode == "live":
@@ -274,33 +217,55 @@ class RecordStore:
 
     # -- maintenance ----------------------------------------------------------------------
 
-    def _disk_keys(self, kinds: Sequence[str] | None = None) -> Iterator[str]:
-        wanted = None if kinds is None else set(kinds)
-        for disk_key in self.cache.iterkeys():
-            if not isinstance(disk_key, str) or ":" not in disk_key:
-                continue  # not ours; a store directory should hold nothing else
-            if wanted is None or disk_key.split(":", 1)[0] in wanted:
-                yield disk_key
-
     def entries(self, kinds: Sequence[str] | None = None) -> Iterator[Entry]:
-        """Every live entry (optionally of some kinds), in disk-key order."""
+        """Every live entry (optionally of some kinds), in disk-key order, each one checked.
+
+        Raises:
+            StoreCorruptError: At the first damaged entry.
+        """
         for disk_key in self._disk_keys(kinds):
-            text = self.cache.get(disk_key)
-            if text is not None:  # expired or deleted since the key listing
-                yield Entry.from_json(text)
+            entry = self._read(disk_key)
+            if entry is not None:  # expired or deleted since the key listing
+                yield entry
+
+    def verify(self, kinds: Sequence[str] | None = None) -> tuple[int, list[StoreCorruptError]]:
+        """Read and check every entry (optionally of some kinds).
+
+        Returns:
+            How many entries were checked, and one error per damaged entry (in disk-key order).
+
+        Raises:
+            StoreCorruptError: The store as a whole cannot be read (no entry to blame).
+        """
+        checked, problems = 0, []
+        for disk_key in self._disk_keys(kinds):
+            try:
+                entry = self._read(disk_key)
+            except StoreCorruptError as exc:
+                checked += 1
+                problems.append(exc)
+                continue
+            checked += entry is not None
+        return checked, problems
 
     def stats(self) -> dict[str, Any]:
-        """Entries per kind, bytes on disk, and this process's hits and misses per kind."""
+        """Entries per kind, bytes on disk, and this process's hits and misses per kind.
+
+        Counts keys only; :meth:`verify` reads and checks every entry.
+        """
         per_kind: Counter[str] = Counter(k.split(":", 1)[0] for k in self._disk_keys())
         with self._lock:
             hits, misses = dict(self._hits), dict(self._misses)
+        with self._guard():
+            size = int(self.cache.volume())
         return {
             "directory": str(self.directory),
             "mode": self.mode,
             "entries": dict(sorted(per_kind.items())),
             "total_entries": sum(per_kind.values()),
-            "size_bytes": int(self.cache.volume()),
+            "size_bytes": size,
             "size_limit": self.size_limit,
+            "over_size_limit": size > self.size_limit,
             "expire_s": self.expire_s,
             "hits": sum(hits.values()),
             "misses": sum(misses.values()),
@@ -308,27 +273,43 @@ class RecordStore:
             "misses_by_kind": dict(sorted(misses.items())),
         }
 
-    def prune(self, older_than_s: float | None = None, kind: str | None = None) -> int:
+    def prune(
+        self, older_than_s: float | None = None, kind: str | None = None, *, corrupt: bool = False
+    ) -> int:
         """Remove entries; returns how many went.
 
-        Expired entries always go (and the store is culled to its size limit). Beyond that:
-        with ``older_than_s``, entries stored more than that many seconds ago (of ``kind``
-        only, if given); with only ``kind``, every entry of that kind. With neither, nothing
-        else is removed, so a bare prune is never a wipe.
+        Expired entries (only ever written with an explicit ``expire_s``) always go. Beyond
+        that: with ``corrupt``, every damaged entry; with ``older_than_s``, entries stored
+        more than that many seconds ago; both limited to ``kind`` when given. With ``kind``
+        alone, every entry of that kind. With none of these, nothing else is removed, so a
+        bare prune is never a wipe.
+
+        Raises:
+            StoreCorruptError: ``older_than_s`` meets a damaged entry (prune with
+                ``corrupt=True`` to drop those).
         """
         if kind is not None:
             self.check_kind(kind)
-        removed = int(self.cache.expire())
-        if older_than_s is not None or kind is not None:
+        kinds = None if kind is None else [kind]
+        with self._guard():
+            removed = int(self.cache.expire())
+        if corrupt:
+            for disk_key in list(self._disk_keys(kinds)):
+                try:
+                    self._read(disk_key)
+                except StoreCorruptError:
+                    with self._guard(disk_key):
+                        removed += int(bool(self.cache.delete(disk_key)))
+        if older_than_s is not None or (kind is not None and not corrupt):
             cutoff = None if older_than_s is None else time.time() - older_than_s
-            for disk_key in list(self._disk_keys(None if kind is None else [kind])):
+            for disk_key in list(self._disk_keys(kinds)):
                 if cutoff is not None:
-                    text = self.cache.get(disk_key)
-                    if text is None or Entry.from_json(text).created >= cutoff:
+                    entry = self._read(disk_key)
+                    if entry is None or entry.created >= cutoff:
                         continue
-                if self.cache.delete(disk_key):
-                    removed += 1
-        return removed + int(self.cache.cull())
+                with self._guard(disk_key):
+                    removed += int(bool(self.cache.delete(disk_key)))
+        return removed
 
 
 # The LangChain adapter lives in medmis.tools._llm_cache; these names were once defined here and

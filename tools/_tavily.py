@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 
+from ._redact import scrub_url
 from ._text import clip
 from ._types import SearchResult, ToolError
 
@@ -65,7 +66,7 @@ class TavilySearch:
     def cache_id(self) -> str:
         parts = ["tavily"]
         if self.base_url != TAVILY_DEFAULT_BASE_URL:
-            parts.append(self.base_url)
+            parts.append(scrub_url(self.base_url))  # credentials never key the store
         if self.search_depth != "basic":
             parts.append(self.search_depth)
         return "@".join(parts)

@@ -12,6 +12,8 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
 
+from ._redact import redact
+
 
 class SearchResult(BaseModel):
     title: str
@@ -61,6 +63,9 @@ class ToolError(Exception):
     """
 
     def __init__(self, message: str, *, kind: str = "error") -> None:
+        # shown to the model, so it enters traces and model cache keys: a provider's error
+        # body echoing the key must not (see medmis.tools._redact)
+        message = redact(message)
         super().__init__(message)
         self.kind = kind
         self.message = message
@@ -71,6 +76,34 @@ class ToolError(Exception):
 
 class ReplayMissError(RuntimeError):
     """Raised in ``replay`` mode when the store has no entry for a call; stops the case."""
+
+
+class StoreCorruptError(RuntimeError):
+    """The record/replay store holds something it cannot vouch for; stops the case.
+
+    Raised when a stored value no longer matches its content hash, a value file is gone or
+    unreadable, or SQLite cannot read the store. It is deliberately not a
+    :class:`ReplayMissError`: a damaged entry is never reported as "not recorded", never
+    replaced by a live call, and never served. The message starts with ``cache corrupt:`` and
+    names the store folder and the entry's key digest.
+
+    Attributes:
+        directory: The store folder.
+        digest: The entry's disk key (``"<kind>:<sha256>"``), or ``None`` when the store as a
+            whole could not be read.
+        reason: What is wrong, in a few words.
+    """
+
+    def __init__(self, directory: str, digest: str | None, reason: str) -> None:
+        where = f"{directory}: {digest}" if digest else directory
+        super().__init__(f"cache corrupt: {where}: {reason} (see `medmis cache verify`)")
+        self.directory = directory
+        self.digest = digest
+        self.reason = reason
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # exceptions are rebuilt from ``args`` when pickled (process pools); keep the fields
+        return (type(self), (self.directory, self.digest, self.reason))
 
 
 @runtime_checkable

@@ -6,10 +6,26 @@ import json
 import os
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
 from medmis.experiments.benchmark._types import Record
+from medmis.tools._redact import configured_secrets, redact_obj
+
+
+def scrub_outputs(record: Record, trace: dict[str, Any]) -> tuple[Record, dict[str, Any]]:
+    """A case's record and trace with credentials masked, as they may be written to disk.
+
+    Every string goes through :func:`~medmis.tools._redact.redact` with the keys this process
+    was configured with: a provider error that echoes the rejected key, a base URL with
+    ``user:pass@`` or a key-shaped string in a reply never reaches records or traces.
+    """
+    secrets = configured_secrets()
+    clean = Record.model_validate(redact_obj(record.model_dump(mode="json"), secrets))
+    # the trace may hold objects json.dumps only knows through str(): redact those texts too
+    plain = json.loads(json.dumps(trace, ensure_ascii=False, default=str))
+    return clean, redact_obj(plain, secrets)
 
 
 def read_records(path: str | Path, *, dedupe: bool = True) -> list[Record]:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from medmis.experiments.benchmark._prompts import prompt_preset
+from medmis.tools._redact import is_secret_name, redact, redact_obj
 
 from ._config import RunConfig
 
@@ -61,7 +62,9 @@ def scrub_argv(argv: Sequence[str]) -> list[str]:
                 out.append(arg)
                 mask_next = True
             continue
-        out.append(arg)
+        name, eq, _value = arg.partition("=")
+        # option values such as `--model-option auth_token=…` or `--set x.api_key=…`
+        out.append(f"{name}=***" if eq and is_secret_name(name) else arg)
     return out
 
 
@@ -116,6 +119,8 @@ def write_manifest(
         "updated": now,
         "runs": int(previous.get("runs", 0)) + 1,
     }
+    # base URLs with user:pass@, keys passed as options or in the command line: masked
+    manifest = redact_obj(manifest)
     manifest_path.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
@@ -133,5 +138,5 @@ def mark_stopped(out: Path, reason: str) -> None:
     """Note in ``out/manifest.json`` that the run stopped early, and why."""
     path = out / "manifest.json"
     manifest = json.loads(path.read_text(encoding="utf-8"))
-    manifest["stopped"] = reason
+    manifest["stopped"] = redact(reason)
     path.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")

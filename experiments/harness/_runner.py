@@ -28,6 +28,7 @@ from medmis.defenses._base import Defender, DefenderContext, create_defender
 from medmis.experiments.benchmark._prompts import prompt_preset
 from medmis.experiments.benchmark._protocols import build_cases
 from medmis.experiments.benchmark._types import Answer, Case, Record
+from medmis.tools._redact import redact
 
 from ._config import (
     INVALID_ROWS_FILE,
@@ -40,7 +41,7 @@ from ._config import (
     SearchBackendName,
     VisitBackendName,
 )
-from ._io import read_records, repair_torn_tail
+from ._io import read_records, repair_torn_tail, scrub_outputs
 from ._manifest import is_simulated, mark_stopped, package_versions, scrub_argv, write_manifest
 from ._models import ModelPool
 from ._progress import RunProgress
@@ -193,7 +194,8 @@ class Harness:
             raise
         except Exception as exc:
             answer = Answer(
-                error=f"{type(exc).__name__}: {exc}".splitlines()[0][:300],
+                # redact before cutting: a key split at the cut would not match its value
+                error=redact(f"{type(exc).__name__}: {exc}").splitlines()[0][:300],
                 usage=ctx.usage,
                 llm_calls=ctx.llm_calls,
                 tool_calls=ctx.tool_calls,
@@ -242,7 +244,7 @@ class Harness:
             "extra": answer.extra,
             "steps": [s.model_dump(mode="json") for s in answer.trace],
         }
-        return record, trace
+        return scrub_outputs(record, trace)
 
     def _update_stats(self, record: Record, clean: dict[tuple[str, str, str], bool]) -> None:
         s = self.stats

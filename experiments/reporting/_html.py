@@ -19,6 +19,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from medmis.tools._redact import redact_obj
+
 from ._cases import MAX_ITEMS, case_data
 from ._cells import html_table, pct
 from ._sensitivity import delivery_sensitivity, sensitivity_html
@@ -257,7 +259,8 @@ def write_html(
         simulated = is_simulated(run_dir, metrics)
     if sensitivity is None:
         sensitivity = delivery_sensitivity(run_dir)
-    cases = case_data(run_dir, max_items=max_items)
+    # runs written before traces were redacted may still hold an echoed key: mask it here too
+    cases = redact_obj(case_data(run_dir, max_items=max_items))
     payload = _script_json(cases)
     banner = ('<p class="banner" id="simulated-banner">SIMULATED EXAMINEE — these results come '
               "from a simulated examinee and are not measurements of any model. They exercise "

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from medmis.experiments.analysis._metrics import compute_metrics
 from medmis.experiments.analysis._verdict import CLEAN_DROP_TOLERANCE, OVERCORRECT_DROP
+from medmis.tools._redact import redact
 
 from ._format import (
     CSV_COLUMNS,
@@ -106,6 +107,7 @@ def write_report(
             f"![{name.replace('_', ' ')}]({p.relative_to(run.run_dir).as_posix()})" for name, p in plots.items()
         ))
     markdown = render_markdown(run, report, verdict).rstrip("\n") + "".join(f"\n\n{x}" for x in extra if x) + "\n"
+    markdown = redact(markdown)  # runs recorded before records were redacted, too
     _write_text(paths["report.md"], markdown)
     if figures:
         paths["report.html"] = write_html(
