@@ -7,8 +7,8 @@ generated items. Clean accuracy is the ``clean_accuracy`` option (default 0.8).
 
 What the policy reads: the parsed prompt (:mod:`medmis.agents._reading`) and the examinee's
 *belief* about the question, which comes from its knowledge (:mod:`medmis.agents._knowledge`):
-with probability ``clean_accuracy`` per (seed, question) it knows the answer and is
-*confident*; otherwise it believes a fixed wrong option and is not. A question missing from
+with probability ``clean_accuracy / (1 - ABSTAIN - SLIP)`` per (seed, question) it knows the
+answer and is *confident* (so that clean accuracy comes out at ``clean_accuracy``); otherwise it believes a fixed wrong option and is not. A question missing from
 the answer key gets a fixed guess. It never sees which sentence is true, which option a
 benchmark targeted, or any label of the item.
 
