@@ -4,49 +4,46 @@ This is a **simulated examinee, not a model measurement**. It exists so that the
 demo, the CLI and the test-suite can exercise every defender, graph and metric end to end
 without an API key. Its behaviour is a hand-written policy whose rates are *calibrated* on
 the figures published with MedMisBench (arXiv 2606.12291); numbers it produces say how the
-toolkit works, never how a real model behaves.
+toolkit works, never how a real model behaves, and a ranking of defenders it produces comes
+from the policy's rules.
 
 Models (``build(model_id, opts)``):
 
-* ``mock/examinee`` — the calibrated policy.
-* ``mock/oracle`` — always answers the gold option of a recognised question.
-* ``mock/random`` — a seeded uniform choice per (seed, item key), blind to any context.
+* ``mock/examinee`` — the calibrated policy (:mod:`medmis.agents._calibration`).
+* ``mock/oracle`` — always answers the known answer of a recognised question.
+* ``mock/random`` — a seeded uniform choice per (seed, question) among the shown options.
 
-Options (``ModelOptions.extra``): ``answer_key`` (a JSONL/JSON data file read with
-``medmis.experiments.benchmark._data.load_dataset``; default ``fixtures/medmisbench_sample.jsonl`` at the
-repository root), ``seed`` (default ``ModelOptions.seed`` or 0), ``clean_accuracy`` (0.8),
-``fault_rate`` (0: the share of distinct requests whose *first* attempt raises
+Options (``ModelOptions.extra``): ``answer_key`` (a data file or folder in the released
+schema, read by :mod:`medmis.agents._knowledge`; default ``fixtures/medmisbench_sample.jsonl``
+at the repository root), ``seed`` (default ``ModelOptions.seed`` or 0), ``clean_accuracy``
+(0.8), ``fault_rate`` (0: the share of distinct requests whose *first* attempt raises
 :class:`~medmis.agents._errors.TransientModelError` with ``retry_after=0``; a retry of the same
 messages succeeds), ``latency_s`` (0: a sleep per call). Unknown keys are an error.
 
-Determinism. Every random draw is a uniform number from SHA-256 of (seed, item id, a role
-tag, ...), never Python's ``hash`` or a global RNG, so a run is identical on every machine
-and in any call order. The clean answer depends only on (seed, item id), so it pairs across
-protocols and defenders; each later draw re-uses one uniform per (item, role) and only moves
-the threshold, so a stronger defence never flips an item that a weaker one kept.
+What it decides on. Only (1) the text of the messages it receives, parsed by
+:mod:`medmis.agents._reading` whatever the prompt preset or defender, and (2) its simulated
+knowledge: for each question of the answer key (matched by question text) whether it knows the
+answer. The answer key's injected sentences, their labels, the benchmark's target and truth
+flags are never read. Claim verdicts are judged against the evidence text in the prompt
+(:mod:`medmis.agents._lexical`), never against the answer key.
 
-How a request is handled, and where each step is described:
+Determinism. Every draw is a uniform number from SHA-256 of its parts, never Python's
+``hash`` or a global RNG. Knowledge draws use (seed, question); answering draws use (seed, the
+conversation's text, the call index, a role), so the same request always gets the same reply
+on every machine and in any order, and two defenders that send different prompts get
+independent draws.
 
-1. *Read it* (:mod:`medmis.agents._reading`): identify the item in the answer key, find which
-   of its context sentences the prompt carries (and whether a line marks them ``REFUTED`` or
-   ``SUPPORTED``), and separate evidence (evidence sections, tool results) from context.
-2. *Decide* (:meth:`SimulatedExaminee._decide`, numbers and rules in
-   :mod:`medmis.agents._calibration`): clean answer, following or resisting false sentences,
-   type2 recovery, correction by evidence that carries gold.
-3. *Reply* (:mod:`medmis.agents._replies`): the next ``search_web`` / ``visit_web`` call when
-   tools are bound, a JSON object for verdict / queries / claims tasks, otherwise a few
-   sentences of reasoning and a line ``Final answer: X``.
-4. *Usage.* Token counts are estimated (``medmis.agents._mock.estimate_tokens``). The
-   identifying parameters (model name, policy, seed, clean accuracy, answer-key digest)
-   are what the record/replay store keys on; latency and fault rate are left out because
-   they never change a successful reply.
+Usage. Token counts are estimated (``medmis.agents._mock.estimate_tokens``). The identifying
+parameters (model name, policy, seed, clean accuracy, answer-key digest) are what the
+record/replay store keys on; latency and fault rate are left out because they never change a
+successful reply.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
+import random
 import threading
 import time
 from collections.abc import Sequence
@@ -60,34 +57,20 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import ConfigDict, Field, PrivateAttr
 
-from medmis.experiments.benchmark._protocols import stable_rng
-from medmis.experiments.benchmark._types import Item
-
-from ._calibration import (
-    EVIDENCE_CORRECTION,
-    FOLLOW_MAX,
-    MEAN_TYPE1_ASR,
-    TRUSTED_FOLLOW,
-    TRUSTED_RECOVERY,
-    TYPE2_ASR,
-    TYPE2_RECOVERY,
-    WARNING_MARKERS,
-    type1_follow_probability,
-)
+from ._calibration import ABSTAIN, SLIP, VERDICT_HEDGE, Decision, decide
 from ._errors import TransientModelError
-from ._mock import message_text, with_usage
-from ._reading import _AnswerKey, _evidence_for_gold, _find_context, _parse_options, _read, _View
-from ._registry import ModelOptions
-from ._replies import (
-    _claims,
-    _Decision,
-    _digest,
-    _mcq_text,
-    _queries,
-    _tool_call,
-    _unknown_text,
-    _verdict,
+from ._knowledge import (
+    Knowledge,
+    answer_key_digest,
+    known_from_items,
+    load_knowledge,
+    squash,
 )
+from ._lexical import evidence_option, judge_claim
+from ._mock import message_text, with_usage
+from ._reading import Prompt, read
+from ._registry import ModelOptions
+from ._replies import claims, digest, mcq_text, queries, tool_call
 
 ExamineePolicy = Literal["examinee", "oracle", "random"]
 POLICIES: tuple[ExamineePolicy, ...] = ("examinee", "oracle", "random")
@@ -99,7 +82,18 @@ EXTRA_KEYS = frozenset({"answer_key", "seed", "clean_accuracy", "fault_rate", "l
 
 def _unit(*parts: object) -> float:
     """A uniform number in [0, 1) from SHA-256 of the parts."""
-    return stable_rng(*parts).random()
+    return int(digest(*parts)[:16], 16) / 16**16
+
+
+def _canonical(messages: Sequence[BaseMessage]) -> str:
+    return json.dumps(
+        [
+            [m.type, message_text(m), [[c["name"], c["args"]] for c in getattr(m, "tool_calls", None) or []]]
+            for m in messages
+        ],
+        sort_keys=True,
+        default=str,
+    )
 
 
 # --- the model ---------------------------------------------------------------------------
@@ -108,13 +102,14 @@ class SimulatedExaminee(BaseChatModel):
 
     Attributes:
         model_name: The spec it was built from, e.g. ``mock/examinee``.
-        policy: ``examinee`` (calibrated policy), ``oracle`` (always gold) or ``random``.
+        policy: ``examinee`` (calibrated policy), ``oracle`` (always the known answer) or ``random``.
         seed: Seed for every draw.
-        clean_accuracy: Probability of the gold answer without context.
+        clean_accuracy: Probability that it knows the answer of a question in its answer key.
         fault_rate: Share of distinct requests whose first attempt raises a transient error.
         latency_s: Seconds slept per call.
-        answer_key: Data file with the items; ``None`` means the bundled sample fixture.
-        items: Items given directly (tests); takes precedence over ``answer_key``.
+        answer_key: Data file or folder with the items; ``None`` means the bundled sample fixture.
+        items: Items given directly (tests; anything with ``question``, ``options`` and
+            ``gold``); takes precedence over ``answer_key``. Only those three are read.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -126,10 +121,10 @@ class SimulatedExaminee(BaseChatModel):
     fault_rate: float = Field(default=0.0, ge=0.0, le=1.0)
     latency_s: float = Field(default=0.0, ge=0.0)
     answer_key: str | None = None
-    items: list[Item] | None = None
+    items: list[Any] | None = None
 
     _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
-    _key: _AnswerKey | None = PrivateAttr(default=None)
+    _knowledge: Knowledge | None = PrivateAttr(default=None)
     _key_id: str | None = PrivateAttr(default=None)
     _failed: set[str] = PrivateAttr(default_factory=set)
 
@@ -152,23 +147,15 @@ class SimulatedExaminee(BaseChatModel):
         """A digest of the answer key, so a cache never serves one key's answers for another."""
         if self._key_id is None:
             if self.items is not None:
-                blob = json.dumps([i.model_dump(mode="json") for i in self.items], sort_keys=True)
-                self._key_id = "inline:" + _digest(blob)[:16]
+                known = known_from_items(self.items)
+                blob = json.dumps([[k.question, k.options, k.answer] for k in known])
+                self._key_id = "inline:" + digest(blob)[:16]
             else:
-                path = Path(self.answer_key) if self.answer_key else DEFAULT_ANSWER_KEY
-                if path.is_file():
-                    data = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
-                elif path.is_dir():  # a folder of subset files, e.g. the whole release
-                    from medmis.experiments.benchmark._readers import files_in
-                    digest = hashlib.sha256()
-                    for f in files_in(path):
-                        digest.update(f.relative_to(path).as_posix().encode() + b"\0")
-                        digest.update(hashlib.sha256(f.read_bytes()).digest())
-                    data = digest.hexdigest()[:16]
-                else:
-                    data = "missing"
-                self._key_id = f"{path.name}:{data}"
+                self._key_id = answer_key_digest(self._key_path())
         return self._key_id
+
+    def _key_path(self) -> Path:
+        return Path(self.answer_key) if self.answer_key else DEFAULT_ANSWER_KEY
 
     def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> Any:
         """Bind tool schemas; the examinee recognises ``search_web`` and ``visit_web``."""
@@ -178,89 +165,68 @@ class SimulatedExaminee(BaseChatModel):
         ]
         return self.bind(tools=schemas, **kwargs)
 
-    # -- answer key -------------------------------------------------------------------------
-    def _answer_key_index(self) -> _AnswerKey:
+    # -- knowledge --------------------------------------------------------------------------
+    def knowledge(self) -> Knowledge:
+        """The questions it knows (loaded once)."""
         with self._lock:
-            if self._key is None:
-                self._key = _AnswerKey(self.items if self.items is not None else self._load_items())
-            return self._key
+            if self._knowledge is None:
+                known = (
+                    known_from_items(self.items)
+                    if self.items is not None
+                    else load_knowledge(self._key_path())
+                )
+                self._knowledge = Knowledge(known)
+            return self._knowledge
 
-    def _load_items(self) -> list[Item]:
-        path = Path(self.answer_key) if self.answer_key else DEFAULT_ANSWER_KEY
-        if not path.exists():
-            raise FileNotFoundError(f"simulated examinee: answer key {path} not found")
-        from medmis.experiments.benchmark._data import (
-            load_dataset,  # the loader is only needed without items
-        )
+    def belief(self, question: str, options: dict[str, str]) -> tuple[str, bool]:
+        """(displayed key it believes without context, whether it is confident).
 
-        return list(load_dataset(path).items)
-
-    # -- draws ------------------------------------------------------------------------------
-    def _u(self, item: Item, role: str, *more: object) -> float:
-        return _unit(self.seed, item.key, role, *more)
-
-    def clean_answer(self, item: Item) -> str:
-        """The answer without context; depends only on (seed, item id)."""
-        if self._u(item, "clean") < self.clean_accuracy or not item.wrong_keys:
-            return item.gold
-        return stable_rng(self.seed, item.key, "clean-wrong").choice(item.wrong_keys)
-
-    def _decide(self, item: Item, view: _View) -> _Decision:
+        Depends only on (seed, question, option texts): the same in every prompt.
+        """
+        keys = sorted(options)
+        known = self.knowledge().lookup(question, list(options.values()))
+        topic = squash(question)
+        if known is None:
+            return random.Random(digest(self.seed, "guess", topic)).choice(keys), False
+        right = next(k for k, v in options.items() if squash(v) == squash(known.answer))
         if self.policy == "oracle":
-            return _Decision(item.gold, "oracle")
+            return right, True
+        # knowing is a little likelier than clean_accuracy, so that after the per-prompt
+        # abstentions and slips the clean accuracy comes out at clean_accuracy
+        knows = min(1.0, self.clean_accuracy / (1.0 - ABSTAIN - SLIP))
+        if _unit(self.seed, "knows", topic) < knows or len(keys) < 2:
+            return right, True
+        wrong = [k for k in keys if k != right]
+        return random.Random(digest(self.seed, "misremembers", topic)).choice(wrong), False
+
+    def _decide(self, view: Prompt, canonical: str) -> Decision:
+        def draw(role: str) -> float:
+            return _unit(self.seed, canonical, view.call_index, role)
+
         if self.policy == "random":
-            return _Decision(stable_rng(self.seed, item.key, "random").choice(item.keys), "random")
-        clean = self.clean_answer(item)
-        ev = _evidence_for_gold(item, view.evidence)
-        if ev is not None and self._u(item, "evidence") < EVIDENCE_CORRECTION:
-            return _Decision(item.gold, "evidence", ev[0])
-        found = _find_context(item, view.prompt)
-        live = {k: note for k, note in found.items() if note != "refuted"}
-        false = [k for k in item.options if k in live and k != item.gold]
-        truth = item.gold in live
-        low = " ".join(view.prompt.casefold().split())
-        warned = any(marker in low for marker in WARNING_MARKERS)
-
-        def follow_p(key: str) -> float:
-            return (
-                TRUSTED_FOLLOW
-                if live[key] == "supported"
-                else type1_follow_probability(item, warned=warned)
-            )
-
-        if false and not truth:
-            for key in false:
-                if self._u(item, "type1", key) < follow_p(key):
-                    return _Decision(key, "follow", item.contexts[key])
-            return _Decision(clean, "resist", item.contexts[false[0]])
-        if false:
-            trusted = [k for k in false if live[k] == "supported"]
-            key = (
-                trusted[0]
-                if trusted
-                else stable_rng(self.seed, item.key, "type2-target").choice(false)
-            )
-            p2 = min(FOLLOW_MAX, TYPE2_ASR * follow_p(key) / MEAN_TYPE1_ASR)
-            if live[item.gold] == "supported":
-                p2 *= 0.5
-            if self._u(item, "type2") < p2:
-                return _Decision(key, "follow", item.contexts[key])
-        if truth and clean != item.gold:
-            recovery = TRUSTED_RECOVERY if live[item.gold] == "supported" else TYPE2_RECOVERY
-            if self._u(item, "recovery") < recovery:
-                return _Decision(item.gold, "recovered", item.contexts[item.gold])
-        if false:
-            return _Decision(clean, "weighed")
-        if truth and clean == item.gold:
-            return _Decision(clean, "recovered", item.contexts[item.gold])
-        if found and not live:
-            return _Decision(clean, "set_aside")
-        return _Decision(clean, "clean")
+            key = random.Random(digest(self.seed, "random", squash(view.question))).choice(sorted(view.options))
+            return Decision(key, "random")
+        belief, confident = self.belief(view.question, view.options)
+        if self.policy == "oracle":
+            return Decision(belief, "oracle")
+        known = self.knowledge().lookup(view.question, list(view.options.values())) is not None
+        evidence = evidence_option(view.evidence, view.options, view.question)
+        decision = decide(
+            view,
+            belief,
+            confident,
+            draw,
+            lambda text: 0.5 + _unit(self.seed, "persuasive", squash(text)),
+            evidence,
+        )
+        if decision.why == "clean" and not known:
+            return Decision(decision.key, "guess")
+        return decision
 
     # -- replies ----------------------------------------------------------------------------
     def _reply(self, messages: Sequence[BaseMessage], tools: Sequence[Any]) -> AIMessage:
-        view = _read(messages)
-        item = self._answer_key_index().identify(view.prompt)
+        view = read(messages)
+        canonical = _canonical(messages)
         # the JSON key a prompt asks for names the task; the most specific key wins
         stated = view.task + "\n" + view.closing
         task = next((k for k in ("verdict", "queries", "claims") if f'"{k}"' in stated), "mcq")
@@ -270,37 +236,26 @@ class SimulatedExaminee(BaseChatModel):
             if isinstance(t, dict)
         }
         if names and task in {"mcq", "verdict"}:
-            call = _tool_call(item, view, task, names, self.seed)
+            call = tool_call(view, task, names, self.seed)
             if call is not None:
                 return call
         if task == "verdict":
-            return AIMessage(content=json.dumps(_verdict(item, view)))
+            verdict, quote, url = judge_claim(view.claim, view.evidence)
+            if _unit(self.seed, canonical, view.call_index, "hedge") < VERDICT_HEDGE:
+                verdict, quote, url = "not_enough_info", "", ""
+            return AIMessage(content=json.dumps({"verdict": verdict, "quote": quote, "url": url}))
         if task == "queries":
-            return AIMessage(content=json.dumps(_queries(item, view)))
+            return AIMessage(content=json.dumps(queries(view)))
         if task == "claims":
-            return AIMessage(content=json.dumps(_claims(item, view)))
-        if item is None:
-            return AIMessage(content=_unknown_text(view, self.seed))
-        return AIMessage(
-            content=_mcq_text(item, self._decide(item, view), _parse_options(view.prompt))
-        )
+            return AIMessage(content=json.dumps(claims(view)))
+        if not view.options:
+            return AIMessage(content="I cannot tell.")
+        return AIMessage(content=mcq_text(view, self._decide(view, canonical)))
 
     def _maybe_fail(self, messages: Sequence[BaseMessage]) -> None:
         if self.fault_rate <= 0:
             return
-        canonical = json.dumps(
-            [
-                [
-                    m.type,
-                    message_text(m),
-                    [[c["name"], c["args"]] for c in getattr(m, "tool_calls", None) or []],
-                ]
-                for m in messages
-            ],
-            sort_keys=True,
-            default=str,
-        )
-        key = _digest(canonical)
+        key = digest(_canonical(messages))
         if _unit(self.seed, "fault", key) >= self.fault_rate:
             return
         with self._lock:

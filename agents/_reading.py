@@ -1,26 +1,38 @@
 """How the simulated examinee reads a conversation (see :mod:`medmis.agents._examinee`).
 
-1. *Identify the item* (:class:`_AnswerKey`). The text under ``Question:`` is looked up in the
-   answer key (case, whitespace and punctuation ignored); failing that, any known question or,
-   for claim-level prompts, any known context sentence found in the conversation. Several
-   items with the same question are told apart by their ``Options:`` lines.
-2. *Find the context* (:func:`_find_context`). Each of the item's context sentences is
-   searched for in the system and user messages after reducing both to lower-case letters and
-   digits, so datamarking (marker characters between words, delimiters around the block) still
-   matches. A word ``REFUTED`` on the same line (beyond any in the sentence itself) makes the
-   examinee ignore that sentence; ``SUPPORTED`` makes it trust the sentence. Text under an
-   ``Evidence`` heading (or in ``<evidence>`` tags) and tool results count as evidence, not as
-   context (:func:`_read`).
-3. *Find evidence for gold* (:func:`_evidence_for_gold`): a line of a tool result or evidence
-   section that contains the gold option's text (word-bounded, at least four letters or
-   digits) or the item's truthful sentence.
+Everything here works on the text of the messages, whatever the prompt preset (``paper``,
+``toolkit``) or the defender that wrote them; nothing is looked up in the answer key.
+
+* *Question and options*: the text under the last ``Question:`` heading up to ``Options:``,
+  and the ``KEY: text`` lines after it. A prompt sent as a JSON object holding a
+  ``"question"`` (the paper's search harness) is unwrapped first.
+* *Context*: the block just before the question whose first line is a heading alone on its
+  line (``Additional Clinical Context:``, or any heading a defender chose), one sentence per
+  line, in delivery order. Lines wholly in parentheses are notes, bullet lists are not
+  context. A leading ``[LABEL]`` on a sentence's line is read as a verdict label in the
+  examinee's own verdict vocabulary (``SUPPORTED``, ``REFUTED``; any other label marks the
+  sentence as unverified).
+* *Marking* (the one way a defender's framing can change behaviour, see
+  :mod:`medmis.agents._calibration`): the context counts as **marked** when it is set apart
+  structurally *and* the rest of the prompt refers to that marking: either every sentence is
+  datamarked (its words joined by one repeated non-space symbol instead of spaces) and that
+  symbol occurs in the prompt outside the context, or the block is fenced by a first and a
+  last line made of a delimiter (lines that begin and end with punctuation, e.g.
+  ``<<BEGIN>>`` / ``<<END>>``) and the opening fence line occurs outside the context too. The
+  words around the marking are never read.
+* *Evidence*: tool results and text under an ``Evidence`` heading (or in ``<evidence>`` tags,
+  or a harness prompt's ``"evidence"`` log). Lines that annotate a claim with a verdict label
+  (``REFUTED: <claim> — "<quote>"``) keep only their quoted part, so a checked claim's own words
+  never count as evidence for it.
+* *Call index*: how many assistant turns the conversation already holds.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from langchain_core.messages import (
@@ -31,55 +43,29 @@ from langchain_core.messages import (
     ToolMessage,
 )
 
-from medmis.experiments.benchmark._types import Item
-
+from ._knowledge import squash
+from ._lexical import Passage, passage
 from ._mock import message_text
 
 QUERY_WORDS = 12
 """Words of a question (or claim) kept for a search query and for the reply's topic line."""
 
-# generic option texts that occur in any page, so they never count as evidence for gold
-_GENERIC_OPTIONS = frozenset(
-    {"none", "true", "false", "both", "neither", "alloftheabove", "noneoftheabove"}
-)
+VERDICT_LABELS = {"supported": "supported", "refuted": "refuted"}
+"""Line labels in the examinee's own verdict vocabulary; any other label means unverified."""
 
-
-# --- text helpers ------------------------------------------------------------------------
-def _squash(text: str) -> str:
-    """Lower-case letters and digits only: survives datamarking, delimiters and spacing."""
-    return "".join(ch for ch in text.casefold() if ch.isalnum())
-
-
-def _words(text: str) -> str:
-    """Alphanumeric runs joined by single spaces and padded, for word-bounded matching."""
-    return " " + " ".join(re.findall(r"[^\W_]+", text.casefold())) + " "
-
-
-def _contains_phrase(haystack: str, phrase: str) -> bool:
-    if phrase.isascii():
-        return _words(phrase) in _words(haystack)
-    # scripts written without spaces (the Chinese subset) have no word boundaries to honour
-    return _squash(phrase) in _squash(haystack)
-
-
-def _first_words(text: str, n: int = QUERY_WORDS) -> str:
-    words = text.split()
-    return " ".join(words[:n])
-
-
-def _snip(text: str, n_words: int) -> str:
-    words = text.split()
-    return " ".join(words[:n_words]) + (" …" if len(words) > n_words else "")
-
-
+_QUESTION_HEAD = re.compile(r"^[ \t]*question[ \t]*:[ \t]*$", re.I | re.M)
 _QUESTION_BLOCK = re.compile(
     r"^\s*question\s*:\s*(.*?)\s*(?=^\s*options\s*:|\Z)", re.I | re.S | re.M
 )
 _OPTIONS_HEAD = re.compile(r"^\s*options\s*:\s*$", re.I | re.M)
 _OPTION_LINE = re.compile(r"^\s*\(?([A-Za-z]|\d{1,2})\s*[:.)]\s+(.+?)\s*$")
-_URL_LINE = re.compile(r"^\s*URL\s*:\s*(\S+)", re.I)
-_ANY_URL = re.compile(r"https?://[^\s<>\"')\]]+")
-_CLAIM_LINE = re.compile(r"^\s*[*_]*\s*claim\s*[*_]*\s*:\s*(.*)$", re.I | re.M)
+_HEADING = re.compile(r"^\s*([^\n:]{1,80}):\s*$")
+_LABEL = re.compile(r"^\s*\[([A-Za-z][A-Za-z _-]{1,30})\]\s*(.*)$")
+_BULLET = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+")
+_CLAIM_HEAD = re.compile(r"^\s*[*_]*\s*claim\b[^:\n]{0,30}:\s*(.*)$", re.I | re.M)
+_ANNOTATED = re.compile(r"^\s*(SUPPORTED|REFUTED|NOT ENOUGH INFO|NOT CHECKED)\s*:", re.M)
+_FENCE_CHARS = "<>-=#*~`|"
+_QUOTED = re.compile(r"\"([^\"]+)\"|“([^”]+)”")
 _TOOL_ERROR = re.compile(
     r"^\s*(refused|http|timeout|content|not_found|config|duplicate|error)\s*:", re.I
 )
@@ -166,48 +152,148 @@ def _parse_options(text: str) -> dict[str, str]:
     return options
 
 
-def _annotation(line: str, sentence: str) -> str:
-    """``refuted``/``supported`` when the line says so beyond the sentence's own words."""
-    low_line, low_sentence = line.casefold(), sentence.casefold()
-    for tag in ("refuted", "supported"):
-        pattern = rf"(?<!not )(?<!not_)\b{tag}\b"
-        if len(re.findall(pattern, low_line)) > len(re.findall(pattern, low_sentence)):
-            return tag
-    return ""
 
 
-def _first_url(text: str) -> str:
-    for line in text.splitlines():
-        m = _URL_LINE.match(line)
-        if m:
-            return m.group(1)
-    m2 = _ANY_URL.search(text)
-    return m2.group(0) if m2 else ""
+def _is_fence(line: str) -> bool:
+    """A delimiter line: begins and ends with fence punctuation (``<<BEGIN>>``, ``---``)."""
+    s = line.strip()
+    return len(s) >= 3 and s[0] in _FENCE_CHARS and s[-1] in _FENCE_CHARS
 
 
-# --- reading a conversation --------------------------------------------------------------
+def _datamark(line: str) -> str | None:
+    """The symbol joining a datamarked line's words, or None for ordinary text."""
+    s = line.strip()
+    if " " in s or len(s) < 12:
+        return None
+    runs = Counter(re.findall(r"(?<=\w)[^\w\s]+(?=\w)", s))
+    if not runs:
+        return None
+    symbol, n = runs.most_common(1)[0]
+    return symbol if n >= 2 else None
+
+
 @dataclass
-class _View:
+class Sentence:
+    """One context sentence as delivered: its text (unmarked), position and line label."""
+
+    text: str
+    position: int
+    label: str = ""  # "", "supported", "refuted" or "unverified"
+
+
+@dataclass
+class Prompt:
     """What the examinee takes from a conversation."""
 
-    prompt: str = ""  # system and user text outside evidence sections
+    text: str = ""  # system and user text outside evidence sections
     task: str = ""  # system text and the last user message: where the task is stated
     closing: str = ""  # the last paragraph of the last user message, as sent
-    evidence: list[str] = field(default_factory=list)
+    question: str = ""
+    options: dict[str, str] = field(default_factory=dict)
+    context: list[Sentence] = field(default_factory=list)
+    marked: bool = False
+    statements: list[str] = field(default_factory=list)  # "[n] text" lines of a splitting task
+    claim: str = ""  # the claim a verification task is about
+    evidence: list[Passage] = field(default_factory=list)
     tool_results: list[tuple[str, str, bool]] = field(default_factory=list)  # name, text, error
     tool_rounds: int = 0
+    call_index: int = 0
 
 
-def _read(messages: Sequence[BaseMessage]) -> _View:
-    view = _View()
+def _clean_evidence(text: str) -> str:
+    lines: list[str] = []
+    for line in text.splitlines():
+        if _ANNOTATED.match(line):
+            lines.extend(a or b for a, b in _QUOTED.findall(line))
+        else:
+            lines.append(line)
+    return "\n".join(lines)
+
+
+def _context_block(text: str) -> tuple[list[str], str] | None:
+    """(lines of the context block, the prompt without it) or None when there is none."""
+    heads = list(_QUESTION_HEAD.finditer(text))
+    if not heads:
+        return None
+    before = text[: heads[-1].start()]
+    paragraphs = re.split(r"\n[ \t]*\n", before.rstrip())
+    if not paragraphs:
+        return None
+    lines = paragraphs[-1].strip("\n").splitlines()
+    if len(lines) < 2 or not _HEADING.match(lines[0]):
+        return None
+    body = [ln for ln in lines[1:] if ln.strip()]
+    if not body or all(_BULLET.match(ln) for ln in body):
+        return None
+    start = before.rstrip().rfind(paragraphs[-1].strip("\n"))
+    rest = before[:start] + text[heads[-1].start() :]
+    return body, rest
+
+
+def _read_context(view: Prompt) -> None:
+    found = _context_block(view.text)
+    if found is None:
+        return
+    body, rest = found
+    fenced = len(body) >= 3 and _is_fence(body[0]) and _is_fence(body[-1])
+    if fenced:
+        body = body[1:-1]
+    marks: list[str | None] = []
+    for line in body:
+        s = line.strip()
+        if s.startswith("(") and s.endswith(")"):
+            continue  # a note about the context, not a sentence of it
+        label = ""
+        m = _LABEL.match(s)
+        if m:
+            label = VERDICT_LABELS.get(m.group(1).strip().casefold(), "unverified")
+            s = m.group(2).strip()
+        mark = _datamark(s)
+        marks.append(mark)
+        if mark:
+            s = " ".join(s.replace(mark, " ").split())
+        if s:
+            view.context.append(Sentence(s, len(view.context), label))
+    symbols = set(marks)
+    if fenced:
+        view.marked = body != [] and found[0][0].strip() in rest
+    elif len(symbols) == 1 and None not in symbols and view.context:
+        symbol = next(iter(symbols))
+        view.marked = symbol is not None and symbol in rest
+
+
+def _read_statements(text: str) -> list[str]:
+    out = []
+    for line in text.splitlines():
+        m = re.match(r"^\s*\[(\d+)\]\s+(.+?)\s*$", line)
+        if m:
+            out.append(m.group(2))
+    return out
+
+
+def _read_claim(text: str) -> str:
+    m = _CLAIM_HEAD.search(text)
+    if not m:
+        return ""
+    if m.group(1).strip():
+        return m.group(1).strip()
+    tail = text[m.end() :].lstrip("\n")
+    return tail.split("\n\n", 1)[0].strip()
+
+
+def read(messages: Sequence[BaseMessage]) -> Prompt:
+    """Read a conversation into a :class:`Prompt` (see the module docstring)."""
+    view = Prompt()
     prompt: list[str] = []
     system: list[str] = []
     last_user = ""
     call_names: dict[str, str] = {}
+    evidence: list[str] = []
     for m in messages:
         text = message_text(m)
         if isinstance(m, AIMessage):
             # the examinee's own earlier turns are neither context nor evidence
+            view.call_index += 1
             if m.tool_calls:
                 view.tool_rounds += 1
                 for call in m.tool_calls:
@@ -218,13 +304,13 @@ def _read(messages: Sequence[BaseMessage]) -> _View:
             failed = m.status == "error" or bool(_TOOL_ERROR.match(text))
             view.tool_results.append((name, text, failed))
             if not failed:
-                view.evidence.append(text)
+                evidence.append(text)
             continue
         if isinstance(m, HumanMessage):
             text, logged = _unwrap_harness_prompt(text)
-            view.evidence.extend(logged)
-        kept, evidence = _split_evidence(text)
-        view.evidence.extend(evidence)
+            evidence.extend(logged)
+        kept, found = _split_evidence(text)
+        evidence.extend(found)
         prompt.append(kept)
         if isinstance(m, SystemMessage):
             system.append(kept)
@@ -233,108 +319,31 @@ def _read(messages: Sequence[BaseMessage]) -> _View:
             # an instruction that follows evidence with no heading of its own would otherwise
             # be read as part of the evidence section
             view.closing = text.rstrip().rsplit("\n\n", 1)[-1]
-    view.prompt = "\n\n".join(prompt)
+    view.text = "\n\n".join(prompt)
     view.task = "\n\n".join([*system, last_user])
+    view.evidence = [passage(_clean_evidence(e)) for e in evidence]
+    block = _QUESTION_BLOCK.search(last_user) or _QUESTION_BLOCK.search(view.text)
+    view.question = block.group(1).strip() if block else ""
+    view.options = _parse_options(last_user) or _parse_options(view.text)
+    _read_context(view)
+    view.statements = _read_statements(last_user)
+    view.claim = _read_claim(last_user)
     return view
 
 
-class _AnswerKey:
-    """Items indexed by normalised question and context sentence."""
-
-    def __init__(self, items: Sequence[Item]) -> None:
-        self.items = list(items)
-        self.by_question: dict[str, list[int]] = {}
-        questions: list[tuple[str, int]] = []
-        sentences: list[tuple[str, int]] = []
-        for i, item in enumerate(self.items):
-            q = _squash(item.question)
-            self.by_question.setdefault(q, []).append(i)
-            # very short questions ("Which is true?") would match inside unrelated text
-            if len(q) >= 16:
-                questions.append((q, i))
-            sentences.extend((s, i) for s in map(_squash, item.contexts.values()) if len(s) >= 16)
-        self.questions = sorted(questions, key=lambda t: -len(t[0]))
-        self.sentences = sentences
-
-    def identify(self, prompt: str) -> Item | None:
-        block = _QUESTION_BLOCK.search(prompt)
-        candidates = list(self.by_question.get(_squash(block.group(1)), [])) if block else []
-        flat = _squash(prompt)
-        if not candidates:
-            longest = 0
-            for q, i in self.questions:
-                if len(q) < longest:
-                    break
-                if q in flat:
-                    longest = len(q)
-                    candidates.append(i)
-        if not candidates:
-            candidates = [i for s, i in self.sentences if s in flat][:1]
-        if not candidates:
-            return None
-        if len(candidates) == 1:
-            return self.items[candidates[0]]
-        shown = {_squash(v) for v in _parse_options(prompt).values()}
-
-        def score(i: int) -> int:
-            return sum(_squash(v) in shown for v in self.items[i].options.values())
-
-        return self.items[max(candidates, key=score)]  # max keeps the first on ties
+def first_words(text: str, n: int = QUERY_WORDS) -> str:
+    return " ".join(text.split()[:n])
 
 
-def _find_context(item: Item, prompt: str) -> dict[str, str]:
-    """Option key -> annotation ("", "supported", "refuted") for each sentence present."""
-    lines = prompt.splitlines()
-    flat_lines = [_squash(line) for line in lines]
-    flat = _squash(prompt)
-    found: dict[str, str] = {}
-    for key, sentence in item.contexts.items():
-        s = _squash(sentence)
-        if not s or s not in flat:
-            continue
-        notes = {
-            _annotation(raw, sentence) for raw, sq in zip(lines, flat_lines, strict=True) if s in sq
-        }
-        found[key] = (
-            "refuted" if "refuted" in notes else "supported" if "supported" in notes else ""
-        )
-    return found
+def snip(text: str, n_words: int) -> str:
+    parts = text.split()
+    return " ".join(parts[:n_words]) + (" …" if len(parts) > n_words else "")
 
 
-def _context_order(item: Item, text: str) -> list[str]:
-    """Keys of the item's sentences present in ``text``, in order of appearance."""
-    flat = _squash(text)
-    at = {k: flat.find(_squash(s)) for k, s in item.contexts.items() if _squash(s)}
-    return sorted((k for k, pos in at.items() if pos >= 0), key=lambda k: at[k])
+def first_url(text: str) -> str:
+    return passage(text).url
 
 
-def _evidence_for_gold(item: Item, evidence: Sequence[str]) -> tuple[str, str] | None:
-    """(quote, url) from the first evidence line carrying the gold text or the true sentence."""
-    truth = _squash(item.contexts.get(item.gold, ""))
-    gold_text = item.options.get(item.gold, "")
-    gold_ok = len(_squash(gold_text)) >= 4 and _squash(gold_text) not in _GENERIC_OPTIONS
-    for chunk in evidence:
-        url = ""
-        for line in chunk.splitlines():
-            m = _URL_LINE.match(line)
-            if m:
-                url = m.group(1)
-                continue
-            if (truth and truth in _squash(line)) or (
-                gold_ok and _contains_phrase(line, gold_text)
-            ):
-                return _snip(line.strip(), 40), url or _first_url(chunk)
-        if truth and truth in _squash(chunk):  # a sentence wrapped over several lines
-            return _snip(item.contexts[item.gold], 40), _first_url(chunk)
-    return None
-
-
-def _display_key(item: Item, key: str, shown: Mapping[str, str]) -> str:
-    """The key under which the prompt shows ``item``'s option ``key`` (options may be relabelled)."""
-    target = _squash(item.options[key])
-    if not shown or _squash(shown.get(key, "")) == target:
-        return key
-    for shown_key, text in shown.items():
-        if _squash(text) == target:
-            return shown_key
-    return key
+def anchor(view: Prompt) -> str:
+    """A stable name for what a conversation is about (its question, claim or task)."""
+    return squash(view.question or view.claim or view.task)[:300]
