@@ -15,6 +15,7 @@ from medmis.agents._capabilities import StructuredOutput
 from ._prompts import MISINFO_TYPES, NOT_APPLICABLE
 
 M = TypeVar("M", bound=BaseModel)
+MAX_OPTIONS = 26  # the release has columns opa..opz
 
 CONTENT_CHOICES: tuple[str, ...] = (*MISINFO_TYPES, NOT_APPLICABLE)
 
@@ -70,12 +71,15 @@ def _injections(keys: Sequence[str]) -> dict[str, Any]:
 
 
 def extract_schema() -> StructuredOutput:
-    # Option keys are not known before extraction: a free map of strings.
+    # Option keys are not known before extraction. A free map (``additionalProperties``) is
+    # refused by the Gemini Developer API, so the keys the reference asks for ("1", "2", ...)
+    # are listed, none required.
+    keys = {str(i): {"type": "string"} for i in range(1, MAX_OPTIONS + 1)}
     return {
         "name": "option_extraction",
         "schema": {
             "type": "object",
-            "properties": {"options": {"type": "object", "additionalProperties": {"type": "string"}}},
+            "properties": {"options": {"type": "object", "properties": keys}},
             "required": ["options"],
         },
     }
