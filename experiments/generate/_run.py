@@ -91,8 +91,8 @@ def build_jobs(cfg: GenerateConfig) -> tuple[list[Job], str]:
         fmt = detect_format(cfg.source) if cfg.source_format == "auto" else cfg.source_format
         if fmt == "release":
             raise CliError(f"{cfg.source} holds released rows: use --from-release")
-        items = read_source(cfg.source, fmt, cfg.subset)
-        jobs = [Job(it, sample_provenance(cfg.seed, it.subset, it.id)) for it in items]
+        sources = read_source(cfg.source, fmt, cfg.subset)
+        jobs = [Job(it, sample_provenance(cfg.seed, it.subset, it.id)) for it in sources]
         mode = f"fresh-{fmt}"
     return (jobs[: cfg.limit] if cfg.limit is not None else jobs), mode
 
