@@ -178,3 +178,65 @@ def test_openai_two_stage_uses_json_schema(tmp_path: Path) -> None:
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["answer"] for r in rows] == ["C", "A"]
     assert all(r["injection_content"] == "Exception Poisoning" for r in rows)
+
+
+# --- recorded cassettes ---------------------------------------------------------------------------
+
+CASSETTES = ROOT / "fixtures" / "cassettes"
+# (cassette, generator, source, extra flags): the google path on MedQA + MedJourney (two-stage
+# and merged), the openai path on MedMCQA
+CASSETTE_RUNS: list[tuple[str, str, Path, list[str]]] = [
+    ("generate_gemini.jsonl", "google/gemini-gen", FIX / "medqa_sample.jsonl", []),
+    ("generate_gemini.jsonl", "google/gemini-gen", FIX / "medjourney", []),
+    ("generate_gemini.jsonl", "google/gemini-gen", FIX / "medqa_sample.jsonl", ["--stages", "one"]),
+    ("generate_openai.jsonl", "openai/gpt-gen", FIX / "medmcqa_sample.jsonl", []),
+]
+
+
+def record_cassettes(folder: Path) -> None:
+    """Re-record the generation cassettes into ``folder`` through the respx-backed fakes."""
+    from medmis.tools._cassette import cache_export
+
+    calls: list[Json] = []
+    for i, (name, spec, source, extra) in enumerate(CASSETTE_RUNS):
+        store = folder / f".rec-{name}"
+        with respx.mock(assert_all_called=False) as mock:
+            mock.post(GEMINI_URL).mock(side_effect=gemini_handler(calls))
+            mock.post(OPENAI_URL).mock(side_effect=openai_handler(calls))
+            assert main(["generate", str(source), "--out", str(folder / f".rec-{i}.jsonl"), "--generator", spec,
+                         "--seed", "7", "--cache", "record", "--cache-dir", str(store), *extra]) == 0
+    for name in {c[0] for c in CASSETTE_RUNS}:
+        cache_export(folder / f".rec-{name}", folder / name)
+
+
+def test_cassettes_replay_with_no_network(tmp_path: Path) -> None:
+    from medmis.tools._cassette import cache_import
+
+    for i, (name, spec, source, extra) in enumerate(CASSETTE_RUNS):
+        store = tmp_path / f"store-{i}"
+        cache_import(store, CASSETTES / name)
+        out = tmp_path / f"out-{i}.jsonl"
+        with respx.mock(assert_all_mocked=True) as mock:
+            code = main(["generate", str(source), "--out", str(out), "--generator", spec, "--seed", "7",
+                         "--cache", "replay", "--cache-dir", str(store), *extra])
+            assert mock.calls.call_count == 0
+        assert code == 0, (
+            f"{name} no longer replays (prompts or schemas changed?): re-record with "
+            "`python tests/test_generate_http.py fixtures/cassettes`")
+        assert main(["data", "validate", str(out)]) == 0
+
+
+if __name__ == "__main__":  # re-record: python tests/test_generate_http.py fixtures/cassettes
+    import os
+    import shutil
+    import sys
+    import tempfile
+
+    os.environ.setdefault("GOOGLE_API_KEY", "test-google-key")
+    os.environ.setdefault("OPENAI_API_KEY", "sk-test")
+    target = Path(sys.argv[1])
+    with tempfile.TemporaryDirectory() as tmp:
+        record_cassettes(Path(tmp))
+        for name in {c[0] for c in CASSETTE_RUNS}:
+            shutil.copy(Path(tmp) / name, target / name)
+            print(f"wrote {target / name}")
