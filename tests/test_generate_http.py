@@ -240,3 +240,30 @@ if __name__ == "__main__":  # re-record: python tests/test_generate_http.py fixt
         for name in {c[0] for c in CASSETTE_RUNS}:
             shutil.copy(Path(tmp) / name, target / name)
             print(f"wrote {target / name}")
+
+
+def test_provider_error_exit_1_then_resume_retries_only_that_item(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    calls: list[Json] = []
+    ok = gemini_handler(calls)
+    failing = {"on": True}
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        if failing["on"] and b"Neisseria" in request.content:
+            return httpx.Response(400, json={"error": {"code": 400, "message": "bad request", "status": "INVALID_ARGUMENT"}})
+        return ok(request)
+
+    out = tmp_path / "qa.jsonl"
+    args = ["generate", str(FIX / "medqa_sample.jsonl"), "--out", str(out), "--generator", "google/gemini-gen"]
+    with respx.mock() as mock:
+        mock.post(GEMINI_URL).mock(side_effect=handle)
+        assert main(args) == 1
+        assert "1 errors" in capsys.readouterr().out
+        assert len(out.read_text().splitlines()) == 3
+        (err,) = [json.loads(line) for line in (tmp_path / "qa.generation.jsonl").read_text().splitlines()
+                  if json.loads(line)["status"] == "error"]
+        assert err["id"] == "medqa-3" and err["reason"]
+        failing["on"] = False
+        before = len(calls)
+        assert main(args) == 0
+        assert len(calls) - before == 2  # filter + generation for the one item left
+    assert [json.loads(line)["id"] for line in out.read_text().splitlines()] == [f"medqa-{i}" for i in range(4)]

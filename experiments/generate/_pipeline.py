@@ -13,7 +13,7 @@ from typing import Any, Literal
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, HumanMessage
 
-from medmis.agents import ModelError, RetryPolicy, message_text, retry_async
+from medmis.agents import RetryPolicy, message_text, retry_async
 from medmis.agents._capabilities import StructuredOutput
 
 from . import _prompts as P
@@ -136,7 +136,8 @@ class Pipeline:
             out.status, out.reason = exc.status, exc.reason
         except ReplyError as exc:
             out.status, out.reason = "malformed", str(exc)
-        except ModelError as exc:
+        except Exception as exc:  # provider and SDK failures, after the retry policy gave up
+            # recorded on the item's outcome and retried on resume, as the harness records them
             out.status, out.reason = "error", f"{type(exc).__name__}: {exc}"[:300]
         return out
 

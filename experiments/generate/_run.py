@@ -73,6 +73,9 @@ def build_jobs(cfg: GenerateConfig) -> tuple[list[Job], str]:
         from medmis.experiments.benchmark import load_dataset
 
         items = load_dataset(cfg.from_release, subset=cfg.subset).items
+        if cfg.stages == "one":
+            raise CliError("--from-release holds each item's content type fixed, which the merged "
+                           "one-call prompt cannot (it picks its own): use --stages two")
         if cfg.stratified:
             items = stratified_sample(items, cfg.stratified, cfg.seed)
         jobs = []
@@ -100,7 +103,7 @@ def build_jobs(cfg: GenerateConfig) -> tuple[list[Job], str]:
 def fingerprint(cfg: GenerateConfig, mode: str) -> dict[str, Any]:
     data = cfg.from_release or cfg.source
     versions = [P.EXTRACT_VERSION]
-    versions.append(P.MERGED_VERSION if cfg.stages == "one" and cfg.from_release is None else P.TWO_STAGE_VERSION)
+    versions.append(P.MERGED_VERSION if cfg.stages == "one" else P.TWO_STAGE_VERSION)
     return {
         "mode": mode,
         "data_sha256": _hash_path(data) if data else None,
@@ -264,10 +267,11 @@ def generate(cfg: GenerateConfig) -> int:
     with _Lock(cfg.side(".lock")):
         previous = _check_resume(cfg, fp)
         outcomes = {(o["subset"], o["id"]): o for o in _read_jsonl(cfg.side(".generation.jsonl"))}
-        done = {k for k, o in outcomes.items() if o["status"] in FINAL_STATUSES}
         rows = {(r["subset"], r["id"]) for r in _read_jsonl(cfg.out)}
-        todo = [j for j in jobs if (j.item.subset, j.item.id) not in done or
-                (outcomes[(j.item.subset, j.item.id)]["written"] and (j.item.subset, j.item.id) not in rows)]
+        # final = generated (and its row is on disk), rejected or malformed; errors are retried
+        done = {k for k, o in outcomes.items()
+                if o["status"] in FINAL_STATUSES and (not o["written"] or k in rows)}
+        todo = [j for j in jobs if (j.item.subset, j.item.id) not in done]
         spent = [float((previous or {}).get("totals", {}).get("usd") or 0.0)]
         pipeline = Pipeline(model, extract_model, stages=cfg.stages)
         try:
