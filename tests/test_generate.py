@@ -26,7 +26,7 @@ from medmis.experiments.generate import (
     sample_provenance,
     stratified_sample,
 )
-from medmis.experiments.generate._prompts import MERGED_PROMPT, merged_prompt
+from medmis.experiments.generate._prompts import MERGED_PROMPT, PROVENANCE_TYPES, merged_prompt
 
 ROOT = Path(__file__).resolve().parents[1]
 FIX = ROOT / "fixtures" / "generate"
@@ -174,7 +174,7 @@ def test_mock_generator_replies_match_every_schema() -> None:
 
 def test_provenance_is_seeded_per_item() -> None:
     draws = {sample_provenance(1, "MEDMISQA", f"q{i}") for i in range(60)}
-    assert draws == set(sample_provenance.__globals__["P"].PROVENANCE_TYPES)
+    assert draws == set(PROVENANCE_TYPES)
     assert sample_provenance(1, "MEDMISQA", "q1") == sample_provenance(1, "MEDMISQA", "q1")
     assert [sample_provenance(1, "S", f"q{i}") for i in range(30)] != [sample_provenance(2, "S", f"q{i}") for i in range(30)]
 
