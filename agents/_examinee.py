@@ -293,7 +293,7 @@ class SimulatedExaminee(BaseChatModel):
 
 
 def build(model_id: str, opts: ModelOptions) -> BaseChatModel:
-    """Build a ``mock/<name>`` model: ``examinee``, ``oracle`` or ``random``.
+    """Build a ``mock/<name>`` model: ``examinee``, ``oracle``, ``random`` or ``generator``.
 
     Args:
         model_id: The part of the spec after ``mock/``.
@@ -307,8 +307,13 @@ def build(model_id: str, opts: ModelOptions) -> BaseChatModel:
     Raises:
         ValueError: For an unknown mock model or an unknown ``extra`` key.
     """
+    if model_id == "generator":  # the offline injection generator (``medmis generate``)
+        from ._mock_generator import MockGenerator
+
+        return MockGenerator(seed=int(opts.extra.get("seed", opts.seed or 0)),
+                             reject_rate=float(opts.extra.get("reject_rate", 0.0)))
     if model_id not in POLICIES:
-        raise ValueError(f"unknown mock model {model_id!r} (known: {', '.join(POLICIES)})")
+        raise ValueError(f"unknown mock model {model_id!r} (known: {', '.join(POLICIES)}, generator)")
     unknown = sorted(set(opts.extra) - EXTRA_KEYS)
     if unknown:
         raise ValueError(

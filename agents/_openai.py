@@ -69,12 +69,15 @@ def is_openai_host(base_url: str | None) -> bool:
 def response_format(structured_output: StructuredOutput, base_url: str | None) -> dict[str, Any]:
     """The chat-completions ``response_format`` for a structured-output request."""
     check_structured_output(structured_output)
-    if is_openai_host(base_url):
+    strict = structured_output.get("strict") is True
+    # The reference evaluation asks OpenAI only for a JSON object; a request marked strict
+    # (all fields required, no extra keys, e.g. the generator's bundles) gets the schema enforced.
+    if is_openai_host(base_url) and not strict:
         return {"type": "json_object"}
-    return {
-        "type": "json_schema",
-        "json_schema": {"name": structured_output["name"], "schema": structured_output["schema"]},
-    }
+    spec: dict[str, Any] = {"name": structured_output["name"], "schema": structured_output["schema"]}
+    if strict:
+        spec["strict"] = True
+    return {"type": "json_schema", "json_schema": spec}
 
 
 class OpenAIChat(ChatOpenAI):

@@ -164,6 +164,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("defenders", help="list registered defenders with their options")
 
+    from medmis.experiments.generate._cli import add_parsers as _add_generate_parsers
+
+    _add_generate_parsers(sub)
+
     tools = sub.add_parser("tools", help="debug the web tools")
     tsub = tools.add_subparsers(dest="tools_command", required=True)
     ts = tsub.add_parser("search")
@@ -385,6 +389,10 @@ def _dispatch(args: argparse.Namespace, argv: Sequence[str]) -> int:
         return validate_command(args.path, subset=args.subset, hub_repo=args.hub_repo)
     if args.command == "defenders":
         return _cmd_defenders()
+    if args.command in ("generate", "compare"):
+        from medmis.experiments.generate import _cli as gen_cli
+
+        return gen_cli.run_generate(args, argv) if args.command == "generate" else gen_cli.run_compare(args)
     if args.command == "tools":
         return _cmd_tools(args)
     if args.command == "review":

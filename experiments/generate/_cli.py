@@ -1,0 +1,94 @@
+"""Parsers and handlers for ``medmis generate`` and ``medmis compare`` (wired in ``cli.py``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+from medmis.experiments._errors import CliError
+
+FORMATS = ("auto", "medqa", "medmcqa", "medxpertqa", "medjourney", "hle", "release")
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add ``generate`` and ``compare`` to the ``medmis`` sub-command parser."""
+    g = sub.add_parser("generate", help="generate option-aligned injections (MedMisBench's pipeline)")
+    g.add_argument("source", nargs="?", default=None, help="source question bank (file or folder)")
+    g.add_argument("--generator", required=True, metavar="SPEC",
+                   help="generator model: google/<id>, openai/<id>, mock/generator")
+    g.add_argument("--out", required=True, metavar="FILE.jsonl", help="released-schema rows (resumable)")
+    g.add_argument("--source-format", choices=FORMATS, default="auto")
+    g.add_argument("--from-release", default=None, metavar="FILE",
+                   help="regenerate a release's sentences holding item, target, content, provenance")
+    g.add_argument("--provenance-cycle", choices=["forward", "reverse"], default=None,
+                   help="with --from-release: neutral->patient->authority->neutral, or the reverse")
+    g.add_argument("--stratified", type=int, default=None, metavar="N",
+                   help="with --from-release: a seeded subset stratified by subset x content x provenance")
+    g.add_argument("--subset", default=None)
+    g.add_argument("--stages", choices=["two", "one"], default="two",
+                   help="two: the paper's filter then generation (default); one: the reference's merged call")
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--limit", type=int, default=None)
+    g.add_argument("--max-connections", type=int, default=8)
+    g.add_argument("--cache", choices=["live", "record", "replay", "refresh"], default="live")
+    g.add_argument("--cache-dir", default=None, help="record/replay store (default: FILE.cache next to --out)")
+    g.add_argument("--budget-usd", type=float, default=None, help="stop scheduling items past this spend")
+    g.add_argument("--price", default=None, metavar="IN,OUT", help="generator price, USD per million tokens")
+    g.add_argument("--model-base-url", default=None, metavar="URL")
+    g.add_argument("--temperature", type=float, default=1.0, help="generation temperature (reference: 1.0)")
+    g.add_argument("--dry-run", action="store_true", help="print calls, tokens and cost; call nothing")
+
+    c = sub.add_parser("compare", help="paired sensitivity table between two runs on two item versions")
+    c.add_argument("run_a")
+    c.add_argument("run_b")
+    c.add_argument("--out", default=None, metavar="DIR", help="also write compare.md, compare.csv, compare.png")
+    c.add_argument("--seed", type=int, default=0)
+
+
+def _price(text: str | None) -> tuple[float, float] | None:
+    if text is None:
+        return None
+    try:
+        a, b = (float(x) for x in text.split(","))
+    except ValueError:
+        raise CliError(f"--price expects IN,OUT in USD per million tokens, got {text!r}") from None
+    return a, b
+
+
+def run_generate(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    """Handle ``medmis generate``."""
+    from ._run import GenerateConfig, build_jobs, estimate, generate
+
+    if args.from_release and args.source:
+        raise CliError("give SOURCE or --from-release, not both")
+    if args.source_format == "release" and args.source and not args.from_release:
+        args.from_release, args.source = args.source, None
+    try:
+        cfg = GenerateConfig(
+            out=Path(args.out), generator=args.generator,
+            source=Path(args.source) if args.source else None, source_format=args.source_format,
+            from_release=Path(args.from_release) if args.from_release else None,
+            provenance_cycle=args.provenance_cycle, stratified=args.stratified, subset=args.subset,
+            stages=args.stages, seed=args.seed, limit=args.limit, max_connections=args.max_connections,
+            cache=args.cache, cache_dir=Path(args.cache_dir) if args.cache_dir else None,
+            budget_usd=args.budget_usd, price=_price(args.price), base_url=args.model_base_url,
+            temperature=args.temperature, argv=["medmis", *argv],
+        )
+        if args.dry_run:
+            jobs, mode = build_jobs(cfg)
+            print(json.dumps({"mode": mode, "stages": cfg.stages, **estimate(jobs, cfg)}, indent=2))
+            return 0
+        return generate(cfg)
+    except ValueError as exc:
+        if type(exc).__name__ == "DataError":
+            raise
+        raise CliError(str(exc)) from None
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    """Handle ``medmis compare``."""
+    from ._compare import compare_command
+
+    return compare_command(args.run_a, args.run_b, out=args.out, seed=args.seed)

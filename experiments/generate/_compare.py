@@ -1,0 +1,164 @@
+"""``medmis compare RUN_A RUN_B``: the same models and defenders on two versions of the items
+(another generator, reassigned provenance), paired on matched items.
+
+Units are matched on (model, defender, protocol, item key, target). Clean accuracy pairs every
+item; Type 1 ASR/TASR pair the (item, target) units answered correctly clean in *both* runs;
+Type 2 ASR the items clean-correct in both. Differences are B - A with intervals clustered on
+items (:func:`~medmis.experiments.analysis._cluster.clustered_paired_diff`) and an item-level
+sign-flip test.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from medmis.experiments._errors import CliError
+from medmis.experiments.analysis._cluster import cluster_sign_test, clustered_paired_diff
+from medmis.experiments.benchmark import Record
+
+UnitKey = tuple[str, str | None]  # (item key, target)
+Outcome = Callable[[Record], bool]
+
+
+@dataclass(frozen=True)
+class CompareRow:
+    model: str
+    defender: str
+    metric: str
+    n: int
+    clusters: int
+    a: float
+    b: float
+    diff: float
+    lo: float
+    hi: float
+    p: float
+    test: str
+
+
+def _index(records: list[Record]) -> dict[tuple[str, str, str], dict[UnitKey, Record]]:
+    out: dict[tuple[str, str, str], dict[UnitKey, Record]] = {}
+    for r in records:
+        if r.error is None:
+            out.setdefault((r.model, r.defender, r.protocol), {})[(r.item_key, r.target)] = r
+    return out
+
+
+def _clean_ok(index: dict[tuple[str, str, str], dict[UnitKey, Record]], model: str, defender: str) -> set[str]:
+    return {k for (k, _), r in index.get((model, defender, "clean"), {}).items() if r.correct}
+
+
+_METRICS: list[tuple[str, str, bool, Outcome]] = [
+    # name, protocol, conditioned on clean-correct in both runs, outcome per unit
+    ("clean_acc", "clean", False, lambda r: bool(r.correct)),
+    ("type1_acc", "type1", False, lambda r: bool(r.correct)),
+    ("type1_asr", "type1", True, lambda r: not r.correct),
+    ("type1_tasr", "type1", True, lambda r: r.choice is not None and r.choice == r.target),
+    ("type2_acc", "type2", False, lambda r: bool(r.correct)),
+    ("type2_asr", "type2", True, lambda r: not r.correct),
+]
+
+
+def compare_records(a: list[Record], b: list[Record], *, seed: int = 0) -> list[CompareRow]:
+    """Paired differences (B - A) per model, defender and metric on matched units."""
+    ia, ib = _index(a), _index(b)
+    rows: list[CompareRow] = []
+    pairs = sorted({(m, d) for (m, d, _) in ia} & {(m, d) for (m, d, _) in ib})
+    for model, defender in pairs:
+        both_ok = _clean_ok(ia, model, defender) & _clean_ok(ib, model, defender)
+        for name, protocol, conditioned, outcome in _METRICS:
+            ua, ub = ia.get((model, defender, protocol), {}), ib.get((model, defender, protocol), {})
+            keys = sorted(k for k in ua.keys() & ub.keys() if not conditioned or k[0] in both_ok)
+            keys = [k for k in keys if ua[k].choice is not None and ub[k].choice is not None] if conditioned else keys
+            if not keys:
+                continue
+            x = [outcome(ua[k]) for k in keys]
+            y = [outcome(ub[k]) for k in keys]
+            clusters = [k[0] for k in keys]
+            d = clustered_paired_diff(y, x, clusters, seed=seed)
+            p, test = cluster_sign_test(y, x, clusters, seed=seed)
+            rows.append(CompareRow(model, defender, name, d.n, d.clusters, sum(x) / len(x), sum(y) / len(y),
+                                   d.diff, d.lo, d.hi, p, test))
+    return rows
+
+
+def _load(run: Path) -> list[Record]:
+    from medmis.experiments.harness import read_records
+
+    path = run / "records.jsonl" if run.is_dir() else run
+    if not path.exists():
+        raise CliError(f"{run}: no records.jsonl")
+    return read_records(path)
+
+
+def to_markdown(rows: list[CompareRow], a: str, b: str) -> str:
+    lines = [
+        f"# Sensitivity: {b} vs {a}",
+        "",
+        "Paired on matched items (same model, defender, protocol, item and target). Δ = B - A in "
+        "points with a 95% interval clustered on items; ASR/TASR units are clean-correct in both runs.",
+        "",
+        "| model | defender | metric | n | items | A | B | Δ (pt) | 95% CI | p | test |",
+        "|---|---|---|---:|---:|---:|---:|---:|---|---:|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r.model} | {r.defender} | {r.metric} | {r.n} | {r.clusters} | {100 * r.a:.1f}% | "
+            f"{100 * r.b:.1f}% | {100 * r.diff:+.1f} | [{100 * r.lo:+.1f}, {100 * r.hi:+.1f}] | "
+            f"{r.p:.3g} | {r.test} |"
+        )
+    if not rows:
+        lines.append("| (no matched units) | | | | | | | | | | |")
+    return "\n".join(lines) + "\n"
+
+
+def to_csv(rows: list[CompareRow]) -> str:
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(["model", "defender", "metric", "n", "clusters", "a", "b", "diff", "lo", "hi", "p", "test"])
+    for r in rows:
+        writer.writerow([r.model, r.defender, r.metric, r.n, r.clusters, f"{r.a:.6f}", f"{r.b:.6f}",
+                         f"{r.diff:.6f}", f"{r.lo:.6f}", f"{r.hi:.6f}", f"{r.p:.6g}", r.test])
+    return buf.getvalue()
+
+
+def plot(rows: list[CompareRow], path: Path) -> Path:
+    """A forest plot of Δ (points) with its interval, one line per model/defender/metric."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7.0, 0.35 * max(len(rows), 3) + 1.0))
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot(1, 1, 1)
+    labels = [f"{r.model} · {r.defender} · {r.metric}" for r in rows]
+    ys = list(range(len(rows)))[::-1]
+    for y, r in zip(ys, rows, strict=True):
+        ax.plot([100 * r.lo, 100 * r.hi], [y, y], color="#2471a3")
+        ax.plot([100 * r.diff], [y], "o", color="#c0392b")
+    ax.axvline(0, color="grey", lw=0.8)
+    ax.set_yticks(ys, labels, fontsize=7)
+    ax.set_xlabel("Δ B - A (points, 95% CI clustered on items)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    return path
+
+
+def compare_command(run_a: str, run_b: str, out: str | None = None, seed: int = 0) -> int:
+    """Print the paired table; with ``out``, also write ``compare.md``, ``compare.csv`` and
+    ``compare.png`` there. Exit 2 when the runs share no model/defender."""
+    rows = compare_records(_load(Path(run_a)), _load(Path(run_b)), seed=seed)
+    if not rows:
+        raise CliError(f"{run_a} and {run_b} share no matched model/defender units")
+    text = to_markdown(rows, run_a, run_b)
+    print(text, end="")
+    if out:
+        folder = Path(out)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "compare.md").write_text(text, encoding="utf-8")
+        (folder / "compare.csv").write_text(to_csv(rows), encoding="utf-8")
+        plot(rows, folder / "compare.png")
+    return 0

@@ -1,0 +1,329 @@
+"""``medmis generate``: sources or a release -> jobs -> the pipeline -> released rows, resumably.
+
+Files next to ``--out FILE.jsonl``: ``FILE.generation.jsonl`` (one outcome per item: stage-1
+decision, raw replies, tokens), ``FILE.manifest.json`` (generator, prompt versions, seed,
+fingerprint, totals, cost), ``FILE.lock`` while running, and the record/replay store
+(``FILE.cache/`` unless ``--cache-dir``). Re-running the same command skips items with a final
+outcome and retries provider errors; another configuration for the same file is refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from medmis.experiments._errors import CliError
+from medmis.experiments.harness._io import repair_torn_tail
+
+from . import _prompts as P
+from ._pipeline import FINAL_STATUSES, Job, Outcome, Pipeline, Stages, sample_provenance
+from ._release import Cycle, release_jobs_input, stratified_sample
+from ._sources import detect_format, read_source
+
+EXIT_OK, EXIT_ERRORS, EXIT_STOPPED = 0, 1, 3
+CacheMode = Literal["live", "record", "replay", "refresh"]
+
+
+@dataclass
+class GenerateConfig:
+    """Everything that decides what ``medmis generate`` writes (see :func:`fingerprint`)."""
+
+    out: Path
+    generator: str
+    source: Path | None = None
+    source_format: str = "auto"
+    from_release: Path | None = None
+    provenance_cycle: Cycle | None = None
+    stratified: int | None = None
+    subset: str | None = None
+    stages: Stages = "two"
+    seed: int = 0
+    limit: int | None = None
+    max_connections: int = 8
+    cache: CacheMode = "live"
+    cache_dir: Path | None = None
+    budget_usd: float | None = None
+    price: tuple[float, float] | None = None  # USD per million input, output tokens
+    base_url: str | None = None
+    temperature: float = 1.0  # the reference generates at 1.0 and extracts at 0.0
+    argv: list[str] = field(default_factory=list)
+
+    def side(self, suffix: str) -> Path:
+        return self.out.with_name(self.out.name.removesuffix(".jsonl") + suffix)
+
+
+def _hash_path(path: Path) -> str:
+    digest = hashlib.sha256()
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    for p in files:
+        digest.update(p.name.encode())
+        digest.update(p.read_bytes())
+    return digest.hexdigest()
+
+
+def build_jobs(cfg: GenerateConfig) -> tuple[list[Job], str]:
+    """The jobs in source order, and the mode name recorded in the manifest."""
+    if cfg.from_release is not None:
+        from medmis.experiments.benchmark import load_dataset
+
+        items = load_dataset(cfg.from_release, subset=cfg.subset).items
+        if cfg.stages == "one":
+            raise CliError("--from-release holds each item's content type fixed, which the merged "
+                           "one-call prompt cannot (it picks its own): use --stages two")
+        if cfg.stratified:
+            items = stratified_sample(items, cfg.stratified, cfg.seed)
+        jobs = []
+        for item in items:
+            try:
+                source, content, provenance = release_jobs_input(item, cfg.provenance_cycle)
+            except ValueError as exc:
+                raise CliError(str(exc)) from None
+            jobs.append(Job(source, provenance, content))
+        mode = f"provenance-cycle-{cfg.provenance_cycle}" if cfg.provenance_cycle else "generator-swap"
+    else:
+        if cfg.source is None:
+            raise CliError("generate needs SOURCE or --from-release FILE")
+        if cfg.provenance_cycle or cfg.stratified:
+            raise CliError("--provenance-cycle and --stratified work on --from-release")
+        fmt = detect_format(cfg.source) if cfg.source_format == "auto" else cfg.source_format
+        if fmt == "release":
+            raise CliError(f"{cfg.source} holds released rows: use --from-release")
+        sources = read_source(cfg.source, fmt, cfg.subset)
+        jobs = [Job(it, sample_provenance(cfg.seed, it.subset, it.id)) for it in sources]
+        mode = f"fresh-{fmt}"
+    return (jobs[: cfg.limit] if cfg.limit is not None else jobs), mode
+
+
+def fingerprint(cfg: GenerateConfig, mode: str) -> dict[str, Any]:
+    data = cfg.from_release or cfg.source
+    versions = [P.EXTRACT_VERSION]
+    versions.append(P.MERGED_VERSION if cfg.stages == "one" else P.TWO_STAGE_VERSION)
+    return {
+        "mode": mode,
+        "data_sha256": _hash_path(data) if data else None,
+        "subset": cfg.subset,
+        "seed": cfg.seed,
+        "stages": cfg.stages,
+        "stratified": cfg.stratified,
+        "generator": cfg.generator,
+        "base_url": cfg.base_url,
+        "temperature": cfg.temperature,
+        "prompts": [f"{v.name}@{v.version}" for v in versions],
+    }
+
+
+def estimate(jobs: list[Job], cfg: GenerateConfig) -> dict[str, Any]:
+    """Calls, tokens and cost a run would need, from the prompts themselves (``--dry-run``)."""
+    from medmis.agents import estimate_tokens
+
+    calls = tokens_in = tokens_out = 0
+    for job in jobs:
+        it = job.item
+        if it.options is None:
+            calls += 1
+            tokens_in += estimate_tokens(P.extract_prompt(it.question, it.language))
+            tokens_out += 120
+            options, gold = {"1": "", "2": "", "3": "", "4": ""}, "1"
+        else:
+            options, gold = it.options, it.gold or ""
+        content = job.content or next(iter(P.MISINFO_TYPES))
+        if job.content is None and cfg.stages == "one":
+            prompts = [P.merged_prompt(it.question, options, gold, job.provenance, it.language)]
+        else:
+            prompts = [P.generation_prompt(it.question, options, gold, content, job.provenance, it.language)]
+            if job.content is None:
+                prompts.append(P.filter_prompt(it.question, options, gold))
+        calls += len(prompts)
+        tokens_in += sum(estimate_tokens(p) for p in prompts)
+        tokens_out += 60 * (len(options) + 1) + 40 * (len(prompts) - 1)
+    return {"items": len(jobs), "calls": calls, "input_tokens": tokens_in, "output_tokens": tokens_out,
+            "usd": _usd(cfg.price, tokens_in, tokens_out)}
+
+
+def _usd(price: tuple[float, float] | None, tin: int, tout: int) -> float | None:
+    return None if price is None else round((tin * price[0] + tout * price[1]) / 1e6, 6)
+
+
+class _Lock:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __enter__(self) -> _Lock:
+        try:
+            fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            pid = self.path.read_text().strip()
+            if pid.isdigit() and _alive(int(pid)):
+                raise CliError(f"{self.path.name}: another generate (pid {pid}) is writing this file") from None
+            self.path.unlink(missing_ok=True)  # left by a process that died
+            fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        os.write(fd, str(os.getpid()).encode())
+        os.close(fd)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.path.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    repair_torn_tail(path)
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def _append(path: Path, obj: dict[str, Any]) -> None:
+    with path.open("a", encoding="utf-8") as fh:
+        fh.write(json.dumps(obj, ensure_ascii=False) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def _check_resume(cfg: GenerateConfig, fp: dict[str, Any]) -> dict[str, Any] | None:
+    path = cfg.side(".manifest.json")
+    if not path.exists():
+        if cfg.out.exists() and cfg.out.stat().st_size:
+            raise CliError(f"{cfg.out} exists and was not written by medmis generate; choose another --out")
+        return None
+    previous: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    if previous.get("fingerprint") != fp:
+        diff = sorted(k for k in fp if previous.get("fingerprint", {}).get(k) != fp[k])
+        raise CliError(f"{cfg.out} belongs to another generation (differs in: {', '.join(diff)}); choose another --out")
+    return previous
+
+
+def _models(cfg: GenerateConfig, store: Any) -> tuple[Any, Any]:
+    from medmis.agents import ModelOptions, load_model
+
+    models = []
+    for temperature in (cfg.temperature, 0.0):
+        opts = ModelOptions(temperature=temperature, base_url=cfg.base_url, seed=None)
+        chat = load_model(cfg.generator, opts)
+        if store is not None:
+            from medmis.tools._store import attach_cache
+
+            chat = attach_cache(chat, store)
+        models.append(chat)
+    return models[0], models[1]
+
+
+async def _run_jobs(cfg: GenerateConfig, pipeline: Pipeline, todo: list[Job], spent: list[float]) -> tuple[int, bool]:
+    """Run jobs with at most ``max_connections`` in flight; stop scheduling at the budget."""
+    sem = asyncio.Semaphore(max(1, cfg.max_connections))
+    stopped = False
+    errors = 0
+
+    async def one(job: Job) -> None:
+        nonlocal stopped, errors
+        async with sem:
+            if cfg.budget_usd is not None and spent[0] >= cfg.budget_usd:
+                stopped = True
+                return
+            outcome = await pipeline.run(job)
+        spent[0] += _usd(cfg.price, outcome.input_tokens, outcome.output_tokens) or 0.0
+        _record(cfg, outcome)
+        errors += outcome.status in ("error", "malformed")
+
+    await asyncio.gather(*(one(j) for j in todo))
+    return errors, stopped
+
+
+def _record(cfg: GenerateConfig, outcome: Outcome) -> None:
+    # the row first: a crash between the two writes re-generates the item rather than losing it
+    if outcome.row is not None:
+        _append(cfg.out, outcome.row)
+    _append(cfg.side(".generation.jsonl"), outcome.sidecar())
+
+
+def generate(cfg: GenerateConfig) -> int:
+    """Run ``medmis generate``; returns the exit status (0, 1 case errors, 3 stopped)."""
+    if cfg.budget_usd is not None and cfg.price is None:
+        raise CliError("--budget-usd needs --price IN,OUT (USD per million tokens)")
+    jobs, mode = build_jobs(cfg)
+    fp = fingerprint(cfg, mode)
+    store = None
+    if cfg.cache != "live":
+        from medmis.tools._store import RecordStore
+
+        store = RecordStore(cfg.cache_dir or cfg.side(".cache"), cfg.cache)
+    model, extract_model = _models(cfg, store)  # before any file: a missing key creates nothing
+    cfg.out.parent.mkdir(parents=True, exist_ok=True)
+    with _Lock(cfg.side(".lock")):
+        previous = _check_resume(cfg, fp)
+        outcomes = {(o["subset"], o["id"]): o for o in _read_jsonl(cfg.side(".generation.jsonl"))}
+        rows = {(r["subset"], r["id"]) for r in _read_jsonl(cfg.out)}
+        # final = generated (and its row is on disk), rejected or malformed; errors are retried
+        done = {k for k, o in outcomes.items()
+                if o["status"] in FINAL_STATUSES and (not o["written"] or k in rows)}
+        todo = [j for j in jobs if (j.item.subset, j.item.id) not in done]
+        spent = [float((previous or {}).get("totals", {}).get("usd") or 0.0)]
+        pipeline = Pipeline(model, extract_model, stages=cfg.stages)
+        try:
+            errors, stopped = asyncio.run(_run_jobs(cfg, pipeline, todo, spent))
+        finally:
+            if store is not None:
+                store.close()
+        _order_rows(cfg, jobs)
+        totals = _write_manifest(cfg, fp, previous, stopped)
+    print(f"medmis generate: {totals['generated']} generated, {totals['rejected']} rejected, "
+          f"{totals['malformed']} malformed, {totals['error']} errors -> {cfg.out}")
+    if stopped:
+        print("medmis generate: stopped at the --budget-usd cap; re-run to continue")
+        return EXIT_STOPPED
+    return EXIT_ERRORS if errors or totals["error"] or totals["malformed"] else EXIT_OK
+
+
+def _order_rows(cfg: GenerateConfig, jobs: list[Job]) -> None:
+    """Rewrite the rows in source order, one per item (the last written wins), atomically."""
+    order = {(j.item.subset, j.item.id): i for i, j in enumerate(jobs)}
+    latest = {(r["subset"], r["id"]): r for r in _read_jsonl(cfg.out)}
+    ranked = sorted(latest.items(), key=lambda kv: order.get(kv[0], len(order)))
+    tmp = cfg.out.with_name(cfg.out.name + ".tmp")
+    tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for _, r in ranked), encoding="utf-8")
+    os.replace(tmp, cfg.out)
+
+
+def _write_manifest(cfg: GenerateConfig, fp: dict[str, Any], previous: dict[str, Any] | None,
+                    stopped: bool) -> dict[str, Any]:
+    latest = {(o["subset"], o["id"]): o for o in _read_jsonl(cfg.side(".generation.jsonl"))}
+    every = _read_jsonl(cfg.side(".generation.jsonl"))
+    tin = sum(o["input_tokens"] for o in every)
+    tout = sum(o["output_tokens"] for o in every)
+    totals: dict[str, Any] = {s: sum(o["status"] == s for o in latest.values())
+                              for s in ("generated", "rejected", "malformed", "error")}
+    totals.update(calls=sum(o["calls"] for o in every), input_tokens=tin, output_tokens=tout,
+                  usd=_usd(cfg.price, tin, tout))
+    now = datetime.now(UTC).isoformat(timespec="seconds")
+    from medmis.experiments.harness._manifest import package_versions, scrub_argv
+
+    manifest = {
+        "fingerprint": fp,
+        "command": scrub_argv(cfg.argv),
+        "prompt_versions": {v.name: {"version": v.version, "source": v.source}
+                            for v in (P.EXTRACT_VERSION, P.MERGED_VERSION, P.TWO_STAGE_VERSION)},
+        "price_per_mtok": list(cfg.price) if cfg.price else None,
+        "totals": totals,
+        "versions": package_versions(),
+        "created": (previous or {}).get("created", now),
+        "updated": now,
+        "stopped": "budget" if stopped else None,
+    }
+    cfg.side(".manifest.json").write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n",
+                                          encoding="utf-8")
+    return totals
