@@ -197,7 +197,7 @@ def test_answers_in_the_format_the_prompt_asks_for() -> None:
     assert set(paper) == {"thinking_process", "answer_letter"} and paper["answer_letter"] in it.options
     toolkit = message_text(model.invoke(render_prompt(case(it, "clean", "toolkit"))))
     assert toolkit.splitlines()[-1].startswith("Final answer: ")
-    harness = message_text(model.invoke([HumanMessage(question_prompt(case(it, "type1")))]))
+    harness = message_text(model.invoke([HumanMessage(question_prompt(case(it, "type1").view()))]))
     assert harness.splitlines()[-1].startswith("The answer is [")
     assert extract_answer(harness, it.options).choice in it.options
 

@@ -7,12 +7,45 @@ call, seeded provenance sampling, rows in the released schema, and the sensitivi
 (generator swap, cyclic provenance reassignment, stratified subset, paired comparison).
 """
 
-from ._compare import CompareRow, compare_command, compare_records
-from ._pipeline import Job, Outcome, Pipeline, sample_provenance
-from ._prompts import MERGED_VERSION, MISINFO_TYPES, PROVENANCE_TYPES, TWO_STAGE_VERSION
-from ._release import cycle_provenance, release_row, stratified_sample
-from ._run import GenerateConfig, build_jobs, estimate, generate
-from ._sources import SOURCE_FORMATS, SourceItem, detect_format, read_source
+import importlib
+from typing import Any
+
+# Loaded on first use: `medmis --help` builds this package's parsers and must stay light
+# (the comparison pulls in the statistics stack).
+_HOME = {
+    "CompareRow": "_compare",
+    "GenerateConfig": "_run",
+    "Job": "_pipeline",
+    "MERGED_VERSION": "_prompts",
+    "MISINFO_TYPES": "_prompts",
+    "Outcome": "_pipeline",
+    "PROVENANCE_TYPES": "_prompts",
+    "Pipeline": "_pipeline",
+    "SOURCE_FORMATS": "_sources",
+    "SourceItem": "_sources",
+    "TWO_STAGE_VERSION": "_prompts",
+    "build_jobs": "_run",
+    "compare_command": "_compare",
+    "compare_records": "_compare",
+    "cycle_provenance": "_release",
+    "detect_format": "_sources",
+    "estimate": "_run",
+    "generate": "_run",
+    "read_source": "_sources",
+    "release_row": "_release",
+    "sample_provenance": "_pipeline",
+    "stratified_sample": "_release",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _HOME.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "MERGED_VERSION",
