@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from medmis.experiments._argtypes import EXIT_EPILOG, OneLineParser, comma_choices, int_at_least
 from medmis.experiments._errors import CliError
 
 EXIT_CONFIG = 2
@@ -74,23 +75,29 @@ def _parse_flat(pairs: Sequence[str], flag: str) -> dict[str, Any]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="medmis",
         description="MedMis mitigation toolkit: paired clean / Type 1 / Type 2 evaluation of defenders.",
+        epilog=EXIT_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
-    run = sub.add_parser("run", help="run models x defenders x protocols on a dataset (resumable)")
+    run = sub.add_parser("run", help="run models x defenders x protocols on a dataset (resumable)",
+                         epilog=EXIT_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     run.add_argument("--data", required=True, help="JSONL/CSV/Parquet file, folder, hub:SUBSET or hub:all")
-    run.add_argument("--subset", default=None)
-    run.add_argument("--limit", type=int, default=None)
+    run.add_argument("--subset", default=None,
+                     help="keep one subset: MEDMISQA, MEDMISMCQA, MEDMISXPERTQA, MEDMISJOURNEY, "
+                          "MEDMISHLE (or a custom data set's own name)")
+    run.add_argument("--limit", type=int_at_least(1), default=None, help="run the first N items only")
     _add_hub_repo_flag(run)
     run.add_argument("--on-invalid", choices=["fail", "skip"], default="fail",
                      help="invalid data rows: fail (exit 2, default) or skip them and run the rest "
                           "(the list is written to OUT/invalid_rows.txt)")
     run.add_argument("--model", required=True, action="append",
                      help="google/<id>, openai/<id> or mock/<name>; repeat or comma-separate for several")
-    run.add_argument("--model-base-url", default=None)
+    run.add_argument("--model-base-url", default=None,
+                     help="base URL of the provider's API (gateway, proxy or local server)")
     run.add_argument("--temperature", type=float, default=0.0)
     run.add_argument("--max-output-tokens", type=int, default=None)
     run.add_argument("--thinking-level", choices=["minimal", "low", "medium", "high"], default=None)
@@ -101,23 +108,33 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--defender", required=True, help="NAME[,NAME...] (see `medmis defenders`)")
     run.add_argument("--defender-option", action="append", default=[], metavar="NAME.KEY=VALUE",
                      help="set a defender option (value parsed as JSON when possible)")
-    run.add_argument("--protocol", default="clean,type1,type2")
-    run.add_argument("--type1-targets", choices=["sampled", "all"], default="sampled")
+    run.add_argument("--protocol", default="clean,type1,type2", type=comma_choices(("clean", "type1", "type2")),
+                     metavar="{clean,type1,type2}[,...]",
+                     help="delivery protocols, comma-separated (default: clean,type1,type2)")
+    run.add_argument("--type1-targets", choices=["sampled", "all"], default="sampled",
+                     help="type1 wrong options per item: sampled (one, seeded; default) or all")
     run.add_argument("--shuffle-type2", action="store_true", help="seeded shuffle of type2 sentence order")
     run.add_argument("--prompt", choices=["paper", "toolkit"], default="paper",
                      help="prompt preset: paper (the reference evaluation's wording and JSON "
                           "answer; default) or toolkit (board-exam prompt, 'Final answer: X')")
-    run.add_argument("--seed", type=int, default=0)
-    run.add_argument("--out", required=True)
-    run.add_argument("--max-connections", type=int, default=8)
-    run.add_argument("--max-retries", type=int, default=4)
+    run.add_argument("--seed", type=int, default=0, help="seed of target sampling and shuffles (default 0)")
+    run.add_argument("--out", required=True,
+                     help="run folder; one run per folder (re-running the same command resumes it)")
+    run.add_argument("--accept-change", action="append", default=[], metavar="FIELD[,FIELD]",
+                     help="resume into an --out that holds a run with other settings, accepting "
+                          "these differing fields (named by the refusal; recorded in manifest.json)")
+    run.add_argument("--max-connections", type=int_at_least(1), default=8, help="concurrent cases (default 8)")
+    run.add_argument("--max-retries", type=int_at_least(0), default=4,
+                     help="retries of a failed model request (default 4)")
     run.add_argument("--retry-errors", action="store_true", help="re-run only the keys whose record is an error")
     run.add_argument("--no-progress", action="store_true")
     _add_cache_flags(run)
 
     rep = sub.add_parser("report", help="(re)write DIR/metrics.json, metrics.csv, report.md (and plots/HTML)")
     rep.add_argument("dir")
-    rep.add_argument("--baseline", default="none")
+    rep.add_argument("--baseline", default=None, metavar="DEFENDER",
+                     help="defender label the others are compared against (one of the run's "
+                          "defenders; default: none when the run has it)")
     rep.add_argument("--seed", type=int, default=0, help="seed of the paired bootstrap")
 
     abl = sub.add_parser("ablate", help="run an ablation grid from a TOML config")
@@ -125,7 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
     abl.add_argument("--out", default=None)
     abl.add_argument("--dry-run", action="store_true")
     abl.add_argument("--data", default=None, help="override the config's data (file, folder or hub:SUBSET)")
-    abl.add_argument("--limit", type=int, default=None, help="override the config's item limit")
+    abl.add_argument("--limit", type=int_at_least(1), default=None, help="override the config's item limit")
     abl.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
                      help="override a config key (dotted, e.g. model_options.temperature=0.2; "
                           "value read as TOML, else as a string); repeatable")
@@ -144,7 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
     tsub = tools.add_subparsers(dest="tools_command", required=True)
     ts = tsub.add_parser("search")
     ts.add_argument("query")
-    ts.add_argument("--max-results", type=int, default=5)
+    ts.add_argument("--max-results", type=int_at_least(1), default=5)
     _add_cache_flags(ts)
     tv = tsub.add_parser("visit")
     tv.add_argument("url")
@@ -222,6 +239,7 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         blocklist=args.blocklist,
         retry_errors=args.retry_errors,
         progress=not args.no_progress,
+        accept_changes=_checked_changes(args.accept_change),
     )
     from medmis.experiments.benchmark._dataset import DataError
 
@@ -232,12 +250,24 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
             raise
         raise CliError(f"{exc.summary()}; `medmis data validate` lists them all, "
                        "--on-invalid skip runs the valid rows") from None
-    print(f"{result.new_records} new records, {result.records} in total -> {result.out / 'records.jsonl'}")
-    if result.stats.stopped_reason:
-        print(f"stopped early: {result.stats.stopped_reason}")
+    if not result.nothing_to_do:
+        print(f"{result.new_records} new records, {result.records} in total -> {result.out / 'records.jsonl'}")
     if result.report:
         print(f"report: {result.report.get('report.md', result.out / 'report.md')}")
-    return 0
+    if result.outcome.message:
+        _notice(result.outcome.message)
+    return int(result.outcome.code)
+
+
+def _checked_changes(values: Sequence[str]) -> list[str]:
+    from medmis.experiments.harness._fingerprint import ACCEPTABLE_CHANGES
+
+    fields = _split(values)
+    bad = [f for f in fields if f not in ACCEPTABLE_CHANGES]
+    if bad:
+        raise CliError(f"--accept-change: unknown field(s) {', '.join(bad)} "
+                       f"(choose from {', '.join(ACCEPTABLE_CHANGES)})")
+    return fields
 
 
 def _notice(message: str) -> None:
@@ -252,7 +282,10 @@ def _cmd_report(args: argparse.Namespace) -> int:
     run_dir = Path(args.dir)
     if not (run_dir / "records.jsonl").exists():
         raise CliError(f"{run_dir}: no records.jsonl here")
-    paths = write_report(run_dir, baseline=args.baseline, seed=args.seed)
+    from medmis.experiments.harness._checks import check_baseline
+
+    baseline = check_baseline(run_dir / "records.jsonl", args.baseline)
+    paths = write_report(run_dir, baseline=baseline, seed=args.seed)
     for name, path in paths.items():
         print(f"{name}: {path}")
     return 0
@@ -351,10 +384,12 @@ def _dispatch(args: argparse.Namespace, argv: Sequence[str]) -> int:
 def _config_errors() -> tuple[type[BaseException], ...]:
     from medmis.agents._errors import MissingKeyError
     from medmis.defenses._base import DefenderConfigError
+    from medmis.experiments.harness._io import RecordsFileError
     from medmis.experiments.harness._runner import RunSetupError
 
     errors: list[type[BaseException]] = [
         CliError, MissingKeyError, DefenderConfigError, RunSetupError, FileNotFoundError,
+        RecordsFileError,
     ]
     try:
         from medmis.experiments.benchmark._data import DataError
@@ -382,8 +417,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"  {line}", file=sys.stderr)
         return EXIT_CONFIG
     except KeyboardInterrupt:
-        print("medmis: interrupted; re-run the same command to resume", file=sys.stderr)
-        return 130
+        print("medmis: stopped early: interrupted; re-run the same command to resume", file=sys.stderr)
+        return 3
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -41,8 +41,11 @@ from ._config import (
     SearchBackendName,
     VisitBackendName,
 )
+from ._fingerprint import merge_fingerprints, run_fingerprint
 from ._io import read_records, repair_torn_tail
-from ._manifest import is_simulated, mark_stopped, package_versions, scrub_argv, write_manifest
+from ._manifest import is_simulated, mark_outcome, package_versions, scrub_argv, write_manifest
+from ._outcome import Outcome, run_outcome
+from ._prepare import ClaimedFolder, check_out_path, write_invalid_rows
 from ._progress import RunProgress
 
 # Re-exported: callers import the run's types from here as well as from the package.
@@ -86,6 +89,7 @@ class Harness:
         self.notice = notice
         self.out = Path(config.out)
         self._model_factory = model_factory
+        self._raw_models: dict[str, BaseChatModel] = {}
         self._models: dict[str, BaseChatModel] = {}
         self._tools = tools
         self._tools_built = tools is not None
@@ -93,6 +97,7 @@ class Harness:
         self.argv = list(argv if argv is not None else sys.argv)
         self.stop_when = stop_when
         self.stats = RunStats()
+        self.outcome: Outcome | None = None
         self.retry = RetryPolicy(
             max_retries=config.max_retries,
             base_delay=config.retry_base_delay,
@@ -118,13 +123,27 @@ class Harness:
             self._store = RecordStore(self._cache_dir(), self.config.cache)
         return self._store
 
+    def _raw_model(self, spec: str) -> BaseChatModel:
+        if spec not in self._raw_models:
+            if self._model_factory is not None:
+                self._raw_models[spec] = self._model_factory(spec)
+            else:
+                try:
+                    self._raw_models[spec] = load_model(spec, self.config.model_options)
+                except ValueError as exc:  # a malformed spec or an unknown provider
+                    raise RunSetupError(f"--model {spec}: {exc}") from None
+        return self._raw_models[spec]
+
+    def check_models(self) -> None:
+        """Build every model once (no request is sent): a bad spec or a missing key stops the
+        run before the run folder is made."""
+        for spec in self.config.models:
+            self._raw_model(spec)
+
     def model(self, spec: str) -> BaseChatModel:
         """The chat model for a spec, built once, wired to the record/replay store."""
         if spec not in self._models:
-            if self._model_factory is not None:
-                chat = self._model_factory(spec)
-            else:
-                chat = load_model(spec, self.config.model_options)
+            chat = self._raw_model(spec)
             store = self._get_store()
             if store is not None:
                 from medmis.tools._store import attach_cache
@@ -182,8 +201,13 @@ class Harness:
             prompt=self.config.prompt,
         )
         return cases, dataset
-    def write_manifest(self, dataset: Any, n_cases: int) -> None:
-        write_manifest(self.out, self.config, self.defenders, dataset, n_cases, self.argv)
+
+    def write_manifest(self, dataset: Any, n_cases: int, claim: ClaimedFolder | None = None) -> None:
+        fingerprint = dict(claim.fingerprint) if claim else run_fingerprint(self.config, self.defenders, dataset)
+        if claim is not None and claim.recorded is not None:
+            fingerprint = merge_fingerprints(claim.recorded, fingerprint)
+        write_manifest(self.out, self.config, self.defenders, dataset, n_cases, self.argv,
+                       fingerprint=fingerprint, accepted=claim.accepted if claim else None)
 
     def _trace_path(self, model: str, defender: str) -> Path:
         return self.out / "traces" / f"{_safe_name(model)}__{_safe_name(defender)}.jsonl"
@@ -257,33 +281,25 @@ class Harness:
         return record, trace
 
     def _update_stats(self, record: Record, clean: dict[tuple[str, str, str], bool]) -> None:
-        s = self.stats
-        s.done += 1
-        s.input_tokens += record.usage.input_tokens
-        s.output_tokens += record.usage.output_tokens
-        tok = s.by_model_tokens.setdefault(record.model, [0, 0])
-        tok[0] += record.usage.input_tokens
-        tok[1] += record.usage.output_tokens
-        if record.error:
-            s.errors += 1
-            return
-        g = s.graded[record.protocol]
-        g[0] += int(bool(record.correct))
-        g[1] += 1
-        if record.protocol == "clean":
-            clean[(record.model, record.defender, record.item_key)] = bool(record.correct)
-        elif record.protocol == "type1" and clean.get((record.model, record.defender, record.item_key)):
-            s.flips[0] += int(not record.correct)
-            s.flips[1] += 1
+        self.stats.add(record, clean)
 
     async def run(self) -> RunResult:
+        # Every user mistake is found before OUT is made: the path, the model specs and keys,
+        # the data; then the folder is claimed (lock + fingerprint) for the rest of the run.
+        check_out_path(self.out)
+        self.check_models()
+        cases, dataset = self.load_cases()
+        fingerprint = run_fingerprint(self.config, self.defenders, dataset)
+        with ClaimedFolder(self.out, fingerprint, accept_changes=self.config.accept_changes,
+                           notice=self.notice) as claim:
+            return await self._run_claimed(cases, dataset, claim)
+
+    async def _run_claimed(self, cases: list[Case], dataset: Any, claim: ClaimedFolder) -> RunResult:
         cfg = self.config
-        cases, dataset = self.load_cases()  # a data error stops the run before OUT is made
-        self.out.mkdir(parents=True, exist_ok=True)
-        (self.out / "traces").mkdir(exist_ok=True)
-        skipped = self._write_invalid_rows(dataset)
         self.tools()  # fail before any case runs when the tools cannot be built
-        self.write_manifest(dataset, len(cases))
+        (self.out / "traces").mkdir(exist_ok=True)
+        skipped = write_invalid_rows(self.out, dataset, self.notice)
+        self.write_manifest(dataset, len(cases), claim)
         records_path = self.out / "records.jsonl"
         repair_torn_tail(records_path)
         existing = read_records(records_path)
@@ -302,6 +318,8 @@ class Harness:
                     if key not in done:
                         todo[0 if case.protocol == "clean" else 1].append((spec, d, case))
         total = len(todo[0]) + len(todo[1])
+        if total == 0:
+            return await self._nothing_to_do(records_path, len(existing), skipped)
         new = 0
         trace_handles: dict[Path, Any] = {}
         progress = RunProgress(total, enabled=cfg.progress and total > 0)
@@ -313,40 +331,50 @@ class Harness:
                     new += await self._run_phase(phase, rec_fh, trace_handles, clean_state, progress)
                 rec_fh.flush()
                 os.fsync(rec_fh.fileno())
+        except (KeyboardInterrupt, asyncio.CancelledError):
+            # Ctrl-C: what was written stays (resumable); the manifest says why it stopped
+            self.stats.stopped_reason = "interrupted"
+            self._finish(records_path)
+            raise
         finally:
             progress.close()
             for fh in trace_handles.values():
                 fh.close()
             await self.aclose()
-        if self.stats.stopped_reason:
-            self._mark_stopped(self.stats.stopped_reason)
-        result = RunResult(
-            self.out, len(read_records(records_path)), new, self.stats, skipped_rows=skipped
-        )
+        records = self._finish(records_path)
+        result = RunResult(self.out, len(records), new, self.stats, skipped_rows=skipped,
+                           outcome=self.outcome)
         if cfg.write_report:
             from medmis.experiments.reporting._report import write_report
 
             result.report = write_report(self.out)
         return result
 
-    def _write_invalid_rows(self, dataset: Any) -> int:
-        """List the rows left out under ``on_invalid="skip"`` in the run folder."""
-        issues = list(getattr(dataset, "issues", []))
-        path = self.out / INVALID_ROWS_FILE
-        if not issues:
-            path.unlink(missing_ok=True)  # a resumed run over repaired data leaves no stale list
-            return 0
-        path.write_text("".join(f"{i}\n" for i in issues), encoding="utf-8")
-        rows = len({(i.file, i.line) for i in issues})
+    async def _nothing_to_do(self, records_path: Path, n_records: int, skipped: int) -> RunResult:
+        """Every key is recorded already: say so, and rewrite the report only if it is stale."""
+        await self.aclose()
         if self.notice is not None:
-            self.notice(
-                f"skipped {rows} invalid row(s) ({len(issues)} problem(s)); "
-                f"full list in {path}"
-            )
-        return rows
+            self.notice(f"nothing to do: {n_records} records complete in {self.out}")
+        self._finish(records_path)
+        result = RunResult(self.out, n_records, 0, self.stats, skipped_rows=skipped, nothing_to_do=True,
+                           outcome=self.outcome)
+        report_md = self.out / "report.md"
+        stale = not report_md.exists() or (
+            records_path.exists() and report_md.stat().st_mtime < records_path.stat().st_mtime)
+        if self.config.write_report and stale:
+            from medmis.experiments.reporting._report import write_report
 
-    def _mark_stopped(self, reason: str) -> None:
-        mark_stopped(self.out, reason)
+            result.report = write_report(self.out)
+        return result
+
+    def _finish(self, records_path: Path) -> list[Record]:
+        """Decide the outcome (exit status) from the folder's records and note it, and any
+        early stop, in the manifest."""
+        records = read_records(records_path)
+        self.outcome = run_outcome(records, stopped=self.stats.stopped_reason, argv=self.argv)
+        mark_outcome(self.out, self.outcome, stopped=self.stats.stopped_reason,
+                     errors=sum(1 for r in records if r.error))
+        return records
 
     async def _run_phase(
         self,
