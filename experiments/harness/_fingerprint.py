@@ -58,6 +58,8 @@ def run_fingerprint(config: RunConfig, defenders: Sequence[Any], dataset: Any) -
     preset = prompt_preset(config.prompt)
     options = config.model_options.model_dump(mode="json", exclude=set(_TRANSPORT_OPTIONS))
     options["base_url"] = _bare_url(options.get("base_url"))
+    if options.get("seed") == config.seed:
+        del options["seed"]  # the CLI passes --seed on to the model: one field, not two
     return {
         "data_sha256": getattr(dataset, "sha256", None) or None,
         "subset": config.subset,
