@@ -250,7 +250,9 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
             raise
         raise CliError(f"{exc.summary()}; `medmis data validate` lists them all, "
                        "--on-invalid skip runs the valid rows") from None
-    if not result.nothing_to_do:
+    if result.nothing_to_do:
+        print(f"nothing to do: {result.records} records complete in {result.out}")
+    else:
         print(f"{result.new_records} new records, {result.records} in total -> {result.out / 'records.jsonl'}")
     if result.report:
         print(f"report: {result.report.get('report.md', result.out / 'report.md')}")
@@ -292,21 +294,9 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _cmd_defenders() -> int:
-    from medmis.defenses import list_defenders
+    from medmis.experiments._defenders_cmd import run
 
-    for spec in list_defenders():
-        tags = [t for t, on in (("uses web tools", spec.uses_tools), ("control", spec.control)) if on]
-        print(spec.name + (f"  [{', '.join(tags)}]" if tags else ""))
-        if spec.description:
-            print(f"    {spec.description}")
-        for fname, finfo in spec.options.model_fields.items():
-            ann = getattr(finfo.annotation, "__name__", None) or str(finfo.annotation).replace("typing.", "")
-            default = finfo.default
-            shown = repr(default)
-            if len(shown) > 60:
-                shown = shown[:57] + "...'"
-            print(f"    --defender-option {spec.name}.{fname}=<{ann}>  (default {shown})")
-    return 0
+    return run()
 
 
 def _tool_flags(args: argparse.Namespace) -> dict[str, Any]:

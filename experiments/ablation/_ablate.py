@@ -331,7 +331,7 @@ def _finished_outcome(out: Path) -> int:
     from medmis.experiments.harness._outcome import run_outcome
 
     records = read_records(out / "records.jsonl")
-    _notice(f"nothing to do: {len(records)} records complete in {out}")
+    print(f"nothing to do: {len(records)} records complete in {out}")
     outcome = run_outcome(records, stopped=None)
     if outcome.message:
         _notice(outcome.message)

@@ -183,7 +183,7 @@ class Harness:
 
     # -- run ---------------------------------------------------------------------------------
     def load_cases(self) -> tuple[list[Case], Any]:
-        from medmis.experiments.benchmark._data import load_dataset
+        from medmis.experiments.benchmark._data import DataError, load_dataset
 
         dataset = load_dataset(
             self.config.data,
@@ -192,6 +192,9 @@ class Harness:
             mode="skip" if self.config.on_invalid == "skip" else "strict",
             hub_repo=self.config.hub_repo,
         )
+        if not dataset.items:  # skip mode over a source whose every row is invalid
+            raise DataError(f"{self.config.data}: no valid items ({len(dataset.issues)} problem(s))",
+                            dataset.issues)
         cases = build_cases(
             dataset.items,
             self.config.protocols,
@@ -353,8 +356,6 @@ class Harness:
     async def _nothing_to_do(self, records_path: Path, n_records: int, skipped: int) -> RunResult:
         """Every key is recorded already: say so, and rewrite the report only if it is stale."""
         await self.aclose()
-        if self.notice is not None:
-            self.notice(f"nothing to do: {n_records} records complete in {self.out}")
         self._finish(records_path)
         result = RunResult(self.out, n_records, 0, self.stats, skipped_rows=skipped, nothing_to_do=True,
                            outcome=self.outcome)
