@@ -100,8 +100,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="base URL of the provider's API (gateway, proxy or local server)")
     run.add_argument("--temperature", type=float, default=0.0)
     run.add_argument("--max-output-tokens", type=int, default=None)
-    run.add_argument("--thinking-level", choices=["minimal", "low", "medium", "high"], default=None)
-    run.add_argument("--reasoning-effort", choices=["minimal", "low", "medium", "high"], default=None)
+    run.add_argument("--thinking-level", choices=["minimal", "low", "medium", "high"], default=None,
+                     help="Gemini thinking level (google/ models; default: the provider's)")
+    run.add_argument("--reasoning-effort", choices=["minimal", "low", "medium", "high"], default=None,
+                     help="reasoning effort (openai/ reasoning models; default: the provider's)")
     run.add_argument("--model-timeout", type=float, default=120.0, help="seconds per model request")
     run.add_argument("--model-option", action="append", default=[], metavar="KEY=VALUE",
                      help="provider-specific option (e.g. mock/examinee: fault_rate=0.1, latency_s=0.05)")

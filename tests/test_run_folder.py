@@ -165,9 +165,8 @@ def test_a_second_process_on_the_folder_exits_2_in_one_line(tmp_path: Path) -> N
 
 def test_lock_is_exclusive_within_a_process_and_released(tmp_path: Path) -> None:
     tmp_path.mkdir(exist_ok=True)
-    with RunLock(tmp_path):
-        with pytest.raises(Exception, match="in use by another medmis run"):
-            RunLock(tmp_path).acquire()
+    with RunLock(tmp_path), pytest.raises(Exception, match="in use by another medmis run"):
+        RunLock(tmp_path).acquire()
     with RunLock(tmp_path):  # released on exit
         pass
 

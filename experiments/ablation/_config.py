@@ -241,7 +241,9 @@ def _known_keys(loc: Sequence[Any]) -> list[str]:
 
 def _describe(exc: ValidationError, raw: dict[str, Any]) -> str:
     """The first problem in one line; a misspelt key names the key it resembles."""
-    first = exc.errors()[0]
+    errors = exc.errors()
+    # a misspelt key also shows up as the missing key it was meant to be: name the misspelling
+    first = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     where = ".".join(str(p) for p in first["loc"]) or "config"
     if first["type"] == "extra_forbidden":
         known = _known_keys(first["loc"])
