@@ -157,7 +157,7 @@ def test_a_second_process_on_the_folder_exits_2_in_one_line(tmp_path: Path) -> N
         line = one_line(second.stderr)
         assert "in use by another medmis run" in line and f"pid {first.pid}" in line
     finally:
-        stdout, stderr = first.communicate(timeout=120)
+        _, stderr = first.communicate(timeout=120)
     assert first.returncode == 0, stderr
     records = read_records(out / "records.jsonl", dedupe=False)
     assert len(records) == len({r.key for r in records}) == 9
