@@ -200,3 +200,48 @@ def test_tmp_names_are_unique_per_process(tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.setattr(os, "replace", spy)
     _report._write_text(tmp_path / "x.md", "hi")
     assert seen == [f"x.md.{os.getpid()}.tmp"]
+
+
+def test_ctrl_c_exits_3_and_the_manifest_says_interrupted(tmp_path: Path) -> None:
+    import signal
+
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "medmis.experiments.cli",
+           *run_args(out, "--model-option", "latency_s=0.2", "--max-connections", "1")]
+    cmd[cmd.index("--limit") + 1] = "8"
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    path = out / "records.jsonl"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if path.exists() and len(path.read_text().splitlines()) >= 3:
+            break
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 3, stderr
+    assert "stopped early: interrupted" in stderr and "Traceback" not in stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["stopped"] == "interrupted" and manifest["outcome"]["exit_code"] == 3
+    # the same command resumes and finishes; the stop note goes away
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert "stopped" not in manifest and manifest["outcome"]["status"] == "finished"
+
+
+def test_progress_off_a_terminal_is_plain_periodic_lines() -> None:
+    import io
+
+    from medmis.experiments.harness._progress import RunProgress
+
+    stream = io.StringIO()
+    progress = RunProgress(40, enabled=True, stream=stream, interval_s=3600)
+    for i in range(40):
+        progress.advance(f"clean acc {i}%")
+    progress.close()
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 10  # every tenth of the work
+    assert lines[0] == "medmis run: 4/40 cases | clean acc 3%"
+    assert lines[-1].startswith("medmis run: 40/40 cases")
+    assert "\x1b" not in stream.getvalue() and "\r" not in stream.getvalue()
