@@ -22,21 +22,26 @@ EXIT_CONFIG = 2
 __all__ = ["EXIT_CONFIG", "CliError", "build_parser", "main"]
 
 
-def _add_cache_flags(p: argparse.ArgumentParser) -> None:
+def _add_cache_flags(p: argparse.ArgumentParser, *, search: bool = True) -> None:
     p.add_argument("--cache", choices=["live", "record", "replay", "refresh"], default="live",
                    help="record/replay store for model calls and web fetches (default: live)")
     p.add_argument("--cache-dir", default=None, help="store folder (default: OUT/cache, or .medmis-cache for tools)")
-    p.add_argument("--search", choices=["tavily", "serper", "local"], default="local",
-                   help="search backend: tavily (needs TAVILY_API_KEY), serper (the paper's; needs "
-                        "SERPER_API_KEY) or local BM25 corpus (default)")
+    if search:
+        _add_search_flags(p)
     p.add_argument("--visit", choices=["direct", "jina"], default="direct",
                    help="page reader: direct fetch + trafilatura (default) or jina (Jina Reader, the "
                         "paper's; needs JINA_API_KEY)")
-    p.add_argument("--corpus-dir", default=None, help="folder of documents for --search local (default: fixtures/corpus)")
     p.add_argument("--allow-host", action="append", default=[], metavar="HOST[:PORT]",
                    help="let visit_web reach this host even if it resolves to a private address")
     p.add_argument("--blocklist", default=None, metavar="FILE",
                    help="extra contamination patterns (one per line) added to the default blocklist")
+
+
+def _add_search_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--search", choices=["tavily", "serper", "local"], default="local",
+                   help="search backend: tavily (needs TAVILY_API_KEY), serper (the paper's; needs "
+                        "SERPER_API_KEY) or local BM25 corpus (default)")
+    p.add_argument("--corpus-dir", default=None, help="folder of documents for --search local (default: fixtures/corpus)")
 
 
 def _add_hub_repo_flag(p: argparse.ArgumentParser) -> None:
@@ -168,8 +173,8 @@ def build_parser() -> argparse.ArgumentParser:
     tv = tsub.add_parser("visit")
     tv.add_argument("url")
     tv.add_argument("--goal", default=None)
-    tv.add_argument("--max-chars", type=int, default=6000)
-    _add_cache_flags(tv)
+    tv.add_argument("--max-chars", type=int_at_least(1), default=6000)
+    _add_cache_flags(tv, search=False)
 
     cache = sub.add_parser("cache", help="inspect and move the record/replay store")
     csub = cache.add_subparsers(dest="cache_command", required=True)
@@ -303,12 +308,12 @@ def _cmd_defenders() -> int:
 
 def _tool_flags(args: argparse.Namespace) -> dict[str, Any]:
     return {
-        "search": args.search,
+        "search": getattr(args, "search", "local"),  # `tools visit` has no search flags
         "visit": args.visit,
         "cache_mode": args.cache,
         "cache_dir": args.cache_dir or ".medmis-cache",
         "allow_hosts": tuple(args.allow_host),
-        "corpus_dir": args.corpus_dir,
+        "corpus_dir": getattr(args, "corpus_dir", None),
         "blocklist": args.blocklist,
     }
 

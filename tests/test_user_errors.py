@@ -208,3 +208,14 @@ def test_defenders_lists_literal_values_and_descriptions(capsys: pytest.CaptureF
     assert "claim_verify.split=<one of 'model', 'sentences'>  (default 'model')" in out
     assert "claim_verify.max_claims=<int (>= 1, <= 40)>" in out
     assert "Search results per claim." in out
+
+
+def test_tools_visit_has_no_search_flags_and_max_results_is_positive(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    sub = build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    tools = sub["tools"]._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    visit_flags = {f for a in tools["visit"]._actions for f in a.option_strings}
+    assert "--search" not in visit_flags and "--corpus-dir" not in visit_flags
+    code, err = call(["tools", "search", "scurvy", "--max-results", "0"], capsys)
+    assert "--max-results: must be >= 1" in one_line_exit_2(code, err)
