@@ -153,6 +153,8 @@ def build_parser() -> argparse.ArgumentParser:
     abl.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
                      help="override a config key (dotted, e.g. model_options.temperature=0.2; "
                           "value read as TOML, else as a string); repeatable")
+    abl.add_argument("--accept-change", action="append", default=[], metavar="FIELD[,FIELD]",
+                     help="as for `medmis run`: resume into an --out holding a run with other settings")
     abl.add_argument("--no-progress", action="store_true")
 
     data = sub.add_parser("data", help="dataset utilities")
@@ -357,7 +359,7 @@ def _cmd_ablate(args: argparse.Namespace, argv: Sequence[str]) -> int:
         overrides.append(f"limit={args.limit}")
     return ablate_command(args.config, out=args.out, dry_run=args.dry_run,
                           progress=not args.no_progress, argv=["medmis", *argv],
-                          overrides=overrides)
+                          overrides=overrides, accept_changes=_checked_changes(args.accept_change))
 
 
 def _dispatch(args: argparse.Namespace, argv: Sequence[str]) -> int:

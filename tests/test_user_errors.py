@@ -219,3 +219,13 @@ def test_tools_visit_has_no_search_flags_and_max_results_is_positive(
     assert "--search" not in visit_flags and "--corpus-dir" not in visit_flags
     code, err = call(["tools", "search", "scurvy", "--max-results", "0"], capsys)
     assert "--max-results: must be >= 1" in one_line_exit_2(code, err)
+
+
+def test_ablation_seed_change_is_refused_then_accepted(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = write_ablation(tmp_path, MODELS + DEFENDERS)
+    assert main(["ablate", str(config), "--no-progress"]) == 0
+    config.write_text("seed = 4\n" + config.read_text())
+    capsys.readouterr()
+    code, err = call(["ablate", str(config), "--no-progress"], capsys)
+    assert "seed: 0 -> 4" in one_line_exit_2(code, err)
+    assert main(["ablate", str(config), "--no-progress", "--accept-change", "seed,model_options"]) == 0

@@ -166,7 +166,8 @@ def spent_usd(stats: RunStats, prices: dict[str, ModelEntry]) -> float:
     return total
 
 
-def _run_config(config: AblationConfig, out: Path, *, progress: bool, shuffled: bool) -> RunConfig:
+def _run_config(config: AblationConfig, out: Path, *, progress: bool, shuffled: bool,
+                accept_changes: Sequence[str] = ()) -> RunConfig:
     return RunConfig(
         data=config.resolve(config.data),
         subset=config.subset,
@@ -192,6 +193,7 @@ def _run_config(config: AblationConfig, out: Path, *, progress: bool, shuffled: 
         allow_hosts=config.allow_hosts,
         blocklist=config.resolve(config.blocklist) if config.blocklist else None,
         progress=progress,
+        accept_changes=list(accept_changes),
     )
 
 
@@ -226,7 +228,7 @@ def _check_keys(config: AblationConfig) -> str | None:
 
 
 async def run_ablation(config: AblationConfig, *, out: Path, progress: bool = True,
-                       argv: Sequence[str] | None = None) -> dict[str, Any]:
+                       argv: Sequence[str] | None = None, accept_changes: Sequence[str] = ()) -> dict[str, Any]:
     """Run the grid (and the optional shuffled-type2 pass); returns a summary."""
     prices = {m.spec: m for m in config.models}
 
@@ -236,13 +238,14 @@ async def run_ablation(config: AblationConfig, *, out: Path, progress: bool = Tr
         spent = spent_usd(stats, prices)
         return f"budget cap ${config.budget_usd:.2f} reached (${spent:.4f} spent)" if spent >= config.budget_usd else None
 
-    main_cfg = _run_config(config, out, progress=progress, shuffled=False)
+    main_cfg = _run_config(config, out, progress=progress, shuffled=False, accept_changes=accept_changes)
     main = await run_experiment(main_cfg, argv=argv, stop_when=budget_stop, notice=_notice)
     outcomes = [main.outcome]
     summary: dict[str, Any] = {"out": str(out), "records": main.records, "new": main.new_records,
                                "stopped": main.stats.stopped_reason}
     if config.delivery.type2_shuffled and not main.stats.stopped_reason and "type2" in config.protocols:
-        shuf_cfg = _run_config(config, out / "type2_shuffled", progress=progress, shuffled=True)
+        shuf_cfg = _run_config(config, out / "type2_shuffled", progress=progress, shuffled=True,
+                               accept_changes=accept_changes)
         shuf = await run_experiment(shuf_cfg, argv=argv, stop_when=budget_stop, notice=_notice)
         outcomes.append(shuf.outcome)
         summary["type2_shuffled"] = {"out": str(shuf.out), "records": shuf.records, "new": shuf.new_records}
@@ -256,7 +259,8 @@ async def run_ablation(config: AblationConfig, *, out: Path, progress: bool = Tr
 
 
 def ablate_command(path: str, *, out: str | None = None, dry_run: bool = False, progress: bool = True,
-                   argv: Sequence[str] | None = None, overrides: Sequence[str] = ()) -> int:
+                   argv: Sequence[str] | None = None, overrides: Sequence[str] = (),
+                   accept_changes: Sequence[str] = ()) -> int:
     """``medmis ablate``: print the plan (dry run) or run it.
 
     ``overrides`` are ``KEY=VALUE`` pairs applied to the config (``--data``, ``--limit`` and
@@ -296,7 +300,8 @@ def ablate_command(path: str, *, out: str | None = None, dry_run: bool = False, 
         print(f"budget cap: ${config.budget_usd:.2f}")
     if dry_run:
         return 0
-    summary = asyncio.run(run_ablation(config, out=out_dir, progress=progress, argv=argv))
+    summary = asyncio.run(run_ablation(config, out=out_dir, progress=progress, argv=argv,
+                                       accept_changes=accept_changes))
     print(json.dumps(summary, indent=2), file=sys.stdout)
     report_md = summary["report"].get("report.md")
     if report_md:
