@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import NoReturn
 
-__all__ = ["EXIT_EPILOG", "OneLineParser", "comma_choices", "int_at_least"]
+from medmis.experiments._errors import CliError
+
+__all__ = ["EXIT_EPILOG", "OneLineParser", "accept_change_fields", "comma_choices", "int_at_least"]
 
 EXIT_EPILOG = """\
 exit status (every command):
@@ -62,3 +64,20 @@ def comma_choices(choices: tuple[str, ...]) -> Callable[[str], str]:
 
     parse.__name__ = "comma-separated list"
     return parse
+
+
+def accept_change_fields(values: Sequence[str]) -> list[str]:
+    """``--accept-change`` values (repeatable, comma-separated), checked against the
+    fingerprint's field names.
+
+    Raises:
+        CliError: An unknown field name.
+    """
+    from medmis.experiments.harness._fingerprint import ACCEPTABLE_CHANGES
+
+    fields = [v.strip() for value in values for v in value.split(",") if v.strip()]
+    bad = [f for f in fields if f not in ACCEPTABLE_CHANGES]
+    if bad:
+        raise CliError(f"--accept-change: unknown field(s) {', '.join(bad)} "
+                       f"(choose from {', '.join(ACCEPTABLE_CHANGES)})")
+    return fields

@@ -14,7 +14,13 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from medmis.experiments._argtypes import EXIT_EPILOG, OneLineParser, comma_choices, int_at_least
+from medmis.experiments._argtypes import (
+    EXIT_EPILOG,
+    OneLineParser,
+    accept_change_fields,
+    comma_choices,
+    int_at_least,
+)
 from medmis.experiments._errors import CliError
 
 EXIT_CONFIG = 2
@@ -248,7 +254,7 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         blocklist=args.blocklist,
         retry_errors=args.retry_errors,
         progress=not args.no_progress,
-        accept_changes=_checked_changes(args.accept_change),
+        accept_changes=accept_change_fields(args.accept_change),
     )
     from medmis.experiments.benchmark._dataset import DataError
 
@@ -268,17 +274,6 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if result.outcome.message:
         _notice(result.outcome.message)
     return int(result.outcome.code)
-
-
-def _checked_changes(values: Sequence[str]) -> list[str]:
-    from medmis.experiments.harness._fingerprint import ACCEPTABLE_CHANGES
-
-    fields = _split(values)
-    bad = [f for f in fields if f not in ACCEPTABLE_CHANGES]
-    if bad:
-        raise CliError(f"--accept-change: unknown field(s) {', '.join(bad)} "
-                       f"(choose from {', '.join(ACCEPTABLE_CHANGES)})")
-    return fields
 
 
 def _notice(message: str) -> None:
@@ -359,7 +354,7 @@ def _cmd_ablate(args: argparse.Namespace, argv: Sequence[str]) -> int:
         overrides.append(f"limit={args.limit}")
     return ablate_command(args.config, out=args.out, dry_run=args.dry_run,
                           progress=not args.no_progress, argv=["medmis", *argv],
-                          overrides=overrides, accept_changes=_checked_changes(args.accept_change))
+                          overrides=overrides, accept_changes=accept_change_fields(args.accept_change))
 
 
 def _dispatch(args: argparse.Namespace, argv: Sequence[str]) -> int:

@@ -14,8 +14,12 @@ import shlex
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from medmis.experiments.benchmark._types import Record
+
+from ._io import read_records
+from ._manifest import mark_outcome
 
 __all__ = [
     "EXIT_CASE_ERRORS",
@@ -24,6 +28,7 @@ __all__ = [
     "EXIT_USAGE",
     "Outcome",
     "error_kind",
+    "record_outcome",
     "run_outcome",
 ]
 
@@ -81,3 +86,13 @@ def run_outcome(
         EXIT_CASE_ERRORS,
         f"{len(failed)} of {len(records)} cases failed ({by_kind}){redo}",
     )
+
+
+def record_outcome(out: Path, records_path: Path, stopped: str | None,
+                   argv: Sequence[str]) -> tuple[list[Record], Outcome]:
+    """Decide the outcome from the folder's records and note it (and any early stop) in
+    ``out/manifest.json``."""
+    records = read_records(records_path)
+    outcome = run_outcome(records, stopped=stopped, argv=argv)
+    mark_outcome(out, outcome, stopped=stopped, errors=sum(1 for r in records if r.error))
+    return records, outcome

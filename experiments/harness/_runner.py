@@ -43,28 +43,16 @@ from ._config import (
 )
 from ._fingerprint import merge_fingerprints, run_fingerprint
 from ._io import read_records, repair_torn_tail
-from ._manifest import is_simulated, mark_outcome, package_versions, scrub_argv, write_manifest
-from ._outcome import Outcome, run_outcome
+from ._manifest import is_simulated, package_versions, scrub_argv, write_manifest
+from ._outcome import Outcome, record_outcome
 from ._prepare import ClaimedFolder, check_out_path, write_invalid_rows
 from ._progress import RunProgress
 
 # Re-exported: callers import the run's types from here as well as from the package.
 __all__ = [
-    "INVALID_ROWS_FILE",
-    "CacheMode",
-    "DefenderConfig",
-    "Harness",
-    "RunConfig",
-    "RunResult",
-    "RunSetupError",
-    "RunStats",
-    "SearchBackendName",
-    "VisitBackendName",
-    "append_line",
-    "is_simulated",
-    "package_versions",
-    "run_experiment",
-    "scrub_argv",
+    "INVALID_ROWS_FILE", "CacheMode", "DefenderConfig", "Harness", "RunConfig", "RunResult",
+    "RunSetupError", "RunStats", "SearchBackendName", "VisitBackendName", "append_line",
+    "is_simulated", "package_versions", "run_experiment", "scrub_argv",
 ]
 
 
@@ -283,9 +271,6 @@ class Harness:
         }
         return record, trace
 
-    def _update_stats(self, record: Record, clean: dict[tuple[str, str, str], bool]) -> None:
-        self.stats.add(record, clean)
-
     async def run(self) -> RunResult:
         # Every user mistake is found before OUT is made: the path, the model specs and keys,
         # the data; then the folder is claimed (lock + fingerprint) for the rest of the run.
@@ -310,7 +295,7 @@ class Harness:
         clean_state: dict[tuple[str, str, str], bool] = {}
         for r in sorted(existing, key=lambda r: r.protocol != "clean"):
             if r.key in done:
-                self._update_stats(r, clean_state)
+                self.stats.add(r, clean_state)
         self.stats.done = 0  # progress counts this invocation's work
 
         todo: list[list[tuple[str, Defender, Case]]] = [[], []]
@@ -354,27 +339,20 @@ class Harness:
         return result
 
     async def _nothing_to_do(self, records_path: Path, n_records: int, skipped: int) -> RunResult:
-        """Every key is recorded already: say so, and rewrite the report only if it is stale."""
+        """Every key is recorded already: report the outcome; write a report only if missing."""
         await self.aclose()
         self._finish(records_path)
         result = RunResult(self.out, n_records, 0, self.stats, skipped_rows=skipped, nothing_to_do=True,
                            outcome=self.outcome)
-        report_md = self.out / "report.md"
-        stale = not report_md.exists() or (
-            records_path.exists() and report_md.stat().st_mtime < records_path.stat().st_mtime)
-        if self.config.write_report and stale:
+        if self.config.write_report and not (self.out / "report.md").exists():
             from medmis.experiments.reporting._report import write_report
 
             result.report = write_report(self.out)
         return result
 
     def _finish(self, records_path: Path) -> list[Record]:
-        """Decide the outcome (exit status) from the folder's records and note it, and any
-        early stop, in the manifest."""
-        records = read_records(records_path)
-        self.outcome = run_outcome(records, stopped=self.stats.stopped_reason, argv=self.argv)
-        mark_outcome(self.out, self.outcome, stopped=self.stats.stopped_reason,
-                     errors=sum(1 for r in records if r.error))
+        records, self.outcome = record_outcome(self.out, records_path, self.stats.stopped_reason,
+                                               scrub_argv(self.argv))
         return records
 
     async def _run_phase(
@@ -405,7 +383,7 @@ class Harness:
                 fh.flush()
                 append_line(rec_fh, record)
                 written += 1
-                self._update_stats(record, clean_state)
+                self.stats.add(record, clean_state)
                 progress.advance(self.stats.describe())
                 if self.stop_when is not None:
                     reason = self.stop_when(self.stats)
