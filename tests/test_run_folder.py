@@ -245,3 +245,19 @@ def test_progress_off_a_terminal_is_plain_periodic_lines() -> None:
     assert lines[0] == "medmis run: 4/40 cases | clean acc 3%"
     assert lines[-1].startswith("medmis run: 40/40 cases")
     assert "\x1b" not in stream.getvalue() and "\r" not in stream.getvalue()
+
+
+def test_a_manifest_from_before_fingerprints_still_guards_the_seed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "run"
+    assert main(run_args(out)) == 0
+    path = out / "manifest.json"
+    manifest = json.loads(path.read_text())
+    del manifest["fingerprint"]
+    path.write_text(json.dumps(manifest))
+    capsys.readouterr()
+    assert main(run_args(out, "--seed", "3")) == 2
+    assert "seed: 0 -> 3" in one_line(capsys.readouterr().err)
+    assert main(run_args(out)) == 0  # the same settings resume, and the fingerprint is written
+    assert "fingerprint" in json.loads(path.read_text())

@@ -21,8 +21,8 @@ from medmis.experiments.benchmark._prompts import prompt_preset
 
 from ._config import RunConfig
 
-__all__ = ["ACCEPTABLE_CHANGES", "ITEM_FIELDS", "FingerprintDiff", "compare_fingerprints", "merge_fingerprints",
-           "run_fingerprint"]
+__all__ = ["ACCEPTABLE_CHANGES", "ITEM_FIELDS", "FingerprintDiff", "compare_fingerprints",
+           "legacy_fingerprint", "merge_fingerprints", "run_fingerprint"]
 
 ITEM_FIELDS = (
     "data_sha256", "subset", "limit", "on_invalid", "seed", "protocols", "type1_targets",
@@ -117,6 +117,8 @@ def compare_fingerprints(recorded: Mapping[str, Any], new: Mapping[str, Any]) ->
     """What differs between the recorded fingerprint and a new one."""
     diff = FingerprintDiff()
     for name in ITEM_FIELDS:
+        if name not in recorded:
+            continue  # recorded by an older version that did not know this field
         old_v, new_v = recorded.get(name), new.get(name)
         if old_v == new_v:
             continue
@@ -135,6 +137,28 @@ def compare_fingerprints(recorded: Mapping[str, Any], new: Mapping[str, Any]) ->
                 before["name"], after["name"] = old_defs[label].get("name"), spec.get("name")
             diff.changed[f"defender {label}"] = (before, after)
     return diff
+
+
+def legacy_fingerprint(manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields a manifest written before fingerprints existed can still vouch for."""
+    config = manifest.get("config") or {}
+    dataset = manifest.get("dataset") or {}
+    prompt = manifest.get("prompt") or {}
+    out: dict[str, Any] = {"models": list(manifest.get("models") or [])}
+    if dataset.get("sha256"):
+        out["data_sha256"] = dataset["sha256"]
+    if "seed" in manifest:
+        out["seed"] = manifest["seed"]
+    if manifest.get("protocols"):
+        out["protocols"] = sorted(manifest["protocols"])
+    for name in ("subset", "limit", "type1_targets", "shuffle_type2"):
+        if name in config:
+            out[name] = config[name]
+    if prompt.get("name") and prompt.get("version"):
+        out["prompt"] = f"{prompt['name']}@{prompt['version']}"
+    out["defenders"] = {d["label"]: {"name": d.get("name"), "options": d.get("options", {})}
+                        for d in manifest.get("defenders") or [] if isinstance(d, dict) and "label" in d}
+    return out
 
 
 def merge_fingerprints(recorded: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ._config import INVALID_ROWS_FILE, RunSetupError
-from ._fingerprint import compare_fingerprints
+from ._fingerprint import compare_fingerprints, legacy_fingerprint
 from ._lock import RunLock
 
 __all__ = ["ClaimedFolder", "check_out_path", "recorded_fingerprint", "write_invalid_rows"]
@@ -32,7 +32,8 @@ def check_out_path(out: Path) -> None:
 
 
 def recorded_fingerprint(out: Path) -> dict[str, Any] | None:
-    """The fingerprint in ``out/manifest.json`` (None for a new folder or an older manifest)."""
+    """The fingerprint in ``out/manifest.json``: None for a new folder; for a manifest written
+    before fingerprints existed, the fields it can still vouch for."""
     path = out / "manifest.json"
     if not path.exists():
         return None
@@ -40,8 +41,10 @@ def recorded_fingerprint(out: Path) -> dict[str, Any] | None:
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise RunSetupError(f"{path}: unreadable manifest ({exc}); choose another --out") from None
-    fingerprint = manifest.get("fingerprint") if isinstance(manifest, dict) else None
-    return fingerprint if isinstance(fingerprint, dict) else None
+    if not isinstance(manifest, dict):
+        return None
+    fingerprint = manifest.get("fingerprint")
+    return fingerprint if isinstance(fingerprint, dict) else legacy_fingerprint(manifest)
 
 
 class ClaimedFolder:
