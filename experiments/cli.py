@@ -14,6 +14,21 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from medmis.experiments._argtypes import (
+    EXIT_EPILOG,
+    OneLineParser,
+    accept_change_fields,
+    comma_choices,
+    int_at_least,
+)
+from medmis.experiments._cli_flags import (
+    add_cache_flags,
+    add_hub_repo_flag,
+    parse_flat,
+    parse_kv,
+    parse_prices,
+    split,
+)
 from medmis.experiments._errors import CliError
 
 EXIT_CONFIG = 2
@@ -21,123 +36,72 @@ EXIT_CONFIG = 2
 __all__ = ["EXIT_CONFIG", "CliError", "build_parser", "main"]
 
 
-def _add_cache_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--cache", choices=["live", "record", "replay", "refresh"], default="live",
-                   help="record/replay store for model calls and web fetches (default: live)")
-    p.add_argument("--cache-dir", default=None, help="store folder (default: OUT/cache, or .medmis-cache for tools)")
-    p.add_argument("--search", choices=["tavily", "serper", "local"], default="local",
-                   help="search backend: tavily (needs TAVILY_API_KEY), serper (the paper's; needs "
-                        "SERPER_API_KEY) or local BM25 corpus (default)")
-    p.add_argument("--visit", choices=["direct", "jina"], default="direct",
-                   help="page reader: direct fetch + trafilatura (default) or jina (Jina Reader, the "
-                        "paper's; needs JINA_API_KEY)")
-    p.add_argument("--corpus-dir", default=None, help="folder of documents for --search local (default: fixtures/corpus)")
-    p.add_argument("--allow-host", action="append", default=[], metavar="HOST[:PORT]",
-                   help="let visit_web reach this host even if it resolves to a private address")
-    p.add_argument("--blocklist", default=None, metavar="FILE",
-                   help="extra contamination patterns (one per line) added to the default blocklist")
-
-
-def _add_hub_repo_flag(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--hub-repo", default=None, metavar="OWNER/NAME",
-                   help="hub repository for hub: addresses (default AI4HealthResearch/MedMisBench; "
-                        "the release is also at HongjianZhou/MedMisBench)")
-
-
-def _parse_kv(pairs: Sequence[str], flag: str) -> dict[str, dict[str, Any]]:
-    """``NAME.KEY=VALUE`` pairs into {name: {key: value}}; values parsed as JSON when they can be."""
-    out: dict[str, dict[str, Any]] = {}
-    for pair in pairs:
-        head, sep, raw = pair.partition("=")
-        name, dot, key = head.partition(".")
-        if not sep or not dot or not key:
-            raise CliError(f"{flag} expects NAME.KEY=VALUE, got {pair!r}")
-        try:
-            value: Any = json.loads(raw)
-        except json.JSONDecodeError:
-            value = raw
-        out.setdefault(name, {})[key] = value
-    return out
-
-
-def _parse_prices(pairs: Sequence[str]) -> dict[str, tuple[float, float]]:
-    """``MODEL=IN,OUT`` pairs (USD per million tokens) into {model: (in, out)}."""
-    out: dict[str, tuple[float, float]] = {}
-    for pair in pairs:
-        model, sep, raw = pair.rpartition("=")
-        parts = raw.split(",")
-        try:
-            price = (float(parts[0]), float(parts[1])) if sep and model and len(parts) == 2 else None
-        except ValueError:
-            price = None
-        if price is None or min(price) < 0:
-            raise CliError(f"--price expects MODEL=IN,OUT with non-negative USD per million tokens, "
-                           f"got {pair!r}")
-        out[model] = price
-    return out
-
-
-def _parse_flat(pairs: Sequence[str], flag: str) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, raw = pair.partition("=")
-        if not sep or not key:
-            raise CliError(f"{flag} expects KEY=VALUE, got {pair!r}")
-        try:
-            out[key] = json.loads(raw)
-        except json.JSONDecodeError:
-            out[key] = raw
-    return out
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="medmis",
         description="MedMis mitigation toolkit: paired clean / Type 1 / Type 2 evaluation of defenders.",
+        epilog=EXIT_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
-    run = sub.add_parser("run", help="run models x defenders x protocols on a dataset (resumable)")
+    run = sub.add_parser("run", help="run models x defenders x protocols on a dataset (resumable)",
+                         epilog=EXIT_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     run.add_argument("--data", required=True, help="JSONL/CSV/Parquet file, folder, hub:SUBSET or hub:all")
-    run.add_argument("--subset", default=None)
-    run.add_argument("--limit", type=int, default=None)
-    _add_hub_repo_flag(run)
+    run.add_argument("--subset", default=None,
+                     help="keep one subset: MEDMISQA, MEDMISMCQA, MEDMISXPERTQA, MEDMISJOURNEY, "
+                          "MEDMISHLE (or a custom data set's own name)")
+    run.add_argument("--limit", type=int_at_least(1), default=None, help="run the first N items only")
+    add_hub_repo_flag(run)
     run.add_argument("--on-invalid", choices=["fail", "skip"], default="fail",
                      help="invalid data rows: fail (exit 2, default) or skip them and run the rest "
                           "(the list is written to OUT/invalid_rows.txt)")
     run.add_argument("--model", required=True, action="append",
                      help="google/<id>, openai/<id> or mock/<name>; repeat or comma-separate for several")
-    run.add_argument("--model-base-url", default=None)
+    run.add_argument("--model-base-url", default=None,
+                     help="base URL of the provider's API (gateway, proxy or local server)")
     run.add_argument("--temperature", type=float, default=0.0)
     run.add_argument("--max-output-tokens", type=int, default=None)
-    run.add_argument("--thinking-level", choices=["minimal", "low", "medium", "high"], default=None)
-    run.add_argument("--reasoning-effort", choices=["minimal", "low", "medium", "high"], default=None)
+    run.add_argument("--thinking-level", choices=["minimal", "low", "medium", "high"], default=None,
+                     help="Gemini thinking level (google/ models; default: the provider's)")
+    run.add_argument("--reasoning-effort", choices=["minimal", "low", "medium", "high"], default=None,
+                     help="reasoning effort (openai/ reasoning models; default: the provider's)")
     run.add_argument("--model-timeout", type=float, default=120.0, help="seconds per model request")
     run.add_argument("--model-option", action="append", default=[], metavar="KEY=VALUE",
                      help="provider-specific option (e.g. mock/examinee: fault_rate=0.1, latency_s=0.05)")
     run.add_argument("--defender", required=True, help="NAME[,NAME...] (see `medmis defenders`)")
     run.add_argument("--defender-option", action="append", default=[], metavar="NAME.KEY=VALUE",
                      help="set a defender option (value parsed as JSON when possible)")
-    run.add_argument("--protocol", default="clean,type1,type2")
-    run.add_argument("--type1-targets", choices=["sampled", "all"], default="sampled")
+    run.add_argument("--protocol", default="clean,type1,type2", type=comma_choices(("clean", "type1", "type2")),
+                     metavar="{clean,type1,type2}[,...]",
+                     help="delivery protocols, comma-separated (default: clean,type1,type2)")
+    run.add_argument("--type1-targets", choices=["sampled", "all"], default="sampled",
+                     help="type1 wrong options per item: sampled (one, seeded; default) or all")
     run.add_argument("--shuffle-type2", action="store_true", help="seeded shuffle of type2 sentence order")
     run.add_argument("--prompt", choices=["paper", "toolkit"], default="paper",
                      help="prompt preset: paper (the reference evaluation's wording and JSON "
                           "answer; default) or toolkit (board-exam prompt, 'Final answer: X')")
-    run.add_argument("--seed", type=int, default=0)
-    run.add_argument("--out", required=True)
-    run.add_argument("--max-connections", type=int, default=8)
-    run.add_argument("--max-retries", type=int, default=4)
+    run.add_argument("--seed", type=int, default=0, help="seed of target sampling and shuffles (default 0)")
+    run.add_argument("--out", required=True,
+                     help="run folder; one run per folder (re-running the same command resumes it)")
+    run.add_argument("--accept-change", action="append", default=[], metavar="FIELD[,FIELD]",
+                     help="resume into an --out that holds a run with other settings, accepting "
+                          "these differing fields (named by the refusal; recorded in manifest.json)")
+    run.add_argument("--max-connections", type=int_at_least(1), default=8, help="concurrent cases (default 8)")
+    run.add_argument("--max-retries", type=int_at_least(0), default=4,
+                     help="retries of a failed model request (default 4)")
     run.add_argument("--retry-errors", action="store_true", help="re-run only the keys whose record is an error")
     run.add_argument("--price", action="append", default=[], metavar="MODEL=IN,OUT",
                      help="USD per million input and output tokens for MODEL (repeatable); the "
                           "report then shows dollar cost per case and per 1,000 cases")
     run.add_argument("--no-progress", action="store_true")
-    _add_cache_flags(run)
+    add_cache_flags(run)
 
     rep = sub.add_parser("report", help="(re)write DIR/metrics.json, metrics.csv, report.md (and plots/HTML)")
     rep.add_argument("dir")
-    rep.add_argument("--baseline", default="none")
+    rep.add_argument("--baseline", default=None, metavar="DEFENDER",
+                     help="defender label the others are compared against (one of the run's "
+                          "defenders; default: none when the run has it)")
     rep.add_argument("--seed", type=int, default=0, help="seed of the paired bootstrap")
 
     abl = sub.add_parser("ablate", help="run an ablation grid from a TOML config")
@@ -145,10 +109,12 @@ def build_parser() -> argparse.ArgumentParser:
     abl.add_argument("--out", default=None)
     abl.add_argument("--dry-run", action="store_true")
     abl.add_argument("--data", default=None, help="override the config's data (file, folder or hub:SUBSET)")
-    abl.add_argument("--limit", type=int, default=None, help="override the config's item limit")
+    abl.add_argument("--limit", type=int_at_least(1), default=None, help="override the config's item limit")
     abl.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
                      help="override a config key (dotted, e.g. model_options.temperature=0.2; "
                           "value read as TOML, else as a string); repeatable")
+    abl.add_argument("--accept-change", action="append", default=[], metavar="FIELD[,FIELD]",
+                     help="as for `medmis run`: resume into an --out holding a run with other settings")
     abl.add_argument("--no-progress", action="store_true")
 
     data = sub.add_parser("data", help="dataset utilities")
@@ -156,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     val = dsub.add_parser("validate", help="validate a data file; exit 0 when valid")
     val.add_argument("path")
     val.add_argument("--subset", default=None)
-    _add_hub_repo_flag(val)
+    add_hub_repo_flag(val)
 
     from medmis.experiments.review import _cli as review_cli
 
@@ -172,13 +138,13 @@ def build_parser() -> argparse.ArgumentParser:
     tsub = tools.add_subparsers(dest="tools_command", required=True)
     ts = tsub.add_parser("search")
     ts.add_argument("query")
-    ts.add_argument("--max-results", type=int, default=5)
-    _add_cache_flags(ts)
+    ts.add_argument("--max-results", type=int_at_least(1), default=5)
+    add_cache_flags(ts)
     tv = tsub.add_parser("visit")
     tv.add_argument("url")
     tv.add_argument("--goal", default=None)
-    tv.add_argument("--max-chars", type=int, default=6000)
-    _add_cache_flags(tv)
+    tv.add_argument("--max-chars", type=int_at_least(1), default=6000)
+    add_cache_flags(tv, search=False)
 
     cache = sub.add_parser("cache", help="inspect and move the record/replay store")
     csub = cache.add_subparsers(dest="cache_command", required=True)
@@ -202,20 +168,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _split(values: Sequence[str]) -> list[str]:
-    return [v.strip() for value in values for v in value.split(",") if v.strip()]
-
 
 def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from medmis.agents._registry import ModelOptions
     from medmis.experiments.harness._runner import DefenderConfig, RunConfig, run_experiment
 
-    protocols = _split([args.protocol])
+    protocols = split([args.protocol])
     bad = [p for p in protocols if p not in ("clean", "type1", "type2")]
     if bad:
         raise CliError(f"unknown protocol(s): {', '.join(bad)} (use clean,type1,type2)")
-    options = _parse_kv(args.defender_option, "--defender-option")
-    names = _split([args.defender])
+    options = parse_kv(args.defender_option, "--defender-option")
+    names = split([args.defender])
     unknown = set(options) - set(names)
     if unknown:
         raise CliError(f"--defender-option names defender(s) not being run: {', '.join(sorted(unknown))}")
@@ -225,7 +188,7 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         limit=args.limit,
         hub_repo=args.hub_repo,
         on_invalid=args.on_invalid,
-        models=_split(args.model),
+        models=split(args.model),
         model_options=ModelOptions(
             temperature=args.temperature,
             max_output_tokens=args.max_output_tokens,
@@ -234,7 +197,7 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
             reasoning_effort=args.reasoning_effort,
             timeout_s=args.model_timeout,
             seed=args.seed,
-            extra=_parse_flat(args.model_option, "--model-option"),
+            extra=parse_flat(args.model_option, "--model-option"),
         ),
         defenders=[DefenderConfig(name=n, options=options.get(n, {})) for n in names],
         protocols=protocols,  # type: ignore[arg-type]
@@ -253,8 +216,9 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         allow_hosts=args.allow_host,
         blocklist=args.blocklist,
         retry_errors=args.retry_errors,
-        prices=_parse_prices(args.price),
+        prices=parse_prices(args.price),
         progress=not args.no_progress,
+        accept_changes=accept_change_fields(args.accept_change),
     )
     from medmis.experiments.benchmark._dataset import DataError
 
@@ -265,16 +229,19 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
             raise
         raise CliError(f"{exc.summary()}; `medmis data validate` lists them all, "
                        "--on-invalid skip runs the valid rows") from None
-    if config.write_report:
+    if config.write_report and not (result.nothing_to_do and (result.out / "report.md").exists()):
         from medmis.experiments.reporting._report import write_report
 
         result.report = write_report(result.out)
-    print(f"{result.new_records} new records, {result.records} in total -> {result.out / 'records.jsonl'}")
-    if result.stats.stopped_reason:
-        print(f"stopped early: {result.stats.stopped_reason}")
+    if result.nothing_to_do:
+        print(f"nothing to do: {result.records} records complete in {result.out}")
+    else:
+        print(f"{result.new_records} new records, {result.records} in total -> {result.out / 'records.jsonl'}")
     if result.report:
         print(f"report: {result.report.get('report.md', result.out / 'report.md')}")
-    return 0
+    if result.outcome.message:
+        _notice(result.outcome.message)
+    return int(result.outcome.code)
 
 
 def _notice(message: str) -> None:
@@ -289,38 +256,29 @@ def _cmd_report(args: argparse.Namespace) -> int:
     run_dir = Path(args.dir)
     if not (run_dir / "records.jsonl").exists():
         raise CliError(f"{run_dir}: no records.jsonl here")
-    paths = write_report(run_dir, baseline=args.baseline, seed=args.seed)
+    from medmis.experiments.harness._checks import check_baseline
+
+    baseline = check_baseline(run_dir / "records.jsonl", args.baseline)
+    paths = write_report(run_dir, baseline=baseline, seed=args.seed)
     for name, path in paths.items():
         print(f"{name}: {path}")
     return 0
 
 
 def _cmd_defenders() -> int:
-    from medmis.defenses import list_defenders
+    from medmis.experiments._defenders_cmd import run
 
-    for spec in list_defenders():
-        tags = [t for t, on in (("uses web tools", spec.uses_tools), ("control", spec.control)) if on]
-        print(spec.name + (f"  [{', '.join(tags)}]" if tags else ""))
-        if spec.description:
-            print(f"    {spec.description}")
-        for fname, finfo in spec.options.model_fields.items():
-            ann = getattr(finfo.annotation, "__name__", None) or str(finfo.annotation).replace("typing.", "")
-            default = finfo.default
-            shown = repr(default)
-            if len(shown) > 60:
-                shown = shown[:57] + "...'"
-            print(f"    --defender-option {spec.name}.{fname}=<{ann}>  (default {shown})")
-    return 0
+    return run()
 
 
 def _tool_flags(args: argparse.Namespace) -> dict[str, Any]:
     return {
-        "search": args.search,
+        "search": getattr(args, "search", "local"),  # `tools visit` has no search flags
         "visit": args.visit,
         "cache_mode": args.cache,
         "cache_dir": args.cache_dir or ".medmis-cache",
         "allow_hosts": tuple(args.allow_host),
-        "corpus_dir": args.corpus_dir,
+        "corpus_dir": getattr(args, "corpus_dir", None),
         "blocklist": args.blocklist,
     }
 
@@ -373,7 +331,7 @@ def _cmd_ablate(args: argparse.Namespace, argv: Sequence[str]) -> int:
         overrides.append(f"limit={args.limit}")
     return ablate_command(args.config, out=args.out, dry_run=args.dry_run,
                           progress=not args.no_progress, argv=["medmis", *argv],
-                          overrides=overrides)
+                          overrides=overrides, accept_changes=accept_change_fields(args.accept_change))
 
 
 def _dispatch(args: argparse.Namespace, argv: Sequence[str]) -> int:
@@ -405,10 +363,12 @@ def _dispatch(args: argparse.Namespace, argv: Sequence[str]) -> int:
 def _config_errors() -> tuple[type[BaseException], ...]:
     from medmis.agents._errors import MissingKeyError
     from medmis.defenses._base import DefenderConfigError
+    from medmis.experiments.harness._io import RecordsFileError
     from medmis.experiments.harness._runner import RunSetupError
 
     errors: list[type[BaseException]] = [
         CliError, MissingKeyError, DefenderConfigError, RunSetupError, FileNotFoundError,
+        RecordsFileError,
     ]
     try:
         from medmis.experiments.benchmark._data import DataError
@@ -436,8 +396,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"  {line}", file=sys.stderr)
         return EXIT_CONFIG
     except KeyboardInterrupt:
-        print("medmis: interrupted; re-run the same command to resume", file=sys.stderr)
-        return 130
+        print("medmis: stopped early: interrupted; re-run the same command to resume", file=sys.stderr)
+        return 3
 
 
 if __name__ == "__main__":  # pragma: no cover

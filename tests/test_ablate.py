@@ -75,10 +75,12 @@ def test_budget_cap_stops_cleanly_and_a_rerun_finishes_without_repeats(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     config = write_config(tmp_path, extra="budget_usd = 1.0")
-    assert main(["ablate", str(config), "--no-progress"]) == 0
+    assert main(["ablate", str(config), "--no-progress"]) == 3  # stopped early
+    assert "stopped early: budget cap" in capsys.readouterr().err
     out_dir = tmp_path / "out"
     manifest = json.loads((out_dir / "manifest.json").read_text())
     assert "budget cap" in manifest["stopped"]
+    assert manifest["outcome"]["exit_code"] == 3
     partial = read_records(out_dir / "records.jsonl")
     assert 0 < len(partial) < 60
     # raise the cap and run again: the interrupted ablation completes, nothing is redone

@@ -144,7 +144,7 @@ def test_five_subsets_run_together_and_resume(tmp_path: Path, capsys: pytest.Cap
     assert {r["subset"] for r in records if r["item_id"] == "0001"} == set(SUBSETS)
     capsys.readouterr()
     assert main(run_args(RELEASE, out, "--protocol", "clean,type1")) == 0
-    assert capsys.readouterr().out.startswith("0 new records, 28 in total")
+    assert capsys.readouterr().out.startswith("nothing to do: 28 records complete")
 
 
 # --------------------------------------------------------------------------- --on-invalid

@@ -40,6 +40,7 @@ from ._config import (
     ModelEntry,
     load_config,
 )
+from ._preflight import check_config, pending_cases, worst_outcome
 
 __all__ = [
     "AblationConfig",
@@ -165,7 +166,8 @@ def spent_usd(stats: RunStats, prices: dict[str, ModelEntry]) -> float:
     return total
 
 
-def _run_config(config: AblationConfig, out: Path, *, progress: bool, shuffled: bool) -> RunConfig:
+def _run_config(config: AblationConfig, out: Path, *, progress: bool, shuffled: bool,
+                accept_changes: Sequence[str] = ()) -> RunConfig:
     return RunConfig(
         data=config.resolve(config.data),
         subset=config.subset,
@@ -193,6 +195,7 @@ def _run_config(config: AblationConfig, out: Path, *, progress: bool, shuffled: 
         allow_hosts=config.allow_hosts,
         blocklist=config.resolve(config.blocklist) if config.blocklist else None,
         progress=progress,
+        accept_changes=list(accept_changes),
     )
 
 
@@ -227,7 +230,7 @@ def _check_keys(config: AblationConfig) -> str | None:
 
 
 async def run_ablation(config: AblationConfig, *, out: Path, progress: bool = True,
-                       argv: Sequence[str] | None = None) -> dict[str, Any]:
+                       argv: Sequence[str] | None = None, accept_changes: Sequence[str] = ()) -> dict[str, Any]:
     """Run the grid (and the optional shuffled-type2 pass); returns a summary."""
     prices = {m.spec: m for m in config.models}
 
@@ -237,14 +240,20 @@ async def run_ablation(config: AblationConfig, *, out: Path, progress: bool = Tr
         spent = spent_usd(stats, prices)
         return f"budget cap ${config.budget_usd:.2f} reached (${spent:.4f} spent)" if spent >= config.budget_usd else None
 
-    main_cfg = _run_config(config, out, progress=progress, shuffled=False)
-    main = await run_experiment(main_cfg, argv=argv, stop_when=budget_stop)
+    main_cfg = _run_config(config, out, progress=progress, shuffled=False, accept_changes=accept_changes)
+    main = await run_experiment(main_cfg, argv=argv, stop_when=budget_stop, notice=_notice)
+    outcomes = [main.outcome]
     summary: dict[str, Any] = {"out": str(out), "records": main.records, "new": main.new_records,
                                "stopped": main.stats.stopped_reason}
     if config.delivery.type2_shuffled and not main.stats.stopped_reason and "type2" in config.protocols:
-        shuf_cfg = _run_config(config, out / "type2_shuffled", progress=progress, shuffled=True)
-        shuf = await run_experiment(shuf_cfg, argv=argv, stop_when=budget_stop)
+        shuf_cfg = _run_config(config, out / "type2_shuffled", progress=progress, shuffled=True,
+                               accept_changes=accept_changes)
+        shuf = await run_experiment(shuf_cfg, argv=argv, stop_when=budget_stop, notice=_notice)
+        outcomes.append(shuf.outcome)
         summary["type2_shuffled"] = {"out": str(shuf.out), "records": shuf.records, "new": shuf.new_records}
+    outcome = worst_outcome(outcomes)
+    summary["exit_code"] = outcome.code
+    summary["outcome"] = outcome.message
     from medmis.experiments.reporting._report import write_report
 
     if "type2_shuffled" in summary:
@@ -256,7 +265,8 @@ async def run_ablation(config: AblationConfig, *, out: Path, progress: bool = Tr
 
 
 def ablate_command(path: str, *, out: str | None = None, dry_run: bool = False, progress: bool = True,
-                   argv: Sequence[str] | None = None, overrides: Sequence[str] = ()) -> int:
+                   argv: Sequence[str] | None = None, overrides: Sequence[str] = (),
+                   accept_changes: Sequence[str] = ()) -> int:
     """``medmis ablate``: print the plan (dry run) or run it.
 
     ``overrides`` are ``KEY=VALUE`` pairs applied to the config (``--data``, ``--limit`` and
@@ -264,6 +274,7 @@ def ablate_command(path: str, *, out: str | None = None, dry_run: bool = False, 
     """
 
     config = load_config(path, overrides)
+    check_config(config)  # an unknown provider, defender or baseline never gets an estimate
     if not dry_run:
         # before loading data: the HLE config reads the hub, which a keyless user may not reach
         problem = _check_keys(config)
@@ -281,6 +292,10 @@ def ablate_command(path: str, *, out: str | None = None, dry_run: bool = False, 
     if config.delivery.type2_shuffled:
         cases = cases + build_cases(dataset.items, ["type2"], seed=config.seed,
                                     shuffle_type2=True, prompt=config.prompt)
+    if not cases:
+        raise CliError(f"{path}: the selection has no cases (check data, subset, limit, protocols)")
+    if not dry_run and _nothing_to_do(config, out_dir, dataset.items):
+        return _finished_outcome(out_dir)
     cells = estimate(config, cases, out_dir)
     print(f"ablation {config.name!r}: {len(dataset.items)} items, {len(config.models)} model(s) x "
           f"{len(config.defender_configs())} defender(s), protocols {', '.join(config.protocols)}, "
@@ -291,9 +306,44 @@ def ablate_command(path: str, *, out: str | None = None, dry_run: bool = False, 
         print(f"budget cap: ${config.budget_usd:.2f}")
     if dry_run:
         return 0
-    summary = asyncio.run(run_ablation(config, out=out_dir, progress=progress, argv=argv))
+    summary = asyncio.run(run_ablation(config, out=out_dir, progress=progress, argv=argv,
+                                       accept_changes=accept_changes))
     print(json.dumps(summary, indent=2), file=sys.stdout)
     report_md = summary["report"].get("report.md")
     if report_md:
         print(f"\nreport: {report_md}")
-    return 0
+    if summary["outcome"]:
+        _notice(summary["outcome"])
+    return int(summary["exit_code"])
+
+
+def _notice(message: str) -> None:
+    print(f"medmis: {message}", file=sys.stderr)
+
+
+def _nothing_to_do(config: AblationConfig, out: Path, items: Sequence[Any]) -> bool:
+    """Every case of the grid (and of the shuffled pass) is recorded already."""
+    if not (out / "records.jsonl").exists():
+        return False
+    models = [m.spec for m in config.models]
+    labels = [create_defender(d.name, d.options).label for d in config.defender_configs()]
+    main = build_cases(items, config.protocols, seed=config.seed,
+                       type1_targets=config.type1_targets, prompt=config.prompt)
+    pending = pending_cases(out, models, labels, main)
+    if config.delivery.type2_shuffled and "type2" in config.protocols:
+        shuffled = build_cases(items, ["clean", "type2"], seed=config.seed, shuffle_type2=True,
+                               prompt=config.prompt)
+        pending += pending_cases(out / "type2_shuffled", models, labels, shuffled)
+    return pending == 0
+
+
+def _finished_outcome(out: Path) -> int:
+    from medmis.experiments.harness._io import read_records
+    from medmis.experiments.harness._outcome import run_outcome
+
+    records = read_records(out / "records.jsonl")
+    print(f"nothing to do: {len(records)} records complete in {out}")
+    outcome = run_outcome(records, stopped=None)
+    if outcome.message:
+        _notice(outcome.message)
+    return outcome.code

@@ -8,6 +8,7 @@ string) and validates the result. Every problem is one line (a :class:`CliError`
 
 from __future__ import annotations
 
+import difflib
 import itertools
 import json
 import tomllib
@@ -76,7 +77,7 @@ class AblationConfig(BaseModel):
     description: str = ""
     data: str
     subset: str | None = None
-    limit: int | None = None
+    limit: int | None = Field(default=None, ge=1)
     hub_repo: str | None = None
     """Hub repository for ``hub:`` data (default AI4HealthResearch/MedMisBench)."""
     protocols: list[ProtocolName] = Field(default_factory=lambda: list(PROTOCOLS))
@@ -84,8 +85,8 @@ class AblationConfig(BaseModel):
     prompt: PromptName = "paper"
     seed: int = 0
     out: str = "runs/ablation"
-    max_connections: int = 8
-    max_retries: int = 4
+    max_connections: int = Field(default=8, ge=1)
+    max_retries: int = Field(default=4, ge=0)
     cache: CacheMode = "record"
     cache_dir: str | None = None
     search: Literal["tavily", "serper", "local"] = "local"
@@ -214,11 +215,39 @@ def load_config(path: str | Path, overrides: Sequence[str] = ()) -> AblationConf
             raw = tomllib.load(fh)
     except tomllib.TOMLDecodeError as exc:
         raise CliError(f"{path}: not valid TOML: {exc}") from None
+    except OSError as exc:
+        raise CliError(f"{path}: cannot read the config ({exc.strerror or exc})") from None
     for pair in overrides:
         apply_override(raw, pair)
     try:
         return AblationConfig.model_validate(raw)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "config"
-        raise CliError(f"{path}: {where}: {first['msg']}") from None
+        raise CliError(f"{path}: {_describe(exc, raw)}") from None
+
+
+def _known_keys(loc: Sequence[Any]) -> list[str]:
+    """The keys the config accepts at ``loc`` (the table holding a misspelt key)."""
+    model: type[BaseModel] | None = AblationConfig
+    for seg in loc[:-1]:
+        if model is None or isinstance(seg, int):
+            continue
+        field = model.model_fields.get(str(seg))
+        if field is None:
+            return []
+        model = (_DICT_AS_MODEL.get((model, str(seg))) or _list_model(field.annotation)
+                 or _model_of(field.annotation))
+    return sorted(model.model_fields) if model is not None else []
+
+
+def _describe(exc: ValidationError, raw: dict[str, Any]) -> str:
+    """The first problem in one line; a misspelt key names the key it resembles."""
+    errors = exc.errors()
+    # a misspelt key also shows up as the missing key it was meant to be: name the misspelling
+    first = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
+    where = ".".join(str(p) for p in first["loc"]) or "config"
+    if first["type"] == "extra_forbidden":
+        known = _known_keys(first["loc"])
+        close = difflib.get_close_matches(str(first["loc"][-1]), known, n=1)
+        hint = f"did you mean {close[0]!r}?" if close else f"known keys: {', '.join(known)}"
+        return f"{where}: unknown key ({hint})"
+    return f"{where}: {first['msg']}"

@@ -79,10 +79,12 @@ def load_dataset(
 
     Raises:
         DataError: The source cannot be read, or (strict mode) any row is invalid.
-        ValueError: ``limit`` is negative or ``mode`` is unknown.
+        DataError: The selection is empty: an empty source or no row of ``subset`` (in skip
+            mode, a source whose every row is invalid returns them all in ``issues``).
+        ValueError: ``limit`` is below 1 or ``mode`` is unknown.
     """
-    if limit is not None and limit < 0:
-        raise ValueError("limit must be >= 0")
+    if limit is not None and limit < 1:
+        raise ValueError(f"limit must be >= 1, got {limit}")
     if mode not in ("strict", "skip"):
         raise ValueError(f"mode must be 'strict' or 'skip', not {mode!r}")
     wanted = canonical_subset(subset) if subset else None
@@ -142,10 +144,10 @@ def load_dataset(
         first_seen[item.key] = (ctx.file, line)
         items.append(item)
 
-    if wanted and not items and not issues:
-        raise DataError(f"{text_source}: no rows of subset {wanted}")
     if issues and mode == "strict":
         raise DataError(f"{text_source}: {len(issues)} problem(s) found", issues)
+    if not items and not issues:
+        raise DataError(_empty_selection(text_source, wanted, raw))
     if hub is not None:
         canonical = json.dumps(
             [it.model_dump(mode="json") for it in items], sort_keys=True, ensure_ascii=False
@@ -161,3 +163,14 @@ def load_dataset(
         warnings=warnings,
         ids_assigned=assigned,
     )
+
+
+def _empty_selection(source: str, wanted: str | None, raw: list[tuple[RowContext, Row]]) -> str:
+    """Why a load selected no item, in one line."""
+    if wanted and raw:
+        found: set[str] = set()
+        for ctx, (_, row) in raw:
+            named = row.get("subset") if isinstance(row, dict) else None
+            found.add(canonical_subset(str(named)) if named else (ctx.file_subset or "?"))
+        return f"{source}: no rows of subset {wanted} (the data has: {', '.join(sorted(found))})"
+    return f"{source}: no items (the source holds no rows)"

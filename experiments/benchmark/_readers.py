@@ -61,6 +61,11 @@ def _read_json(data: bytes, file: str) -> tuple[list[Row], list[RowIssue]]:
     while True:
         pos = skip_space(pos)
         if text[pos : pos + 1] == "]":
+            rest = skip_space(pos + 1)
+            if rest < len(text):
+                # e.g. rows appended as JSON Lines after the list: never drop them silently
+                return rows, [RowIssue(file, at(rest), None, "file",
+                                       "unexpected content after the JSON list's closing ']'")]
             return rows, []
         try:
             obj, end = decoder.raw_decode(text, pos)

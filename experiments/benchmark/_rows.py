@@ -23,6 +23,9 @@ _LETTERS = "abcdefghijklmnopqrstuvwxyz"
 _HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 _LATIN = re.compile(r"[A-Za-z]")
 _BAD_TEXT = re.compile("[\ufffd\ud800-\udfff]")
+# Control characters other than tab and line breaks: invisible in a report, yet sent to the
+# model (and a NUL or ESC in a prompt is a data fault, not content).
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\x80-\x9f]")
 # Text that stands for an empty cell: pandas' rendering of NaN, and a lone quote left behind
 # by CSV round trips (the same set the reference notebook skips).
 _PLACEHOLDERS = frozenset({"nan", '"'})
@@ -90,6 +93,10 @@ def _recover_embedded(question: str, numeric: bool) -> tuple[str, list[str]] | N
     return None
 
 
+def _norm(text: str) -> str:
+    return " ".join(text.split()).casefold()
+
+
 def _normalise_gold(raw: str) -> str | None:
     m = _GOLD.fullmatch(raw.strip())
     return m.group(1).upper() if m else None
@@ -136,6 +143,9 @@ def _read_cells(
             issues.append(
                 RowIssue(file, line, None, name, "undecodable text (invalid UTF-8 or U+FFFD)")
             )
+        elif text is not None and (ctrl := _CONTROL.search(text)):
+            issues.append(RowIssue(file, line, None, name,
+                                   f"control character U+{ord(ctrl.group()):04X} in the text"))
         cells[name] = text
     return cells, issues
 
@@ -205,14 +215,21 @@ def row_to_item(row: Any, line: int | None, ctx: RowContext) -> RowResult:
     columns = {c: cells.get(f"op{c}") for c in _LETTERS}
     positions = [i for i, c in enumerate(_LETTERS) if columns[c] is not None]
     texts: dict[int, str] = {i: columns[_LETTERS[i]] or "" for i in positions}
-    if not positions and question is not None:
-        recovered = _recover_embedded(question, numeric)
-        if recovered is not None:
-            question, found = recovered
-            texts = dict(enumerate(found))
-            if not question:
-                bad("question", "question holds only options, no stem")
-                question = None
+    recovered = _recover_embedded(question, numeric) if question is not None else None
+    if not positions and recovered is not None:
+        question, found = recovered
+        texts = dict(enumerate(found))
+        if not question:
+            bad("question", "question holds only options, no stem")
+            question = None
+    elif recovered is not None and recovered[0]:
+        # Options both in the question and in columns: show them once (the columns, which
+        # the sentences are aligned to), unless the two lists disagree.
+        if [_norm(t) for t in recovered[1]] == [_norm(texts[p]) for p in positions]:
+            question = recovered[0]
+        else:
+            warn("question", "the question embeds an option list that differs from the option "
+                             "columns; both are shown")
 
     def key_of(pos: int) -> str:
         return str(pos + 1) if numeric else _LETTERS[pos].upper()
@@ -220,6 +237,11 @@ def row_to_item(row: Any, line: int | None, ctx: RowContext) -> RowResult:
     options = {key_of(p): t for p, t in sorted(texts.items())}
     if len(options) < 2:
         bad("options", f"fewer than two options (found {len(options)})")
+    seen_text: dict[str, str] = {}
+    for k, t in options.items():
+        first = seen_text.setdefault(_norm(t), k)
+        if first != k:
+            warn("options", f"options {first} and {k} have the same text {t[:40]!r}")
 
     if raw_answer is None:
         if "answer" not in {i.field for i in issues}:

@@ -19,7 +19,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     g.add_argument("--generator", required=True, metavar="SPEC",
                    help="generator model: google/<id>, openai/<id>, mock/generator")
     g.add_argument("--out", required=True, metavar="FILE.jsonl", help="released-schema rows (resumable)")
-    g.add_argument("--source-format", choices=FORMATS, default="auto")
+    g.add_argument("--source-format", choices=FORMATS, default="auto",
+                   help="format of SOURCE (default: detected from the file or folder)")
     g.add_argument("--from-release", default=None, metavar="FILE",
                    help="regenerate a release's sentences holding item, target, content, provenance")
     g.add_argument("--provenance-cycle", choices=["forward", "reverse"], default=None,
@@ -32,7 +33,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--limit", type=int, default=None)
     g.add_argument("--max-connections", type=int, default=8)
-    g.add_argument("--cache", choices=["live", "record", "replay", "refresh"], default="live")
+    g.add_argument("--cache", choices=["live", "record", "replay", "refresh"], default="live",
+                   help="record/replay store for generator calls (default: live)")
     g.add_argument("--cache-dir", default=None, help="record/replay store (default: FILE.cache next to --out)")
     g.add_argument("--budget-usd", type=float, default=None, help="stop scheduling items past this spend")
     g.add_argument("--price", default=None, metavar="IN,OUT", help="generator price, USD per million tokens")

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from medmis.agents._registry import ModelOptions
 from medmis.experiments.benchmark._prompts import PromptName
 from medmis.experiments.benchmark._protocols import Type1Targets
-from medmis.experiments.benchmark._types import PROTOCOLS, ProtocolName
+from medmis.experiments.benchmark._types import PROTOCOLS, ProtocolName, Record
 
 CacheMode = Literal["live", "record", "replay", "refresh"]
 SearchBackendName = Literal["tavily", "serper", "local"]
@@ -43,7 +43,7 @@ class RunConfig(BaseModel):
 
     data: str
     subset: str | None = None
-    limit: int | None = None
+    limit: int | None = Field(default=None, ge=1)
     hub_repo: str | None = None
     on_invalid: Literal["fail", "skip"] = "fail"
     models: list[str]
@@ -55,8 +55,8 @@ class RunConfig(BaseModel):
     prompt: PromptName = "paper"
     seed: int = 0
     out: str
-    max_connections: int = 8
-    max_retries: int = 4
+    max_connections: int = Field(default=8, ge=1)
+    max_retries: int = Field(default=4, ge=0)
     retry_base_delay: float = 1.0
     retry_deadline_s: float = 300.0
     tool_timeout_s: float = 30.0
@@ -72,6 +72,9 @@ class RunConfig(BaseModel):
     write_report: bool = True
     prices: dict[str, tuple[float, float]] = Field(default_factory=dict)
     """USD per million input and output tokens by model spec (recorded in manifest.json)."""
+    accept_changes: list[str] = Field(default_factory=list)
+    """Fingerprint fields allowed to differ from the run already in ``out`` (see
+    ``_fingerprint.ACCEPTABLE_CHANGES``); each accepted change is recorded in the manifest."""
 
 
 @dataclass
@@ -86,6 +89,27 @@ class RunStats:
     output_tokens: int = 0
     by_model_tokens: dict[str, list[int]] = field(default_factory=dict)
     stopped_reason: str | None = None
+
+    def add(self, record: Record, clean: dict[tuple[str, str, str], bool]) -> None:
+        """Count one record; ``clean`` maps (model, defender, item) to clean correctness."""
+        self.done += 1
+        self.input_tokens += record.usage.input_tokens
+        self.output_tokens += record.usage.output_tokens
+        tok = self.by_model_tokens.setdefault(record.model, [0, 0])
+        tok[0] += record.usage.input_tokens
+        tok[1] += record.usage.output_tokens
+        if record.error:
+            self.errors += 1
+            return
+        g = self.graded[record.protocol]
+        g[0] += int(bool(record.correct))
+        g[1] += 1
+        key = (record.model, record.defender, record.item_key)
+        if record.protocol == "clean":
+            clean[key] = bool(record.correct)
+        elif record.protocol == "type1" and clean.get(key):
+            self.flips[0] += int(not record.correct)
+            self.flips[1] += 1
 
     def describe(self) -> str:
         parts = []
@@ -109,3 +133,7 @@ class RunResult:
     report: dict[str, Path] = field(default_factory=dict)
     skipped_rows: int = 0
     """Invalid data rows left out under ``on_invalid="skip"`` (listed in ``INVALID_ROWS_FILE``)."""
+    nothing_to_do: bool = False
+    """Every case key was already recorded: nothing ran."""
+    outcome: Any = None
+    """The ``_outcome.Outcome`` (exit status and summary line) of the run folder."""

@@ -28,8 +28,15 @@ def scrub_outputs(record: Record, trace: dict[str, Any]) -> tuple[Record, dict[s
     return clean, redact_obj(plain, secrets)
 
 
+class RecordsFileError(ValueError):
+    """A line before the last one of ``records.jsonl`` is unreadable (``file:line: why``)."""
+
+
 def read_records(path: str | Path, *, dedupe: bool = True) -> list[Record]:
     """Read records; a torn (partial) last line from a killed run is skipped.
+
+    Raises:
+        RecordsFileError: Any other line is unreadable (one line naming file and line).
 
     With ``dedupe`` the last record for a key wins (``--retry-errors`` appends a fresh
     record for a key that previously failed).
@@ -49,13 +56,24 @@ def read_records(path: str | Path, *, dedupe: bool = True) -> list[Record]:
             is_last = all(not rest.strip() for rest in lines[lineno:])
             if is_last:
                 break  # torn write of a killed run; the case will be redone
-            raise ValueError(f"{p}:{lineno}: unreadable record: {exc}") from exc
+            why = (f"not JSON ({exc.msg})" if isinstance(exc, json.JSONDecodeError)
+                   else f"not a record ({_first_problem(exc)})")
+            raise RecordsFileError(
+                f"{p}:{lineno}: unreadable record, {why}; only a torn last line is repaired "
+                "automatically: fix or delete this line, then re-run"
+            ) from None
     if not dedupe:
         return records
     latest: dict[tuple[str, str, str, str, str | None], Record] = {}
     for r in records:
         latest[r.key] = r
     return list(latest.values())
+
+
+def _first_problem(exc: ValidationError) -> str:
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in first["loc"]) or "record"
+    return f"{where}: {first['msg']}"
 
 
 def repair_torn_tail(path: str | Path) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import platform
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
@@ -64,7 +64,8 @@ def scrub_argv(argv: Sequence[str]) -> list[str]:
             continue
         name, eq, _value = arg.partition("=")
         # option values such as `--model-option auth_token=…` or `--set x.api_key=…`
-        out.append(f"{name}=***" if eq and is_secret_name(name) else arg)
+        # URLs with user:pass@ and configured keys, wherever they appear
+        out.append(f"{name}=***" if eq and is_secret_name(name) else redact(arg))
     return out
 
 
@@ -79,8 +80,15 @@ def write_manifest(
     dataset: Any,
     n_cases: int,
     argv: Sequence[str],
+    *,
+    fingerprint: Mapping[str, Any] | None = None,
+    accepted: Mapping[str, Any] | None = None,
 ) -> None:
-    """Write ``out/manifest.json``, keeping the first creation time and counting invocations."""
+    """Write ``out/manifest.json``, keeping the first creation time and counting invocations.
+
+    ``fingerprint`` is what a resume must match (see ``_fingerprint``); ``accepted`` the
+    fingerprint changes this invocation was told to accept, appended to ``accepted_changes``.
+    """
     manifest_path = out / "manifest.json"
     previous: dict[str, Any] = {}
     if manifest_path.exists():
@@ -119,6 +127,13 @@ def write_manifest(
         "updated": now,
         "runs": int(previous.get("runs", 0)) + 1,
     }
+    if fingerprint is not None:
+        manifest["fingerprint"] = dict(fingerprint)
+    history = list(previous.get("accepted_changes", []))
+    if accepted:
+        history.append({"at": now, "changes": {k: list(v) for k, v in accepted.items()}})
+    if history:
+        manifest["accepted_changes"] = history
     # base URLs with user:pass@, keys passed as options or in the command line: masked
     manifest = redact_obj(manifest)
     manifest_path.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
@@ -139,4 +154,24 @@ def mark_stopped(out: Path, reason: str) -> None:
     path = out / "manifest.json"
     manifest = json.loads(path.read_text(encoding="utf-8"))
     manifest["stopped"] = redact(reason)
+    path.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+_STATUS = {0: "finished", 1: "finished with case errors", 3: "stopped early"}
+
+
+def mark_outcome(out: Path, outcome: Any, *, stopped: str | None, errors: int) -> None:
+    """Record how the invocation ended: ``stopped`` (why it stopped early, when it did) and
+    ``outcome`` (``status``, ``exit_code``, ``case_errors``, ``message``)."""
+    path = out / "manifest.json"
+    manifest = json.loads(path.read_text(encoding="utf-8"))
+    manifest.pop("stopped", None)
+    if stopped:
+        manifest["stopped"] = stopped
+    manifest["outcome"] = {
+        "status": _STATUS.get(outcome.code, "unknown"),
+        "exit_code": outcome.code,
+        "case_errors": errors,
+        "message": outcome.message,
+    }
     path.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")

@@ -30,7 +30,7 @@ class ModelPool:
         cache_dir: Where the store lives (used unless ``cache_mode`` is ``live``).
     """
 
-    __slots__ = ("_cache_dir", "_cache_mode", "_factory", "_models", "_options", "_store")
+    __slots__ = ("_cache_dir", "_cache_mode", "_factory", "_models", "_options", "_raw", "_store")
 
     def __init__(
         self,
@@ -45,6 +45,7 @@ class ModelPool:
         self._cache_mode = cache_mode
         self._cache_dir = cache_dir
         self._models: dict[str, BaseChatModel] = {}
+        self._raw: dict[str, BaseChatModel] = {}
         self._store: Any = None
 
     def store(self) -> Any:
@@ -57,10 +58,17 @@ class ModelPool:
             self._store = RecordStore(self._cache_dir, self._cache_mode)
         return self._store
 
+    def raw(self, spec: str) -> BaseChatModel:
+        """The chat model for ``spec`` without the store (built once; sends nothing)."""
+        if spec not in self._raw:
+            self._raw[spec] = (self._factory(spec) if self._factory is not None
+                               else load_model(spec, self._options))
+        return self._raw[spec]
+
     def get(self, spec: str) -> BaseChatModel:
         """The chat model for ``spec``, built on first use, wired to the store."""
         if spec not in self._models:
-            chat = self._factory(spec) if self._factory is not None else load_model(spec, self._options)
+            chat = self.raw(spec)
             store = self.store()
             if store is not None:
                 from medmis.tools._store import attach_cache

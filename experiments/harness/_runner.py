@@ -41,28 +41,19 @@ from ._config import (
     SearchBackendName,
     VisitBackendName,
 )
+from ._fingerprint import merge_fingerprints, run_fingerprint
 from ._io import read_records, repair_torn_tail, scrub_outputs
-from ._manifest import is_simulated, mark_stopped, package_versions, scrub_argv, write_manifest
+from ._manifest import is_simulated, package_versions, scrub_argv, write_manifest
 from ._models import ModelPool
+from ._outcome import Outcome, record_outcome
+from ._prepare import ClaimedFolder, check_out_path, write_invalid_rows
 from ._progress import RunProgress
 
 # Re-exported: callers import the run's types from here as well as from the package.
 __all__ = [
-    "INVALID_ROWS_FILE",
-    "CacheMode",
-    "DefenderConfig",
-    "Harness",
-    "RunConfig",
-    "RunResult",
-    "RunSetupError",
-    "RunStats",
-    "SearchBackendName",
-    "VisitBackendName",
-    "append_line",
-    "is_simulated",
-    "package_versions",
-    "run_experiment",
-    "scrub_argv",
+    "INVALID_ROWS_FILE", "CacheMode", "DefenderConfig", "Harness", "RunConfig", "RunResult",
+    "RunSetupError", "RunStats", "SearchBackendName", "VisitBackendName", "append_line",
+    "is_simulated", "package_versions", "run_experiment", "scrub_argv",
 ]
 
 
@@ -91,6 +82,7 @@ class Harness:
         self.argv = list(argv if argv is not None else sys.argv)
         self.stop_when = stop_when
         self.stats = RunStats()
+        self.outcome: Outcome | None = None
         self.retry = RetryPolicy(
             max_retries=config.max_retries,
             base_delay=config.retry_base_delay,
@@ -114,6 +106,15 @@ class Harness:
 
     def _get_store(self) -> Any:
         return self._pool.store()
+
+    def check_models(self) -> None:
+        """Build every model once (no request is sent, no store opened): a bad spec or a
+        missing key stops the run before the run folder is made."""
+        for spec in self.config.models:
+            try:
+                self._pool.raw(spec)
+            except ValueError as exc:  # a malformed spec or an unknown provider
+                raise RunSetupError(f"--model {spec}: {exc}") from None
 
     def model(self, spec: str) -> BaseChatModel:
         """The chat model for a spec, built once, wired to the record/replay store."""
@@ -149,7 +150,7 @@ class Harness:
 
     # -- run ---------------------------------------------------------------------------------
     def load_cases(self) -> tuple[list[Case], Any]:
-        from medmis.experiments.benchmark._data import load_dataset
+        from medmis.experiments.benchmark._data import DataError, load_dataset
 
         dataset = load_dataset(
             self.config.data,
@@ -158,6 +159,9 @@ class Harness:
             mode="skip" if self.config.on_invalid == "skip" else "strict",
             hub_repo=self.config.hub_repo,
         )
+        if not dataset.items:  # skip mode over a source whose every row is invalid
+            raise DataError(f"{self.config.data}: no valid items ({len(dataset.issues)} problem(s))",
+                            dataset.issues)
         cases = build_cases(
             dataset.items,
             self.config.protocols,
@@ -167,8 +171,13 @@ class Harness:
             prompt=self.config.prompt,
         )
         return cases, dataset
-    def write_manifest(self, dataset: Any, n_cases: int) -> None:
-        write_manifest(self.out, self.config, self.defenders, dataset, n_cases, self.argv)
+
+    def write_manifest(self, dataset: Any, n_cases: int, claim: ClaimedFolder | None = None) -> None:
+        fingerprint = dict(claim.fingerprint) if claim else run_fingerprint(self.config, self.defenders, dataset)
+        if claim is not None and claim.recorded is not None:
+            fingerprint = merge_fingerprints(claim.recorded, fingerprint)
+        write_manifest(self.out, self.config, self.defenders, dataset, n_cases, self.argv,
+                       fingerprint=fingerprint, accepted=claim.accepted if claim else None)
 
     def _trace_path(self, model: str, defender: str) -> Path:
         return self.out / "traces" / f"{_safe_name(model)}__{_safe_name(defender)}.jsonl"
@@ -246,34 +255,23 @@ class Harness:
         }
         return scrub_outputs(record, trace)
 
-    def _update_stats(self, record: Record, clean: dict[tuple[str, str, str], bool]) -> None:
-        s = self.stats
-        s.done += 1
-        s.input_tokens += record.usage.input_tokens
-        s.output_tokens += record.usage.output_tokens
-        tok = s.by_model_tokens.setdefault(record.model, [0, 0])
-        tok[0] += record.usage.input_tokens
-        tok[1] += record.usage.output_tokens
-        if record.error:
-            s.errors += 1
-            return
-        g = s.graded[record.protocol]
-        g[0] += int(bool(record.correct))
-        g[1] += 1
-        if record.protocol == "clean":
-            clean[(record.model, record.defender, record.item_key)] = bool(record.correct)
-        elif record.protocol == "type1" and clean.get((record.model, record.defender, record.item_key)):
-            s.flips[0] += int(not record.correct)
-            s.flips[1] += 1
-
     async def run(self) -> RunResult:
+        # Every user mistake is found before OUT is made: the path, the model specs and keys,
+        # the data; then the folder is claimed (lock + fingerprint) for the rest of the run.
+        check_out_path(self.out)
+        self.check_models()
+        cases, dataset = self.load_cases()
+        fingerprint = run_fingerprint(self.config, self.defenders, dataset)
+        with ClaimedFolder(self.out, fingerprint, accept_changes=self.config.accept_changes,
+                           notice=self.notice) as claim:
+            return await self._run_claimed(cases, dataset, claim)
+
+    async def _run_claimed(self, cases: list[Case], dataset: Any, claim: ClaimedFolder) -> RunResult:
         cfg = self.config
-        cases, dataset = self.load_cases()  # a data error stops the run before OUT is made
-        self.out.mkdir(parents=True, exist_ok=True)
-        (self.out / "traces").mkdir(exist_ok=True)
-        skipped = self._write_invalid_rows(dataset)
         self.tools()  # fail before any case runs when the tools cannot be built
-        self.write_manifest(dataset, len(cases))
+        (self.out / "traces").mkdir(exist_ok=True)
+        skipped = write_invalid_rows(self.out, dataset, self.notice)
+        self.write_manifest(dataset, len(cases), claim)
         records_path = self.out / "records.jsonl"
         repair_torn_tail(records_path)
         existing = read_records(records_path)
@@ -281,7 +279,7 @@ class Harness:
         clean_state: dict[tuple[str, str, str], bool] = {}
         for r in sorted(existing, key=lambda r: r.protocol != "clean"):
             if r.key in done:
-                self._update_stats(r, clean_state)
+                self.stats.add(r, clean_state)
         self.stats.done = 0  # progress counts this invocation's work
 
         todo: list[list[tuple[str, Defender, Case]]] = [[], []]
@@ -292,6 +290,8 @@ class Harness:
                     if key not in done:
                         todo[0 if case.protocol == "clean" else 1].append((spec, d, case))
         total = len(todo[0]) + len(todo[1])
+        if total == 0:
+            return await self._nothing_to_do(records_path, len(existing), skipped)
         new = 0
         trace_handles: dict[Path, Any] = {}
         progress = RunProgress(total, enabled=cfg.progress and total > 0)
@@ -303,36 +303,32 @@ class Harness:
                     new += await self._run_phase(phase, rec_fh, trace_handles, clean_state, progress)
                 rec_fh.flush()
                 os.fsync(rec_fh.fileno())
+        except (KeyboardInterrupt, asyncio.CancelledError):
+            # Ctrl-C: what was written stays (resumable); the manifest says why it stopped
+            self.stats.stopped_reason = "interrupted"
+            self._finish(records_path)
+            raise
         finally:
             progress.close()
             for fh in trace_handles.values():
                 fh.close()
             await self.aclose()
-        if self.stats.stopped_reason:
-            self._mark_stopped(self.stats.stopped_reason)
-        result = RunResult(
-            self.out, len(read_records(records_path)), new, self.stats, skipped_rows=skipped
-        )
+        records = self._finish(records_path)
+        result = RunResult(self.out, len(records), new, self.stats, skipped_rows=skipped,
+                           outcome=self.outcome)
         return result
 
-    def _write_invalid_rows(self, dataset: Any) -> int:
-        """List the rows left out under ``on_invalid="skip"`` in the run folder."""
-        issues = list(getattr(dataset, "issues", []))
-        path = self.out / INVALID_ROWS_FILE
-        if not issues:
-            path.unlink(missing_ok=True)  # a resumed run over repaired data leaves no stale list
-            return 0
-        path.write_text("".join(f"{i}\n" for i in issues), encoding="utf-8")
-        rows = len({(i.file, i.line) for i in issues})
-        if self.notice is not None:
-            self.notice(
-                f"skipped {rows} invalid row(s) ({len(issues)} problem(s)); "
-                f"full list in {path}"
-            )
-        return rows
+    async def _nothing_to_do(self, records_path: Path, n_records: int, skipped: int) -> RunResult:
+        """Every key is recorded already: record the outcome (the caller decides on a report)."""
+        await self.aclose()
+        self._finish(records_path)
+        return RunResult(self.out, n_records, 0, self.stats, skipped_rows=skipped, nothing_to_do=True,
+                         outcome=self.outcome)
 
-    def _mark_stopped(self, reason: str) -> None:
-        mark_stopped(self.out, reason)
+    def _finish(self, records_path: Path) -> list[Record]:
+        records, self.outcome = record_outcome(self.out, records_path, self.stats.stopped_reason,
+                                               scrub_argv(self.argv))
+        return records
 
     async def _run_phase(
         self,
@@ -362,7 +358,7 @@ class Harness:
                 fh.flush()
                 append_line(rec_fh, record)
                 written += 1
-                self._update_stats(record, clean_state)
+                self.stats.add(record, clean_state)
                 progress.advance(self.stats.describe())
                 if self.stop_when is not None:
                     reason = self.stop_when(self.stats)

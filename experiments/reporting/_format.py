@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -87,10 +88,22 @@ def fmt_num(x: float | None, digits: int = 1) -> str:
     return "—" if x is None else f"{x:,.{digits}f}"
 
 
+_TAG_START = re.compile(r"<(?=[A-Za-z/!?])")
+
+
+def md_cell(text: object) -> str:
+    """Cell text safe in a markdown table: no raw HTML (a subset name such as ``<img src=x>``
+    stays text), no link or image syntax, no line break or ``|`` that would end the cell."""
+    out = " ".join(str(text).splitlines())
+    out = out.replace("&", "&amp;") if "&" in out and re.search(r"&#?\w+;", out) else out
+    out = _TAG_START.sub("&lt;", out)
+    return out.replace("![", "!\\[").replace("](", "\\](").replace("|", "\\|")
+
+
 def md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """A GitHub-flavoured markdown table."""
+    """A GitHub-flavoured markdown table (cells escaped with :func:`md_cell`)."""
     def line(cells: Sequence[str]) -> str:
-        return "| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"
+        return "| " + " | ".join(md_cell(c) for c in cells) + " |"
 
     return "\n".join([line(header), line(["---"] * len(header)), *(line(r) for r in rows)])
 

@@ -303,7 +303,7 @@ def write_html(
 """
     path = run_dir / "report.html"
     # Write-then-rename: a browser never shows half a report.
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # unique per process
     tmp.write_text(doc, encoding="utf-8")
     os.replace(tmp, path)
     return path

@@ -188,7 +188,7 @@ def _new_figure(width: float, height: float) -> Figure:
 
 def _save(fig: Figure, path: Path) -> Path:
     # Write-then-rename: a browser or report reader never sees half a PNG.
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # unique per process
     # No "Software" entry, so equal input gives byte-equal files across machines.
     fig.savefig(tmp, format="png", dpi=DPI, metadata={"Software": None})
     os.replace(tmp, path)

@@ -139,6 +139,6 @@ def _reading_html(markdown: str) -> str:
 
 def _write_text(path: Path, text: str) -> None:
     # Write-then-rename so a reader never sees a half-written report.
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # unique per process
     tmp.write_text(text, encoding="utf-8", newline="")
     os.replace(tmp, path)

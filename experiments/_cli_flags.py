@@ -1,0 +1,88 @@
+"""Flags and flag-value parsers shared by the ``medmis`` sub-commands."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from medmis.experiments._errors import CliError
+
+
+def add_cache_flags(p: argparse.ArgumentParser, *, search: bool = True) -> None:
+    p.add_argument("--cache", choices=["live", "record", "replay", "refresh"], default="live",
+                   help="record/replay store for model calls and web fetches (default: live)")
+    p.add_argument("--cache-dir", default=None, help="store folder (default: OUT/cache, or .medmis-cache for tools)")
+    if search:
+        add_search_flags(p)
+    p.add_argument("--visit", choices=["direct", "jina"], default="direct",
+                   help="page reader: direct fetch + trafilatura (default) or jina (Jina Reader, the "
+                        "paper's; needs JINA_API_KEY)")
+    p.add_argument("--allow-host", action="append", default=[], metavar="HOST[:PORT]",
+                   help="let visit_web reach this host even if it resolves to a private address")
+    p.add_argument("--blocklist", default=None, metavar="FILE",
+                   help="extra contamination patterns (one per line) added to the default blocklist")
+
+
+def add_search_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--search", choices=["tavily", "serper", "local"], default="local",
+                   help="search backend: tavily (needs TAVILY_API_KEY), serper (the paper's; needs "
+                        "SERPER_API_KEY) or local BM25 corpus (default)")
+    p.add_argument("--corpus-dir", default=None, help="folder of documents for --search local (default: fixtures/corpus)")
+
+
+def add_hub_repo_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--hub-repo", default=None, metavar="OWNER/NAME",
+                   help="hub repository for hub: addresses (default AI4HealthResearch/MedMisBench; "
+                        "the release is also at HongjianZhou/MedMisBench)")
+
+
+def parse_kv(pairs: Sequence[str], flag: str) -> dict[str, dict[str, Any]]:
+    """``NAME.KEY=VALUE`` pairs into {name: {key: value}}; values parsed as JSON when they can be."""
+    out: dict[str, dict[str, Any]] = {}
+    for pair in pairs:
+        head, sep, raw = pair.partition("=")
+        name, dot, key = head.partition(".")
+        if not sep or not dot or not key:
+            raise CliError(f"{flag} expects NAME.KEY=VALUE, got {pair!r}")
+        try:
+            value: Any = json.loads(raw)
+        except json.JSONDecodeError:
+            value = raw
+        out.setdefault(name, {})[key] = value
+    return out
+
+
+def parse_prices(pairs: Sequence[str]) -> dict[str, tuple[float, float]]:
+    """``MODEL=IN,OUT`` pairs (USD per million tokens) into {model: (in, out)}."""
+    out: dict[str, tuple[float, float]] = {}
+    for pair in pairs:
+        model, sep, raw = pair.rpartition("=")
+        parts = raw.split(",")
+        try:
+            price = (float(parts[0]), float(parts[1])) if sep and model and len(parts) == 2 else None
+        except ValueError:
+            price = None
+        if price is None or min(price) < 0:
+            raise CliError(f"--price expects MODEL=IN,OUT with non-negative USD per million tokens, "
+                           f"got {pair!r}")
+        out[model] = price
+    return out
+
+
+def parse_flat(pairs: Sequence[str], flag: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key:
+            raise CliError(f"{flag} expects KEY=VALUE, got {pair!r}")
+        try:
+            out[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            out[key] = raw
+    return out
+
+
+def split(values: Sequence[str]) -> list[str]:
+    return [v.strip() for value in values for v in value.split(",") if v.strip()]

@@ -1,0 +1,61 @@
+"""Checks of an ablation config before its estimate is printed, and what is left to run.
+
+A config that names an unknown provider, defender or baseline is a one-line error (exit 2)
+before any data is read or any estimate shown; a grid whose every case is recorded says
+"nothing to do" instead of printing the cost table again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from medmis.agents._registry import ModelOptions, parse_spec
+from medmis.defenses._base import create_defender
+from medmis.experiments._errors import CliError
+from medmis.experiments.benchmark._types import Case
+from medmis.experiments.harness._io import read_records
+from medmis.experiments.harness._outcome import EXIT_CASE_ERRORS, EXIT_OK, EXIT_STOPPED, Outcome
+
+from ._config import AblationConfig
+
+__all__ = ["check_config", "pending_cases", "worst_outcome"]
+
+
+def check_config(config: AblationConfig) -> None:
+    """Model specs, model options, defenders and the baseline, checked without running.
+
+    Raises:
+        CliError: The first problem, in one line.
+        DefenderConfigError: An unknown defender or invalid defender options.
+    """
+    for m in config.models:
+        try:
+            parse_spec(m.spec)
+        except ValueError as exc:
+            raise CliError(f"models: spec {m.spec!r}: {exc}") from None
+    try:
+        ModelOptions(**config.model_options)
+    except (TypeError, ValueError) as exc:
+        first = str(exc).splitlines()
+        raise CliError(f"model_options: {' '.join(first[:3])}") from None
+    labels = [create_defender(d.name, d.options).label for d in config.defender_configs()]
+    if config.baseline != "none" and config.baseline not in labels:
+        raise CliError(f"baseline {config.baseline!r} is not a defender of the grid "
+                       f"(choose from {', '.join(labels)})")
+
+
+def pending_cases(out: Path, models: Sequence[str], labels: Sequence[str], cases: Sequence[Case]) -> int:
+    """How many (model, defender, case) keys of ``cases`` have no record in ``out`` yet."""
+    done = {r.key for r in read_records(out / "records.jsonl")}
+    return sum(
+        (spec, label, c.protocol, c.item.key, c.target) not in done
+        for spec in models for label in labels for c in cases
+    )
+
+
+def worst_outcome(outcomes: Sequence[Outcome | None]) -> Outcome:
+    """The outcome that decides the exit status of several runs (stopped > errors > ok)."""
+    rank = {EXIT_STOPPED: 2, EXIT_CASE_ERRORS: 1, EXIT_OK: 0}
+    present = [o for o in outcomes if o is not None]
+    return max(present, key=lambda o: rank.get(o.code, 3), default=Outcome(EXIT_OK))

@@ -1,0 +1,98 @@
+"""How a run ended, as an exit status and one summary line (the contract in DESIGN.md).
+
+==== ===================================================================================
+0    finished: every case ran and was graded (no case errors in the folder)
+1    finished with case errors (summary: how many, by kind, and the command that redoes them)
+2    usage, config or data error (one line, nothing created)
+3    stopped early (budget cap, interruption); re-running the same command resumes
+==== ===================================================================================
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from medmis.experiments.benchmark._types import Record
+
+from ._io import read_records
+from ._manifest import mark_outcome
+
+__all__ = [
+    "EXIT_CASE_ERRORS",
+    "EXIT_OK",
+    "EXIT_STOPPED",
+    "EXIT_USAGE",
+    "Outcome",
+    "error_kind",
+    "record_outcome",
+    "run_outcome",
+]
+
+EXIT_OK = 0
+EXIT_CASE_ERRORS = 1
+EXIT_USAGE = 2
+EXIT_STOPPED = 3
+
+EXIT_CODES_HELP = (
+    "exit status: 0 finished, every case graded; 1 finished with case errors (re-run with "
+    "--retry-errors to redo them); 2 usage, config or data error (nothing created); "
+    "3 stopped early (budget cap or interrupted; re-run the same command to resume)"
+)
+
+
+def error_kind(error: str) -> str:
+    """The kind of a record's error: its exception name (``RateLimitError: ...``) or the
+    first words of a message without one."""
+    head, sep, _ = error.partition(":")
+    if sep and head and " " not in head.strip():
+        return head.strip()
+    return " ".join(error.split()[:4]) or "error"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """An exit status and the line that explains it (``None`` when all went well)."""
+
+    code: int
+    message: str | None = None
+
+
+def run_outcome(
+    records: Sequence[Record], *, stopped: str | None, argv: Sequence[str] = (),
+) -> Outcome:
+    """The outcome of a run folder after an invocation.
+
+    Args:
+        records: The folder's records (latest per key).
+        stopped: Why the run stopped early, or None when it ran to the end.
+        argv: The command as typed (``medmis run ...``), to suggest the ``--retry-errors`` rerun.
+    """
+    if stopped:
+        return Outcome(EXIT_STOPPED, f"stopped early: {stopped}; re-run the same command to resume")
+    failed = [r for r in records if r.error]
+    if not failed:
+        return Outcome(EXIT_OK)
+    kinds = Counter(error_kind(r.error or "") for r in failed)
+    by_kind = ", ".join(f"{n} {kind}" for kind, n in kinds.most_common(5))
+    if len(kinds) > 5:
+        by_kind += f", {sum(n for _, n in kinds.most_common()[5:])} other"
+    args = [a for a in argv if a != "--retry-errors"]
+    redo = f"; redo them with: {shlex.join([*args, '--retry-errors'])}" if args else ""
+    return Outcome(
+        EXIT_CASE_ERRORS,
+        f"{len(failed)} of {len(records)} cases failed ({by_kind}){redo}",
+    )
+
+
+def record_outcome(out: Path, records_path: Path, stopped: str | None,
+                   argv: Sequence[str]) -> tuple[list[Record], Outcome]:
+    """Decide the outcome from the folder's records and note it (and any early stop) in
+    ``out/manifest.json``."""
+    records = read_records(records_path)
+    outcome = run_outcome(records, stopped=stopped, argv=argv)
+    mark_outcome(out, outcome, stopped=stopped, errors=sum(1 for r in records if r.error))
+    return records, outcome

@@ -1,0 +1,128 @@
+"""Claiming a run folder before any case runs: the path is usable, one process holds it, and
+what it already holds is the same run (see ``_fingerprint``).
+
+Everything a user can get wrong is checked before the folder is created; a folder this
+invocation created is removed again when a later check fails, so a mistake leaves nothing
+half-made on disk.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ._config import INVALID_ROWS_FILE, RunSetupError
+from ._fingerprint import compare_fingerprints, legacy_fingerprint
+from ._lock import RunLock
+
+__all__ = ["ClaimedFolder", "check_out_path", "recorded_fingerprint", "write_invalid_rows"]
+
+
+def check_out_path(out: Path) -> None:
+    """Refuse an ``--out`` that is a file (or lies under one) before anything is made."""
+    for p in (out, *out.parents):
+        if p.exists():
+            if not p.is_dir():
+                what = "--out" if p == out else f"--out's parent {p}"
+                raise RunSetupError(f"{what} is a file, not a folder: {p}; choose a folder for --out")
+            return
+
+
+def recorded_fingerprint(out: Path) -> dict[str, Any] | None:
+    """The fingerprint in ``out/manifest.json``: None for a new folder; for a manifest written
+    before fingerprints existed, the fields it can still vouch for."""
+    path = out / "manifest.json"
+    if not path.exists():
+        return None
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise RunSetupError(f"{path}: unreadable manifest ({exc}); choose another --out") from None
+    if not isinstance(manifest, dict):
+        return None
+    fingerprint = manifest.get("fingerprint")
+    return fingerprint if isinstance(fingerprint, dict) else legacy_fingerprint(manifest)
+
+
+class ClaimedFolder:
+    """Create (if needed) and lock ``out``, then check the fingerprint it records.
+
+    Use as a context manager around the whole run; the lock is released on exit, and a folder
+    this invocation created is removed if the claim fails.
+
+    Raises:
+        RunSetupError: Another process holds the folder, or it holds a different run.
+    """
+
+    def __init__(self, out: Path, fingerprint: Mapping[str, Any], *, accept_changes: Sequence[str] = (),
+                 notice: Callable[[str], None] | None = None) -> None:
+        self.out = out
+        self.fingerprint = fingerprint
+        self.accept_changes = list(accept_changes)
+        self.notice = notice
+        self.recorded: dict[str, Any] | None = None
+        self.accepted: dict[str, tuple[Any, Any]] = {}
+        self._lock = RunLock(out)
+        self._created = False
+
+    def __enter__(self) -> ClaimedFolder:
+        self._created = created = not self.out.exists()
+        self.out.mkdir(parents=True, exist_ok=True)
+        try:
+            self._lock.acquire()
+            try:
+                self._check()
+            except BaseException:
+                self._lock.release()
+                raise
+        except BaseException:
+            if created:
+                shutil.rmtree(self.out, ignore_errors=True)
+            raise
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        self._lock.release()
+        # a set-up failure (e.g. the web tools) in a folder made just now: leave nothing behind
+        if exc_type is not None and self._created and not (self.out / "manifest.json").exists():
+            shutil.rmtree(self.out, ignore_errors=True)
+
+    def _check(self) -> None:
+        self.recorded = recorded_fingerprint(self.out)
+        if self.recorded is None:
+            return
+        diff = compare_fingerprints(self.recorded, self.fingerprint)
+        blocking = diff.blocking(self.accept_changes)
+        if blocking:
+            names = ",".join(k if not k.startswith("defender ") else "defenders" for k in blocking)
+            names = ",".join(dict.fromkeys(names.split(",")))
+            raise RunSetupError(
+                f"{self.out} holds a different run ({diff.describe(blocking)}); choose a new --out, "
+                f"or pass --accept-change {names} to mix them on purpose"
+            )
+        self.accepted = diff.changed
+        say = self.notice
+        if say is not None:
+            if diff.changed:
+                say(f"accepted changes in {self.out}: {diff.describe()} (recorded in manifest.json)")
+            if diff.added_models:
+                say(f"adding model(s) {', '.join(diff.added_models)} to the items of {self.out}")
+            if diff.added_defenders:
+                say(f"adding defender(s) {', '.join(diff.added_defenders)} to the items of {self.out}")
+
+
+def write_invalid_rows(out: Path, dataset: Any, notice: Callable[[str], None] | None) -> int:
+    """List the rows left out under ``on_invalid="skip"`` in the run folder."""
+    issues = list(getattr(dataset, "issues", []))
+    path = out / INVALID_ROWS_FILE
+    if not issues:
+        path.unlink(missing_ok=True)  # a resumed run over repaired data leaves no stale list
+        return 0
+    path.write_text("".join(f"{i}\n" for i in issues), encoding="utf-8")
+    rows = len({(i.file, i.line) for i in issues})
+    if notice is not None:
+        notice(f"skipped {rows} invalid row(s) ({len(issues)} problem(s)); full list in {path}")
+    return rows
