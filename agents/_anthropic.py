@@ -270,7 +270,8 @@ def build(model_id: str, opts: ModelOptions) -> BaseChatModel:
             f"anthropic: max output tokens ({opts.max_output_tokens}) must exceed the thinking "
             f"budget ({budget})"
         )
-    kwargs: dict[str, Any] = {}
+    # sampling fields ChatAnthropic knows go to it by name (it warns about them in model_kwargs)
+    kwargs: dict[str, Any] = {k: extra.pop(k) for k in ("top_k", "top_p") if k in extra}
     if opts.max_output_tokens is not None:
         kwargs["max_tokens"] = opts.max_output_tokens
     if effort is not None:
