@@ -341,3 +341,20 @@ async def test_live_anthropic() -> None:
     reply = await model.ainvoke([HumanMessage("Which vitamin deficiency causes scurvy? Reply with one word.")])
     assert "c" in message_text(reply).lower()
     assert reply.usage_metadata and reply.usage_metadata["input_tokens"] > 0
+
+
+def test_cli_flags_reach_the_adapter(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    from pathlib import Path
+
+    from medmis.experiments.cli import build_parser, main
+
+    args = build_parser().parse_args(["run", "--data", "d", "--model", "anthropic/m", "--defender", "none",
+                                      "--out", "o", "--reasoning-effort", "xhigh", "--thinking-budget", "adaptive"])
+    assert (args.reasoning_effort, args.thinking_budget) == ("xhigh", "adaptive")
+    assert build_parser().parse_args(["run", "--data", "d", "--model", "m/x", "--defender", "none", "--out", "o",
+                                      "--thinking-budget", "2048"]).thinking_budget == 2048
+    data = Path(__file__).resolve().parents[1] / "fixtures" / "medmisbench_sample.jsonl"
+    code = main(["run", "--data", str(data), "--limit", "1", "--model", f"anthropic/{MODEL}", "--defender", "none",
+                 "--reasoning-effort", "none", "--out", str(tmp_path / "run"), "--no-progress"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "not a Claude effort" in err[0]
