@@ -277,7 +277,7 @@ def build(model_id: str, opts: ModelOptions) -> BaseChatModel:
     if effort is not None:
         kwargs["reasoning_effort"] = effort
     return AnthropicChat(
-        model=model_id,
+        model_name=model_id,
         api_key=SecretStr(key),
         base_url=base_url or DEFAULT_BASE_URL,
         temperature=opts.temperature,
