@@ -5,8 +5,10 @@ Two things vary by provider and matter to the evaluation protocol:
 * **The provider family** (``"google"``, ``"openai"``, ``"anthropic"``, ``"mock"``...). A prompt
   preset may place its answer instruction differently per family: the reference evaluation
   appends it to the user text for Gemini and sends it as the system message elsewhere. An
-  adapter declares its family as a class attribute ``provider_family``; models that declare
-  none (plain LangChain models) count as ``"other"``.
+  adapter declares its family as a class attribute ``provider_family``; a LangChain
+  integration (``langchain:<provider>:<model>``) is known by the ``ls_provider`` it reports
+  for tracing (``"anthropic"``, ``"openai"``, ``"google_genai"``...); anything else counts
+  as ``"other"``.
 * **Structured output.** A request for a JSON reply of a given schema travels as the call
   argument ``structured_output={"name": ..., "schema": <JSON schema>}`` (bound with
   ``model.bind(structured_output=...)``). Each adapter that sets the class attribute
@@ -29,10 +31,24 @@ GOOGLE_FAMILIES = frozenset({"google", "google_genai", "google_vertexai"})
 """Families served by Gemini (this toolkit's adapter, or LangChain's Google integrations)."""
 
 
+# LangChain derives ls_provider from the class name when an integration does not set one;
+# only the integrations that set theirs are trusted.
+_LANGCHAIN_MODULES = ("langchain_",)
+
+
 def provider_family(model: Any) -> str:
     """The provider family a chat model declares (``"other"`` when it declares none)."""
     family = getattr(model, "provider_family", None)
-    return family if isinstance(family, str) and family else "other"
+    if isinstance(family, str) and family:
+        return family
+    if type(model).__module__.startswith(_LANGCHAIN_MODULES):
+        try:
+            reported = model._get_ls_params().get("ls_provider")
+        except Exception:  # a tracing helper must never decide a run's outcome
+            reported = None
+        if isinstance(reported, str) and reported:
+            return reported
+    return "other"
 
 
 def accepts_structured_output(model: Any) -> bool:

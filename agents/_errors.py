@@ -17,6 +17,12 @@ class MissingKeyError(ModelError):
         self.variables = variables
 
 
+class ModelConfigError(ModelError, ValueError):
+    """A model spec or option the provider cannot honour (an effort level it does not know, a
+    LangChain integration that is not installed). Raised while building the model, before any
+    request; the CLI prints it as one line."""
+
+
 class BlockedResponseError(ModelError):
     """The provider refused or returned no usable candidate (safety block, empty candidate).
     Not retried: the same request is blocked again. Recorded as an error, never graded."""

@@ -42,12 +42,14 @@ from langchain_openai import ChatOpenAI
 from pydantic import SecretStr
 
 from ._capabilities import STRUCTURED_OUTPUT_KWARG, StructuredOutput, check_structured_output
-from ._errors import BlockedResponseError, MalformedResponseError, MissingKeyError
+from ._errors import BlockedResponseError, MalformedResponseError, MissingKeyError, ModelConfigError
 from ._registry import HTTP_LIMITS, ModelOptions
 
 KEY_VARIABLE = "OPENAI_API_KEY"
 BASE_URL_VARIABLE = "OPENAI_BASE_URL"
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
+# ``none`` (GPT-5.1 and later; the paper's GPT-5.4 setting) … ``xhigh``; Claude's ``max`` is not one.
+EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 # vLLM, SGLang, Ollama and llama.cpp accept any key, but the SDK refuses to send none.
 PLACEHOLDER_KEY = "EMPTY"
 
@@ -181,8 +183,10 @@ def build(model_id: str, opts: ModelOptions) -> BaseChatModel:
     Args:
         model_id: The model name the server expects (``gpt-4.1-mini``, or the name a vLLM /
             Ollama server was started with).
-        opts: Shared generation options. ``thinking_level`` is ignored (OpenAI uses
-            ``reasoning_effort``, sent only when set); ``extra`` is sent verbatim in the
+        opts: Shared generation options. ``thinking_level`` and ``thinking_budget`` are
+            ignored (OpenAI uses ``reasoning_effort``: ``none``, ``minimal``, ``low``,
+            ``medium``, ``high``, ``xhigh``, sent only when set, ``none`` included);
+            ``extra`` is sent verbatim in the
             request body (``extra_body``), e.g. ``top_k`` or ``chat_template_kwargs`` for
             vLLM.
 
@@ -192,7 +196,13 @@ def build(model_id: str, opts: ModelOptions) -> BaseChatModel:
     Raises:
         MissingKeyError: When ``OPENAI_API_KEY`` is unset and no non-OpenAI base URL is
             configured (``opts.base_url`` or ``OPENAI_BASE_URL``).
+        ModelConfigError: For a reasoning effort OpenAI does not have (``max``).
     """
+    if opts.reasoning_effort is not None and opts.reasoning_effort not in EFFORTS:
+        raise ModelConfigError(
+            f"openai: reasoning effort {opts.reasoning_effort!r} is not an OpenAI effort "
+            f"(use {', '.join(EFFORTS)})"
+        )
     base_url = opts.base_url or os.environ.get(BASE_URL_VARIABLE) or None
     key = resolve_key(base_url)
     kwargs: dict[str, Any] = {}

@@ -78,6 +78,12 @@ def _transport_error_types() -> tuple[type[BaseException], ...]:
         types += [openai.APITimeoutError, openai.APIConnectionError]
     except ImportError:  # pragma: no cover - openai is a core dependency
         pass
+    try:
+        import anthropic
+
+        types += [anthropic.APITimeoutError, anthropic.APIConnectionError]
+    except ImportError:  # pragma: no cover - anthropic is a core dependency
+        pass
     return tuple(types)
 
 

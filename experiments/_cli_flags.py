@@ -86,3 +86,13 @@ def parse_flat(pairs: Sequence[str], flag: str) -> dict[str, Any]:
 
 def split(values: Sequence[str]) -> list[str]:
     return [v.strip() for value in values for v in value.split(",") if v.strip()]
+
+
+def thinking_budget(value: str) -> int | str:
+    """``--thinking-budget``: a number of tokens, or ``adaptive``."""
+    if value == "adaptive":
+        return value
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of tokens or 'adaptive', got {value!r}") from None

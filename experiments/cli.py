@@ -28,6 +28,7 @@ from medmis.experiments._cli_flags import (
     parse_kv,
     parse_prices,
     split,
+    thinking_budget,
 )
 from medmis.experiments._errors import CliError
 
@@ -57,15 +58,19 @@ def build_parser() -> argparse.ArgumentParser:
                      help="invalid data rows: fail (exit 2, default) or skip them and run the rest "
                           "(the list is written to OUT/invalid_rows.txt)")
     run.add_argument("--model", required=True, action="append",
-                     help="google/<id>, openai/<id> or mock/<name>; repeat or comma-separate for several")
+                     help="google/<id>, openai/<id>, anthropic/<id>, langchain:<provider>:<model> or "
+                          "mock/<name>; repeat or comma-separate for several")
     run.add_argument("--model-base-url", default=None,
                      help="base URL of the provider's API (gateway, proxy or local server)")
     run.add_argument("--temperature", type=float, default=0.0)
     run.add_argument("--max-output-tokens", type=int, default=None)
     run.add_argument("--thinking-level", choices=["minimal", "low", "medium", "high"], default=None,
                      help="Gemini thinking level (google/ models; default: the provider's)")
-    run.add_argument("--reasoning-effort", choices=["minimal", "low", "medium", "high"], default=None,
-                     help="reasoning effort (openai/ reasoning models; default: the provider's)")
+    run.add_argument("--reasoning-effort", default=None,
+                     choices=["none", "minimal", "low", "medium", "high", "xhigh", "max"],
+                     help="OpenAI reasoning_effort (none..xhigh) or Claude effort (low..max)")
+    run.add_argument("--thinking-budget", type=thinking_budget, default=None,
+                     metavar="TOKENS|adaptive", help="Claude extended thinking: a token budget (>=1024; 0 = off) or 'adaptive'")
     run.add_argument("--model-timeout", type=float, default=120.0, help="seconds per model request")
     run.add_argument("--model-option", action="append", default=[], metavar="KEY=VALUE",
                      help="provider-specific option (e.g. mock/examinee: fault_rate=0.1, latency_s=0.05)")
@@ -195,6 +200,7 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
             base_url=args.model_base_url,
             thinking_level=args.thinking_level,
             reasoning_effort=args.reasoning_effort,
+            thinking_budget=args.thinking_budget,
             timeout_s=args.model_timeout,
             seed=args.seed,
             extra=parse_flat(args.model_option, "--model-option"),
@@ -361,14 +367,14 @@ def _dispatch(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
 
 def _config_errors() -> tuple[type[BaseException], ...]:
-    from medmis.agents._errors import MissingKeyError
+    from medmis.agents._errors import MissingKeyError, ModelConfigError
     from medmis.defenses._base import DefenderConfigError
     from medmis.experiments.harness._io import RecordsFileError
     from medmis.experiments.harness._runner import RunSetupError
 
     errors: list[type[BaseException]] = [
-        CliError, MissingKeyError, DefenderConfigError, RunSetupError, FileNotFoundError,
-        RecordsFileError,
+        CliError, MissingKeyError, ModelConfigError, DefenderConfigError, RunSetupError,
+        FileNotFoundError, RecordsFileError,
     ]
     try:
         from medmis.experiments.benchmark._data import DataError

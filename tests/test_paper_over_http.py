@@ -1,11 +1,12 @@
-"""``medmis run --prompt paper`` through the real google-genai and openai clients (respx).
+"""``medmis run --prompt paper`` through the real google-genai, openai and anthropic clients (respx).
 
 Each endpoint answers like a model that follows the reference evaluation's JSON instruction
 (a bare object, a fenced one, one inside prose, Gemini's schema-constrained output), with
 reasoning that names the misleading option, so only a reader of the JSON answer field gets
 the choice right. The request bodies are compared with the reference wording written out
 here from AI-in-Health/MedMisBench ``medmisbench_no_harness_eval.ipynb`` (``build_prompt``,
-``RESPONSE_INSTRUCTION``, ``call_gemini`` / ``call_openai`` / ``call_sglang``) and with stored
+``RESPONSE_INSTRUCTION``, ``call_gemini`` / ``call_openai`` / ``call_anthropic`` /
+``call_sglang``) and with stored
 snapshots of the whole bodies (``tests/snapshots/paper_*.json``; regenerate after an intended
 change with ``MEDMIS_UPDATE_SNAPSHOTS=1``).
 """
@@ -64,9 +65,10 @@ def reference_prompt(item: Item, context: list[str]) -> str:
 
 @pytest.fixture(autouse=True)
 def fake_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    clear_provider_env(monkeypatch, "google", "openai")
+    clear_provider_env(monkeypatch, "google", "openai", "anthropic")
     monkeypatch.setenv("GOOGLE_API_KEY", "test-google-key")
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
 
 
 @pytest.fixture(scope="module")
@@ -108,6 +110,7 @@ class Provider:
     url: str
     user_text: Callable[[Json], str]
     reply: Callable[[str], Json]
+    argv: tuple[str, ...] = ()
 
 
 def gemini_user_text(body: Json) -> str:
@@ -139,6 +142,32 @@ def openai_reply(text: str) -> Json:
     }
 
 
+def anthropic_user_text(body: Json) -> str:
+    (message,) = body["messages"]
+    content = message["content"]
+    return content if isinstance(content, str) else "".join(b["text"] for b in content if b["type"] == "text")
+
+
+def anthropic_reply(text: str) -> Json:
+    # A thinking block that names another option comes first, as Claude's adaptive thinking
+    # returns it; only the text block is the answer (the reference reads text blocks only).
+    thinking = 'Weighing the context... {"answer_letter": "1"} would follow the added claim.'
+    return {
+        "id": "msg_01", "type": "message", "role": "assistant", "model": "claude-sonnet-4-6",
+        "content": [{"type": "thinking", "thinking": thinking, "signature": "EqQBCgIYAhIM"},
+                    {"type": "text", "text": text}],
+        "stop_reason": "end_turn", "stop_sequence": None,
+        "usage": {"input_tokens": 300, "output_tokens": 60},
+    }  # fmt: skip
+
+
+# The reference's Claude call (call_anthropic) for claude-sonnet-4-6 with its defaults:
+# CLAUDE_REASONING_EFFORT = "medium", adaptive thinking, TEMPERATURE = 1.0, MAX_OUTPUT_TOKENS = 2048.
+CLAUDE_REFERENCE_ARGV = (
+    "--reasoning-effort", "medium", "--thinking-budget", "adaptive",
+    "--temperature", "1", "--max-output-tokens", "2048",
+)  # fmt: skip
+
 PROVIDERS = {
     "google": Provider(
         "google", "google/gemini-test", "https://gemini.test",
@@ -154,6 +183,15 @@ PROVIDERS = {
         "openai_compatible", "openai/served-model", "http://127.0.0.1:30000/v1",
         r"http://127\.0\.0\.1:30000/v1/chat/completions",
         openai_user_text, openai_reply,
+    ),
+    "anthropic": Provider(
+        "anthropic", "anthropic/claude-sonnet-4-6", None, r"https://api\.anthropic\.com/v1/messages",
+        anthropic_user_text, anthropic_reply, CLAUDE_REFERENCE_ARGV,
+    ),
+    # Claude's own constrained decoding (not what the reference sends; opt-in)
+    "anthropic_native": Provider(
+        "anthropic_native", "anthropic/claude-test", None, r"https://api\.anthropic\.com/v1/messages",
+        anthropic_user_text, anthropic_reply, ("--model-option", "structured_output=native"),
     ),
 }
 
@@ -175,6 +213,7 @@ def run(provider: Provider, items: list[Item], out: Path, respx_mock: respx.Mock
     ]  # fmt: skip
     if provider.base_url:
         argv += ["--model-base-url", provider.base_url]
+    argv += provider.argv
     assert main(argv) == 0
     return bodies
 
@@ -201,7 +240,8 @@ def test_paper_run_over_http(
     for r in records:
         assert r.error is None and r.choice == r.gold, (r.protocol, r.method)
         assert (r.prompt, r.prompt_version) == ("paper", "1")
-        expected = "structured" if name == "google" and r.protocol == "clean" else "json"
+        native = name in ("google", "anthropic_native")
+        expected = "structured" if native and r.protocol == "clean" else "json"
         assert r.method == expected, (r.protocol, r.method)
 
     # the exact reference wording, placed as the reference places it for this provider
@@ -222,6 +262,25 @@ def test_paper_run_over_http(
             schema = config["responseSchema"]
             assert schema["required"] == ["thinking_process", "answer_letter"]
             assert schema["properties"]["answer_letter"]["type"] == "STRING"
+        elif name == "anthropic":
+            # the whole body is the reference's call_anthropic(...) keyword arguments
+            assert sent[prompt] == {
+                "model": "claude-sonnet-4-6",
+                "system": RESPONSE_INSTRUCTION,
+                "messages": [{"role": "user", "content": prompt}],
+                "temperature": 1.0,
+                "max_tokens": 2048,
+                "output_config": {"effort": "medium"},
+                "thinking": {"type": "adaptive"},
+            }
+            body = sent[prompt]
+        elif name == "anthropic_native":
+            body = sent[prompt]
+            assert body["system"] == RESPONSE_INSTRUCTION
+            assert body["messages"] == [{"role": "user", "content": prompt}]
+            fmt = body["output_config"]["format"]
+            assert fmt["type"] == "json_schema"
+            assert fmt["schema"]["required"] == ["thinking_process", "answer_letter"]
         else:
             body = sent[prompt]
             assert body["messages"] == [
@@ -241,7 +300,8 @@ def test_paper_run_over_http(
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
     assert manifest["prompt"]["name"] == "paper" and manifest["prompt"]["version"] == "1"
     report = (tmp_path / "run" / "report.md").read_text()
-    assert "**Prompt:** `paper` v1" in report and "**Temperature:** 0" in report
+    temperature = "1" if name == "anthropic" else "0"
+    assert "**Prompt:** `paper` v1" in report and f"**Temperature:** {temperature}" in report
 
 
 def test_gemini_request_equals_the_sdk_call_the_reference_makes(

@@ -20,6 +20,7 @@ from medmis.agents import (
     BlockedResponseError,
     MalformedResponseError,
     MissingKeyError,
+    ModelConfigError,
     ModelOptions,
     RetryPolicy,
     classify,
@@ -112,10 +113,18 @@ async def test_request_body(respx_mock: respx.MockRouter) -> None:
     assert "reasoning_effort" not in body  # only sent when set
 
 
-async def test_reasoning_effort_is_sent_when_set(respx_mock: respx.MockRouter) -> None:
+@pytest.mark.parametrize("effort", ["none", "minimal", "low", "medium", "high", "xhigh"])
+async def test_reasoning_effort_is_sent_when_set(respx_mock: respx.MockRouter, effort: str) -> None:
+    # "none" is the paper's GPT-5.4 setting: it must reach the API, not read as "unset"
     route = respx_mock.post(URL).mock(return_value=httpx.Response(200, json=text_body()))
-    await chat(reasoning_effort="low").ainvoke(QUESTION)
-    assert sent(route)["reasoning_effort"] == "low"
+    await chat(reasoning_effort=effort).ainvoke(QUESTION)
+    assert sent(route)["reasoning_effort"] == effort
+
+
+def test_claude_only_effort_is_refused() -> None:
+    with pytest.raises(ModelConfigError) as info:
+        chat(reasoning_effort="max")
+    assert "\n" not in str(info.value) and "xhigh" in str(info.value)
 
 
 def test_sync_path(respx_mock: respx.MockRouter) -> None:

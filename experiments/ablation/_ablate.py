@@ -205,14 +205,18 @@ def _check_keys(config: AblationConfig) -> str | None:
 
     needs = {
         "google": ("GOOGLE_API_KEY", "GEMINI_API_KEY"),
+        "google_genai": ("GOOGLE_API_KEY", "GEMINI_API_KEY"),
         "openai": ("OPENAI_API_KEY",),
+        "anthropic": ("ANTHROPIC_API_KEY",),
     }
     missing = []
     for m in config.models:
-        provider = m.spec.split("/", 1)[0]
+        # langchain:<provider>:<model> needs what the integration's provider needs
+        provider = (m.spec.split(":")[1] if m.spec.startswith("langchain:")
+                    else m.spec.split("/", 1)[0])
         variables = needs.get(provider)
         base_url = m.options.get("base_url") or config.model_options.get("base_url")
-        if provider == "openai" and (base_url or os.environ.get("OPENAI_BASE_URL")):
+        if m.spec.startswith("openai/") and (base_url or os.environ.get("OPENAI_BASE_URL")):
             continue  # a local OpenAI-compatible server needs no key
         if variables and not any(os.environ.get(v) for v in variables):
             missing.append(f"{m.spec} needs {' or '.join(variables)}")
