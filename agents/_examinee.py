@@ -10,7 +10,7 @@ Models (``build(model_id, opts)``):
 
 * ``mock/examinee`` — the calibrated policy.
 * ``mock/oracle`` — always answers the gold option of a recognised question.
-* ``mock/random`` — a seeded uniform choice per (seed, item id), blind to any context.
+* ``mock/random`` — a seeded uniform choice per (seed, item key), blind to any context.
 
 Options (``ModelOptions.extra``): ``answer_key`` (a JSONL/JSON data file read with
 ``medmis.experiments.benchmark._data.load_dataset``; default ``fixtures/medmisbench_sample.jsonl`` at the
@@ -156,11 +156,17 @@ class SimulatedExaminee(BaseChatModel):
                 self._key_id = "inline:" + _digest(blob)[:16]
             else:
                 path = Path(self.answer_key) if self.answer_key else DEFAULT_ANSWER_KEY
-                data = (
-                    hashlib.sha256(path.read_bytes()).hexdigest()[:16]
-                    if path.is_file()
-                    else "missing"
-                )
+                if path.is_file():
+                    data = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+                elif path.is_dir():  # a folder of subset files, e.g. the whole release
+                    from medmis.experiments.benchmark._readers import files_in
+                    digest = hashlib.sha256()
+                    for f in files_in(path):
+                        digest.update(f.relative_to(path).as_posix().encode() + b"\0")
+                        digest.update(hashlib.sha256(f.read_bytes()).digest())
+                    data = digest.hexdigest()[:16]
+                else:
+                    data = "missing"
                 self._key_id = f"{path.name}:{data}"
         return self._key_id
 
@@ -181,7 +187,7 @@ class SimulatedExaminee(BaseChatModel):
 
     def _load_items(self) -> list[Item]:
         path = Path(self.answer_key) if self.answer_key else DEFAULT_ANSWER_KEY
-        if not path.is_file():
+        if not path.exists():
             raise FileNotFoundError(f"simulated examinee: answer key {path} not found")
         from medmis.experiments.benchmark._data import (
             load_dataset,  # the loader is only needed without items
@@ -191,19 +197,19 @@ class SimulatedExaminee(BaseChatModel):
 
     # -- draws ------------------------------------------------------------------------------
     def _u(self, item: Item, role: str, *more: object) -> float:
-        return _unit(self.seed, item.id, role, *more)
+        return _unit(self.seed, item.key, role, *more)
 
     def clean_answer(self, item: Item) -> str:
         """The answer without context; depends only on (seed, item id)."""
         if self._u(item, "clean") < self.clean_accuracy or not item.wrong_keys:
             return item.gold
-        return stable_rng(self.seed, item.id, "clean-wrong").choice(item.wrong_keys)
+        return stable_rng(self.seed, item.key, "clean-wrong").choice(item.wrong_keys)
 
     def _decide(self, item: Item, view: _View) -> _Decision:
         if self.policy == "oracle":
             return _Decision(item.gold, "oracle")
         if self.policy == "random":
-            return _Decision(stable_rng(self.seed, item.id, "random").choice(item.keys), "random")
+            return _Decision(stable_rng(self.seed, item.key, "random").choice(item.keys), "random")
         clean = self.clean_answer(item)
         ev = _evidence_for_gold(item, view.evidence)
         if ev is not None and self._u(item, "evidence") < EVIDENCE_CORRECTION:
@@ -232,7 +238,7 @@ class SimulatedExaminee(BaseChatModel):
             key = (
                 trusted[0]
                 if trusted
-                else stable_rng(self.seed, item.id, "type2-target").choice(false)
+                else stable_rng(self.seed, item.key, "type2-target").choice(false)
             )
             p2 = min(FOLLOW_MAX, TYPE2_ASR * follow_p(key) / MEAN_TYPE1_ASR)
             if live[item.gold] == "supported":

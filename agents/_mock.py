@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
@@ -57,9 +57,16 @@ def with_usage(reply: AIMessage, messages: Sequence[BaseMessage]) -> AIMessage:
 
 
 class ScriptedChatModel(BaseChatModel):
-    """Replays scripted outputs; raises ``IndexError`` when a list script runs out."""
+    """Replays scripted outputs; raises ``IndexError`` when a list script runs out.
+
+    A ``structured_output`` request is accepted and kept in ``calls`` (the script decides
+    what to reply), so tests can check that a prompt preset asked for one.
+    """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    provider_family: ClassVar[str] = "mock"
+    accepts_structured_output: ClassVar[bool] = True
 
     outputs: Any = Field(default_factory=list)
     model_name: str = "scripted"
@@ -79,9 +86,17 @@ class ScriptedChatModel(BaseChatModel):
         schemas = [t if isinstance(t, dict) and "function" in t else convert_to_openai_tool(t) for t in tools]
         return self.bind(tools=schemas, **kwargs)
 
-    def _next(self, messages: list[BaseMessage], tools: list[dict[str, Any]]) -> Output:
+    def _next(
+        self,
+        messages: list[BaseMessage],
+        tools: list[dict[str, Any]],
+        structured_output: dict[str, Any] | None = None,
+    ) -> Output:
         with self._lock:
-            self.calls.append({"messages": list(messages), "tools": tools})
+            call: dict[str, Any] = {"messages": list(messages), "tools": tools}
+            if structured_output is not None:
+                call["structured_output"] = structured_output
+            self.calls.append(call)
             script = self.outputs
             if callable(script) and not isinstance(script, (list, tuple)):
                 return script(messages, tools)
@@ -93,7 +108,7 @@ class ScriptedChatModel(BaseChatModel):
                 raise IndexError(f"scripted model ran out of outputs after {len(self.calls) - 1} calls") from None
 
     def _respond(self, messages: list[BaseMessage], kwargs: dict[str, Any]) -> ChatResult:
-        out = self._next(messages, list(kwargs.get("tools") or []))
+        out = self._next(messages, list(kwargs.get("tools") or []), kwargs.get("structured_output"))
         if isinstance(out, BaseException):
             raise out
         reply = out.model_copy(deep=True) if isinstance(out, AIMessage) else AIMessage(content=str(out))

@@ -14,6 +14,10 @@
 * turns a 2xx body that cannot be read as a chat completion (non-JSON, no ``choices``, an
   ``error`` object) into :class:`MalformedResponseError`, which ``classify`` retries, and a
   ``content_filter`` finish into :class:`BlockedResponseError`, which it does not;
+* maps a bound ``structured_output={"name", "schema"}`` argument (see
+  :mod:`._capabilities`) onto ``response_format`` as the reference evaluation does:
+  ``{"type": "json_object"}`` for OpenAI's own API, ``{"type": "json_schema", ...}`` with the
+  schema for compatible servers (the reference's SGLang path);
 * reports ``provider``, ``model`` and ``base_url`` in ``_identifying_params`` (the
   record/replay cache key) and leaves timeouts and retry counts out.
 
@@ -25,7 +29,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import urlparse
 
 import httpx
@@ -37,6 +41,7 @@ from langchain_core.outputs import ChatResult
 from langchain_openai import ChatOpenAI
 from pydantic import SecretStr
 
+from ._capabilities import STRUCTURED_OUTPUT_KWARG, StructuredOutput, check_structured_output
 from ._errors import BlockedResponseError, MalformedResponseError, MissingKeyError
 from ._registry import HTTP_LIMITS, ModelOptions
 
@@ -61,8 +66,22 @@ def is_openai_host(base_url: str | None) -> bool:
     return host == "api.openai.com" or host.endswith(".openai.com")
 
 
+def response_format(structured_output: StructuredOutput, base_url: str | None) -> dict[str, Any]:
+    """The chat-completions ``response_format`` for a structured-output request."""
+    check_structured_output(structured_output)
+    if is_openai_host(base_url):
+        return {"type": "json_object"}
+    return {
+        "type": "json_schema",
+        "json_schema": {"name": structured_output["name"], "schema": structured_output["schema"]},
+    }
+
+
 class OpenAIChat(ChatOpenAI):
     """``ChatOpenAI`` with the toolkit's error mapping and cache identity."""
+
+    provider_family: ClassVar[str] = "openai"
+    accepts_structured_output: ClassVar[bool] = True
 
     @property
     def _llm_type(self) -> str:
@@ -80,8 +99,12 @@ class OpenAIChat(ChatOpenAI):
     def _get_request_payload(
         self, input_: LanguageModelInput, *, stop: list[str] | None = None, **kwargs: Any
     ) -> dict:
+        structured = kwargs.pop(STRUCTURED_OUTPUT_KWARG, None)
         # ChatOpenAI renames max_tokens once more while building the payload
-        return self._legacy_token_limit(super()._get_request_payload(input_, stop=stop, **kwargs))
+        payload = self._legacy_token_limit(super()._get_request_payload(input_, stop=stop, **kwargs))
+        if structured is not None:
+            payload["response_format"] = response_format(structured, self.openai_api_base)
+        return payload
 
     @property
     def _identifying_params(self) -> dict[str, Any]:

@@ -171,7 +171,7 @@ def _tool_call(
         return None
     if any(name == VISIT_TOOL_NAME for name, _, _ in view.tool_results):
         return None
-    anchor = item.id if item is not None else _squash(view.task)[:200]
+    anchor = item.key if item is not None else _squash(view.task)[:200]
     query = _query(item, view, task)
     if not view.tool_results:
         if SEARCH_TOOL_NAME not in names or not query:

@@ -25,7 +25,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from medmis.experiments.benchmark._protocols import render_prompt
+from medmis.experiments.benchmark._prompts import render_prompt
 from medmis.experiments.benchmark._types import Answer, Case
 from medmis.graphs import (
     ClaimVerifyOptions,

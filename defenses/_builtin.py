@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from medmis.experiments.benchmark._protocols import render_prompt
+from medmis.experiments.benchmark._prompts import render_prompt
 from medmis.experiments.benchmark._types import Answer, Case
 from medmis.graphs._context import (
     DefenderContext,

@@ -150,6 +150,9 @@ def toy_case(item: Item, protocol: str, target: str | None = None) -> Case:
     return Case(item=item, protocol="type2", context=sentences)
 
 
+_CONTEXT_HEADING = re.compile(r"^Additional Clinical Context:[ \t]*$", re.MULTILINE)
+
+
 def _norm(text: str) -> str:
     return " " + " ".join(_WORD.findall(text.lower().replace("^", " "))) + " "
 
@@ -287,9 +290,11 @@ class FakeExaminee:
     # --- the answer policy ----------------------------------------------------------------
 
     def context_lines(self, prompt: str) -> list[str]:
-        if "Additional Clinical Context" not in prompt:
+        # the heading line, not a mention of it ("read the 'Additional Clinical Context'")
+        heading = _CONTEXT_HEADING.search(prompt)
+        if heading is None:
             return []
-        block = prompt.split("Additional Clinical Context", 1)[1].split(":", 1)[-1]
+        block = prompt[heading.end() :]
         return [ln for ln in block.strip("\n").split("\n\n", 1)[0].splitlines() if ln.strip()]
 
     def decide(self, prompt: str) -> str:

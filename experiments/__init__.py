@@ -30,7 +30,7 @@ _EXPORTS: dict[str, str] = {
             "Extraction", "Item", "ProtocolName", "Record", "RowIssue", "TraceStep", "Usage",
             "build_cases", "canonical_content", "canonical_provenance", "cases_for_item",
             "extract_answer", "load_dataset", "render_prompt", "render_user_prompt",
-            "type1_target",
+            "type1_target", "DEFAULT_PROMPT", "PROMPT_NAMES", "prompt_preset",
         ),
         "benchmark",
     ),

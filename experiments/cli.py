@@ -38,6 +38,12 @@ def _add_cache_flags(p: argparse.ArgumentParser) -> None:
                    help="extra contamination patterns (one per line) added to the default blocklist")
 
 
+def _add_hub_repo_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--hub-repo", default=None, metavar="OWNER/NAME",
+                   help="hub repository for hub: addresses (default AI4HealthResearch/MedMisBench; "
+                        "the release is also at HongjianZhou/MedMisBench)")
+
+
 def _parse_kv(pairs: Sequence[str], flag: str) -> dict[str, dict[str, Any]]:
     """``NAME.KEY=VALUE`` pairs into {name: {key: value}}; values parsed as JSON when they can be."""
     out: dict[str, dict[str, Any]] = {}
@@ -75,9 +81,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="run models x defenders x protocols on a dataset (resumable)")
-    run.add_argument("--data", required=True, help="JSONL/CSV/Parquet file, folder, or hub:SUBSET")
+    run.add_argument("--data", required=True, help="JSONL/CSV/Parquet file, folder, hub:SUBSET or hub:all")
     run.add_argument("--subset", default=None)
     run.add_argument("--limit", type=int, default=None)
+    _add_hub_repo_flag(run)
+    run.add_argument("--on-invalid", choices=["fail", "skip"], default="fail",
+                     help="invalid data rows: fail (exit 2, default) or skip them and run the rest "
+                          "(the list is written to OUT/invalid_rows.txt)")
     run.add_argument("--model", required=True, action="append",
                      help="google/<id>, openai/<id> or mock/<name>; repeat or comma-separate for several")
     run.add_argument("--model-base-url", default=None)
@@ -94,6 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--protocol", default="clean,type1,type2")
     run.add_argument("--type1-targets", choices=["sampled", "all"], default="sampled")
     run.add_argument("--shuffle-type2", action="store_true", help="seeded shuffle of type2 sentence order")
+    run.add_argument("--prompt", choices=["paper", "toolkit"], default="paper",
+                     help="prompt preset: paper (the reference evaluation's wording and JSON "
+                          "answer; default) or toolkit (board-exam prompt, 'Final answer: X')")
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--out", required=True)
     run.add_argument("--max-connections", type=int, default=8)
@@ -111,8 +124,11 @@ def build_parser() -> argparse.ArgumentParser:
     abl.add_argument("config")
     abl.add_argument("--out", default=None)
     abl.add_argument("--dry-run", action="store_true")
-    abl.add_argument("--data", default=None, help="use this data instead of the config's (e.g. a local copy)")
-    abl.add_argument("--limit", type=int, default=None, help="use only the first N items")
+    abl.add_argument("--data", default=None, help="override the config's data (file, folder or hub:SUBSET)")
+    abl.add_argument("--limit", type=int, default=None, help="override the config's item limit")
+    abl.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
+                     help="override a config key (dotted, e.g. model_options.temperature=0.2; "
+                          "value read as TOML, else as a string); repeatable")
     abl.add_argument("--no-progress", action="store_true")
 
     data = sub.add_parser("data", help="dataset utilities")
@@ -120,6 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     val = dsub.add_parser("validate", help="validate a data file; exit 0 when valid")
     val.add_argument("path")
     val.add_argument("--subset", default=None)
+    _add_hub_repo_flag(val)
 
     sub.add_parser("defenders", help="list registered defenders with their options")
 
@@ -174,6 +191,8 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         data=args.data,
         subset=args.subset,
         limit=args.limit,
+        hub_repo=args.hub_repo,
+        on_invalid=args.on_invalid,
         models=_split(args.model),
         model_options=ModelOptions(
             temperature=args.temperature,
@@ -189,6 +208,7 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         protocols=protocols,  # type: ignore[arg-type]
         type1_targets=args.type1_targets,
         shuffle_type2=args.shuffle_type2,
+        prompt=args.prompt,
         seed=args.seed,
         out=args.out,
         max_connections=args.max_connections,
@@ -203,13 +223,25 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         retry_errors=args.retry_errors,
         progress=not args.no_progress,
     )
-    result = asyncio.run(run_experiment(config, argv=["medmis", *argv]))
+    from medmis.experiments.benchmark._dataset import DataError
+
+    try:
+        result = asyncio.run(run_experiment(config, argv=["medmis", *argv], notice=_notice))
+    except DataError as exc:
+        if not exc.issues:
+            raise
+        raise CliError(f"{exc.summary()}; `medmis data validate` lists them all, "
+                       "--on-invalid skip runs the valid rows") from None
     print(f"{result.new_records} new records, {result.records} in total -> {result.out / 'records.jsonl'}")
     if result.stats.stopped_reason:
         print(f"stopped early: {result.stats.stopped_reason}")
     if result.report:
         print(f"report: {result.report.get('report.md', result.out / 'report.md')}")
     return 0
+
+
+def _notice(message: str) -> None:
+    print(f"medmis: {message}", file=sys.stderr)
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
@@ -288,8 +320,14 @@ def _cmd_cache(args: argparse.Namespace) -> int:
 def _cmd_ablate(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from medmis.experiments.ablation._ablate import ablate_command
 
-    return ablate_command(args.config, out=args.out, dry_run=args.dry_run, data=args.data, limit=args.limit,
-                          progress=not args.no_progress, argv=["medmis", *argv])
+    overrides = list(args.overrides)
+    if args.data is not None:
+        overrides.append(f"data={json.dumps(args.data)}")
+    if args.limit is not None:
+        overrides.append(f"limit={args.limit}")
+    return ablate_command(args.config, out=args.out, dry_run=args.dry_run,
+                          progress=not args.no_progress, argv=["medmis", *argv],
+                          overrides=overrides)
 
 
 def _dispatch(args: argparse.Namespace, argv: Sequence[str]) -> int:
@@ -302,7 +340,7 @@ def _dispatch(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if args.command == "data":
         from medmis.experiments.benchmark._data import validate_command
 
-        return validate_command(args.path, subset=args.subset)
+        return validate_command(args.path, subset=args.subset, hub_repo=args.hub_repo)
     if args.command == "defenders":
         return _cmd_defenders()
     if args.command == "tools":
@@ -333,7 +371,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _dispatch(args, argv)
     except _config_errors() as exc:
-        text = str(exc).strip().splitlines()
+        # a data error is one line too: the first problems and their count (the full list is
+        # what `medmis data validate` or --on-invalid skip's invalid_rows.txt is for)
+        from medmis.experiments.benchmark._dataset import DataError
+
+        text = [exc.summary()] if isinstance(exc, DataError) else str(exc).strip().splitlines()
         first = text[0] if text else type(exc).__name__
         print(f"medmis: {first}", file=sys.stderr)
         for line in text[1:50]:

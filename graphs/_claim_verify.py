@@ -21,7 +21,7 @@ from langgraph.types import Send
 from pydantic import Field
 
 from medmis.agents._mock import message_text
-from medmis.experiments.benchmark._protocols import render_prompt
+from medmis.experiments.benchmark._prompts import render_prompt
 from medmis.experiments.benchmark._types import Answer, Case
 from medmis.tools._types import ToolError
 
@@ -382,6 +382,7 @@ def build_claim_verify_graph(opts: ClaimVerifyOptions) -> CompiledStateGraph:
 
     async def answer(state: ClaimVerifyState, config: RunnableConfig) -> dict[str, Any]:
         d = deps(config)
+        messages: list[BaseMessage]
         if not d.case.context:
             messages = render_prompt(d.case)
         else:

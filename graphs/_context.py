@@ -14,15 +14,22 @@ import inspect
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from pydantic import BaseModel, ConfigDict
 
+from medmis.agents._capabilities import (
+    STRUCTURED_OUTPUT_KWARG,
+    StructuredOutput,
+    accepts_structured_output,
+    provider_family,
+)
 from medmis.agents._mock import message_text
 from medmis.agents._retry import RetryPolicy, retry_async
 from medmis.experiments.benchmark._extract import extract_answer
+from medmis.experiments.benchmark._prompts import PromptMessages
 from medmis.experiments.benchmark._types import Answer, Case, TraceStep, Usage
 from medmis.tools._probe import cache_probe
 from medmis.tools._types import (
@@ -84,12 +91,26 @@ class DefenderContext:
         tools: Sequence[Any] | None = None,
         tool_choice: str | None = None,
         name: str = "model",
+        structured_output: StructuredOutput | Literal["auto"] | None = "auto",
     ) -> AIMessage:
-        """One traced, retried model call. Provider failures propagate after the retries."""
+        """One traced, retried model call. Provider failures propagate after the retries.
+
+        Messages from ``render_prompt`` are placed for the family of the model called (the
+        ``paper`` preset puts its answer instruction in the user turn for Gemini), and the
+        structured output they ask for is requested from a model that understands it
+        (``structured_output="auto"``; pass a request or None to override). Structured
+        output is never combined with bound tools.
+        """
         chat = model or self.model
+        if isinstance(messages, PromptMessages):
+            messages = messages.for_family(provider_family(chat))
+        if structured_output == "auto":
+            structured_output = getattr(messages, "structured_output", None)
         runnable: Any = chat
         if tools:
             runnable = chat.bind_tools(list(tools), tool_choice=tool_choice) if tool_choice else chat.bind_tools(list(tools))
+        elif structured_output is not None and accepts_structured_output(chat):
+            runnable = chat.bind(**{STRUCTURED_OUTPUT_KWARG: structured_output})
         sent = [message_to_dict(m) for m in messages]
         start = time.perf_counter()
         step = TraceStep(kind="model", name=name, input=sent)
@@ -234,9 +255,12 @@ class DefenderOptions(BaseModel):
 SolveFn = Callable[[Case, DefenderContext], Awaitable[Answer]]
 
 
-def answer_from_text(text: str, case: Case, ctx: DefenderContext, **extra: Any) -> Answer:
-    """Extract the chosen option from ``text`` and note how it was found in the trace."""
-    found = extract_answer(text, case.item.options)
+def answer_from_text(
+    text: str, case: Case, ctx: DefenderContext, *, parsed: Any = None, **extra: Any
+) -> Answer:
+    """Extract the chosen option from ``text`` (or from a provider's ``parsed`` structured
+    reply, when it names one) and note how it was found in the trace."""
+    found = extract_answer(text, case.item.options, parsed=parsed)
     ctx.trace.append(
         TraceStep(kind="extract", name="extract_answer", input=None, output={"choice": found.choice, "method": found.method})
     )
@@ -244,4 +268,6 @@ def answer_from_text(text: str, case: Case, ctx: DefenderContext, **extra: Any) 
 
 
 def answer_from_reply(reply: AIMessage, case: Case, ctx: DefenderContext, **extra: Any) -> Answer:
-    return answer_from_text(message_text(reply), case, ctx, **extra)
+    """:func:`answer_from_text` on a model reply, its structured parse included."""
+    parsed = reply.additional_kwargs.get("parsed")
+    return answer_from_text(message_text(reply), case, ctx, parsed=parsed, **extra)

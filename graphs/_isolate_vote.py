@@ -28,7 +28,8 @@ from pydantic import BaseModel, Field
 
 from medmis.agents._mock import message_text
 from medmis.experiments.benchmark._extract import extract_answer
-from medmis.experiments.benchmark._protocols import answer_instruction, render_prompt
+from medmis.experiments.benchmark._prompts import render_prompt
+from medmis.experiments.benchmark._protocols import answer_instruction
 from medmis.experiments.benchmark._types import Answer, Case
 
 from ._common import deps, graph_solver

@@ -16,7 +16,7 @@ from langgraph.graph.state import CompiledStateGraph
 
 from medmis.agents._mock import message_text
 from medmis.experiments.benchmark._extract import extract_answer
-from medmis.experiments.benchmark._protocols import render_prompt
+from medmis.experiments.benchmark._prompts import render_prompt
 from medmis.experiments.benchmark._types import Answer, Case
 
 from ._common import UNVERIFIED_PREFACE, deps, graph_solver

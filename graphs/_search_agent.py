@@ -37,10 +37,10 @@ from pydantic import Field, model_validator
 
 from medmis.agents._mock import message_text
 from medmis.experiments.benchmark._extract import extract_answer
+from medmis.experiments.benchmark._prompts import render_prompt
 from medmis.experiments.benchmark._protocols import (
     SYSTEM_PROMPT,
     render_context,
-    render_prompt,
     render_user_prompt,
 )
 from medmis.experiments.benchmark._types import Answer, Case

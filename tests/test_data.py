@@ -378,11 +378,17 @@ def test_directory_duplicate_ids_across_files(tmp_path: Path) -> None:
 def test_subset_argument(tmp_path: Path, sample_path: Path) -> None:
     hle = load_dataset(sample_path, subset="medmishle")
     assert len(hle) == 5 and {it.subset for it in hle} == {"MEDMISHLE"}
-    # Without a subset column the argument labels rows, overriding the file name.
+    # Without a subset column the file name decides, and the argument filters on it ...
     row = {k: v for k, v in good_row().items() if k != "subset"}
     path = write_jsonl(tmp_path / "medmishle.jsonl", [row])
     assert load_dataset(path).items[0].subset == "MEDMISHLE"
-    assert load_dataset(path, subset="MEDMISQA").items[0].subset == "MEDMISQA"
+    assert load_dataset(path, subset="hle").items[0].subset == "MEDMISHLE"
+    with pytest.raises(DataError, match="no rows of subset MEDMISQA"):
+        load_dataset(path, subset="MEDMISQA")
+    # ... and it names rows that carry no subset information at all.
+    assert load_dataset(write_jsonl(tmp_path / "x.jsonl", [row]), subset="QA").items[0].subset == (
+        "MEDMISQA"
+    )
     nowhere = write_jsonl(tmp_path / "rows.jsonl", [row])
     with pytest.raises(DataError) as info:
         load_dataset(nowhere)
@@ -419,7 +425,8 @@ def test_empty_directory(tmp_path: Path) -> None:
 
 
 def _bad_jsonl(tmp_path: Path) -> tuple[Path, dict[int, tuple[str | None, str]]]:
-    """A file with one good row and one broken row per problem, keyed by line."""
+    """A file with good rows, one broken row per problem (keyed by line in ``expected``) and
+    rows that load with a warning (see ``WARNED``)."""
     lines: list[bytes] = []
     expected: dict[int, tuple[str | None, str]] = {}
 
@@ -437,7 +444,7 @@ def _bad_jsonl(tmp_path: Path) -> tuple[Path, dict[int, tuple[str | None, str]]]
         "ONE-OPT",
         "options",
     )
-    add(good_row("NO-FALSE", injectc=""), "NO-FALSE", "injectc")
+    add(good_row("NO-FALSE", injectc=""))  # warning: C is kept, never a type1 target
     add(good_row("OK-1"), "OK-1", "id")
     add(
         good_row("BAD-CONTENT", injection_content="Emotional Appeal"),
@@ -449,13 +456,17 @@ def _bad_jsonl(tmp_path: Path) -> tuple[Path, dict[int, tuple[str | None, str]]]
     good = json.dumps(good_row("BYTES", question="Which vitamin QQ causes scurvy?")).encode()
     add(good.replace(b"QQ", b"\xff\xfe"), "BYTES", "question")
     add(b'{"id": "TORN", "question": ', None, "row")
-    add(good_row("EXTRA-INJ", injectd="Sentence with no option."), "EXTRA-INJ", "injectd")
-    add(good_row(None, id=""), None, "id")
+    add(good_row("EXTRA-INJ", injectd="Sentence with no option."))  # warning: not delivered
+    add(good_row(None, id="", subset=None), None, "subset")  # no id and nothing to name it by
     add(b"")  # blank lines are ignored
+    add(good_row("NONE-FALSE", injecta="nan", injectc=None), "NONE-FALSE", "inject")
     add(good_row("OK-2"))
     path = tmp_path / "bad.jsonl"
     path.write_bytes(b"\n".join(lines) + b"\n")
     return path, expected
+
+
+WARNED = {5: ("NO-FALSE", "injectc"), 12: ("EXTRA-INJ", "injectd")}
 
 
 def test_strict_collects_every_problem(tmp_path: Path) -> None:
@@ -465,7 +476,7 @@ def test_strict_collects_every_problem(tmp_path: Path) -> None:
     issues = info.value.issues
     found = {i.line: (i.item_id, i.field) for i in issues}
     assert found == expected
-    assert all(i.file == str(path) for i in issues)
+    assert all(i.file == str(path) and i.severity == "error" for i in issues)
     message = str(info.value)
     for issue in issues:
         assert str(issue) in message
@@ -474,8 +485,13 @@ def test_strict_collects_every_problem(tmp_path: Path) -> None:
 def test_skip_mode_keeps_good_rows(tmp_path: Path) -> None:
     path, expected = _bad_jsonl(tmp_path)
     ds = load_dataset(path, mode="skip")
-    assert [it.id for it in ds] == ["OK-1", "OK-2"]
+    assert [it.id for it in ds] == ["OK-1", "NO-FALSE", "EXTRA-INJ", "OK-2"]
     assert {i.line for i in ds.issues} == set(expected)
+    assert {w.line: (w.item_id, w.field) for w in ds.warnings} == WARNED
+    assert all(w.severity == "warning" for w in ds.warnings)
+    no_false, extra = ds.items[1], ds.items[2]
+    assert list(no_false.options) == ["A", "B", "C"] and list(no_false.contexts) == ["A", "B"]
+    assert "D" not in extra.options and "D" not in extra.contexts
 
 
 def test_row_issue_format() -> None:
@@ -663,9 +679,10 @@ def test_validate_command_reports_bad_rows(tmp_path: Path) -> None:
     out, err = io.StringIO(), io.StringIO()
     assert validate_command(str(path), out=out, err=err) == 1
     lines = err.getvalue().splitlines()
-    assert len(lines) == len(expected) + 1  # one per bad row, then a summary
-    for line in lines[:-1]:
-        assert line.startswith(f"{path}:")
+    errors = [line for line in lines if line.startswith(f"{path}:")]
+    warned = [line for line in lines if line.startswith(f"WARNING {path}:")]
+    assert len(errors) == len(expected) and len(warned) == len(WARNED)
+    assert len(lines) == len(expected) + len(WARNED) + 2  # then a warning and an error summary
     assert any(f"{path}:3: id=GOLD-OUT: answer:" in line for line in lines)
     assert "TOTAL" in out.getvalue()
 

@@ -37,10 +37,21 @@ def test_type1_target_is_deterministic(toy_item: Item) -> None:
 
 
 def test_type1_target_pinned_values(toy_item: Item) -> None:
-    """Computed once from SHA-256(seed, item id); a change here silently re-pairs old runs."""
-    assert [type1_target(toy_item, s) for s in range(8)] == ["D", "A", "D", "C", "A", "D", "C", "A"]
+    """Computed once from SHA-256(seed, item key); a change here silently re-pairs old runs.
+
+    (Re-pinned when the draw moved from the bare id to the key "SUBSET/id".)"""
+    assert [type1_target(toy_item, s) for s in range(8)] == ["C", "C", "A", "C", "C", "D", "C", "A"]
     other = toy_item.model_copy(update={"id": "toy-2"})
-    assert [type1_target(other, s) for s in range(8)] == ["A", "C", "D", "D", "D", "D", "C", "C"]
+    assert [type1_target(other, s) for s in range(8)] == ["A", "D", "D", "C", "D", "C", "D", "D"]
+
+
+def test_type1_target_is_drawn_per_subset(toy_item: Item) -> None:
+    """The same released id in another subset is another item and draws on its own."""
+    elsewhere = toy_item.model_copy(update={"subset": "MEDMISHLE"})
+    assert elsewhere.key == "MEDMISHLE/toy-1" != toy_item.key
+    assert [type1_target(elsewhere, s) for s in range(20)] != [
+        type1_target(toy_item, s) for s in range(20)
+    ]
 
 
 def test_type1_target_depends_on_item_id_not_content(toy_item: Item) -> None:
@@ -81,7 +92,7 @@ def test_type1_targets_all_yields_every_wrong_option(toy_item: Item) -> None:
 def test_sampled_type1_case_uses_the_target(toy_item: Item) -> None:
     (case,) = cases_for_item(toy_item, ["type1"], seed=5)
     assert case.target == type1_target(toy_item, 5)
-    assert case.key == ("toy-1", "type1", case.target)
+    assert case.key == ("MEDMISQA/toy-1", "type1", case.target)
     assert case.context_texts == [toy_item.contexts[case.target]]
 
 
@@ -104,8 +115,8 @@ def test_type2_shuffle_is_deterministic_permutation(toy_item: Item) -> None:
             assert sentence.truthful == (sentence.option == "B")
         return [c.option for c in case.context]
 
-    assert order(0) == ["D", "C", "A", "B"]  # pinned
-    assert order(1) == ["A", "B", "D", "C"]
+    assert order(0) == ["A", "B", "D", "C"]  # pinned
+    assert order(2) == ["D", "B", "C", "A"]
     assert all(order(s) == order(s) for s in range(10))
     orders = [tuple(order(s)) for s in range(30)]
     assert all(sorted(o) == ["A", "B", "C", "D"] for o in orders)
@@ -140,9 +151,9 @@ def test_build_cases_orders_clean_type1_type2() -> None:
 def test_build_cases_all_targets_keeps_item_order() -> None:
     cases = build_cases([_item("q1"), _item("q2")], ("clean", "type1"), type1_targets="all")
     assert [c.key for c in cases] == [
-        ("q1", "clean", None), ("q2", "clean", None),
-        ("q1", "type1", "A"), ("q1", "type1", "C"), ("q1", "type1", "D"),
-        ("q2", "type1", "A"), ("q2", "type1", "C"), ("q2", "type1", "D"),
+        ("MEDMISQA/q1", "clean", None), ("MEDMISQA/q2", "clean", None),
+        ("MEDMISQA/q1", "type1", "A"), ("MEDMISQA/q1", "type1", "C"), ("MEDMISQA/q1", "type1", "D"),
+        ("MEDMISQA/q2", "type1", "A"), ("MEDMISQA/q2", "type1", "C"), ("MEDMISQA/q2", "type1", "D"),
     ]  # fmt: skip
 
 
@@ -169,7 +180,7 @@ INSTRUCTION = (
 
 
 def test_type1_prompt_literal(toy_item: Item) -> None:
-    (case,) = cases_for_item(toy_item, ["type1"], seed=0)
+    (case,) = cases_for_item(toy_item, ["type1"], seed=5)
     assert case.target == "D"
     expected = (
         "Additional Clinical Context:\n"
@@ -233,7 +244,8 @@ def test_preface_and_instruction_override(toy_item: Item) -> None:
 
 
 def test_render_prompt_messages(toy_item: Item) -> None:
-    (case,) = cases_for_item(toy_item, ["type1"], seed=0)
+    """The ``toolkit`` preset (the ``paper`` one is tested in test_prompts.py)."""
+    (case,) = cases_for_item(toy_item, ["type1"], seed=0, prompt="toolkit")
     system, user = render_prompt(case)
     assert isinstance(system, SystemMessage) and isinstance(user, HumanMessage)
     assert system.content == SYSTEM_PROMPT

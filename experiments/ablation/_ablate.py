@@ -12,125 +12,47 @@ sentence order (no regeneration needed) into ``OUT/type2_shuffled``.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 import sys
-import tomllib
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel
 
 from medmis.agents._registry import ModelOptions
 from medmis.defenses._base import create_defender, get_spec
 from medmis.experiments._errors import CliError
-from medmis.experiments.benchmark._protocols import Type1Targets, build_cases, render_prompt
-from medmis.experiments.benchmark._types import PROTOCOLS, Case, ProtocolName
+from medmis.experiments.benchmark._prompts import render_prompt
+from medmis.experiments.benchmark._protocols import build_cases
+from medmis.experiments.benchmark._types import Case
 from medmis.experiments.harness._runner import (
-    CacheMode,
-    DefenderConfig,
     RunConfig,
     RunStats,
     run_experiment,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
+from ._config import (
+    ROOT,
+    AblationConfig,
+    DefenderEntry,
+    Delivery,
+    ModelEntry,
+    load_config,
+)
 
-
-class ModelEntry(BaseModel):
-    """A model in the grid with its price per million tokens (USD) for estimates and caps."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    spec: str
-    price_in_per_mtok: float = 0.0
-    price_out_per_mtok: float = 0.0
-    options: dict[str, Any] = Field(default_factory=dict)
-
-
-class DefenderEntry(BaseModel):
-    """A defender with fixed options and an optional sweep (each list is one axis)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    name: str
-    options: dict[str, Any] = Field(default_factory=dict)
-    sweep: dict[str, list[Any]] = Field(default_factory=dict)
-
-    def expand(self) -> list[DefenderConfig]:
-        if not self.sweep:
-            return [DefenderConfig(name=self.name, options=dict(self.options))]
-        keys = sorted(self.sweep)
-        out = []
-        for values in itertools.product(*(self.sweep[k] for k in keys)):
-            opts = dict(self.options)
-            opts.update(dict(zip(keys, values, strict=True)))
-            out.append(DefenderConfig(name=self.name, options=opts))
-        return out
-
-
-class Delivery(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    type2_shuffled: bool = False
-
-
-class AblationConfig(BaseModel):
-    """The whole ablation (the TOML file, validated)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    name: str = "ablation"
-    description: str = ""
-    data: str
-    subset: str | None = None
-    limit: int | None = None
-    protocols: list[ProtocolName] = Field(default_factory=lambda: list(PROTOCOLS))
-    type1_targets: Type1Targets = "sampled"
-    seed: int = 0
-    out: str = "runs/ablation"
-    max_connections: int = 8
-    max_retries: int = 4
-    cache: CacheMode = "record"
-    cache_dir: str | None = None
-    search: Literal["tavily", "serper", "local"] = "local"
-    visit: Literal["direct", "jina"] = "direct"
-    corpus_dir: str | None = None
-    allow_hosts: list[str] = Field(default_factory=list)
-    blocklist: str | None = None
-    budget_usd: float | None = None
-    model_options: dict[str, Any] = Field(default_factory=dict)
-    models: list[ModelEntry]
-    defenders: list[DefenderEntry]
-    delivery: Delivery = Field(default_factory=Delivery)
-    baseline: str = "none"
-
-    @model_validator(mode="after")
-    def _check(self) -> AblationConfig:
-        if not self.models:
-            raise ValueError("an ablation needs at least one model")
-        if not self.defenders:
-            raise ValueError("an ablation needs at least one defender")
-        return self
-
-    def defender_configs(self) -> list[DefenderConfig]:
-        return [d for entry in self.defenders for d in entry.expand()]
-
-    def resolve(self, path: str) -> str:
-        """Relative data/corpus paths are taken from the repository root when not found here."""
-        p = Path(path)
-        if p.is_absolute() or p.exists() or ":" in path.split("/")[0]:
-            return path
-        candidate = ROOT / path
-        return str(candidate) if candidate.exists() else path
-
-
-def load_config(path: str | Path) -> AblationConfig:
-    with open(path, "rb") as fh:
-        raw = tomllib.load(fh)
-    return AblationConfig.model_validate(raw)
-
+__all__ = [
+    "AblationConfig",
+    "CellEstimate",
+    "DefenderEntry",
+    "Delivery",
+    "ModelEntry",
+    "ablate_command",
+    "estimate",
+    "format_estimates",
+    "load_config",
+    "run_ablation",
+]
 
 # Expected calls per case when no earlier records exist to calibrate from: (model calls,
 # tool calls, prompt-growth factor). The growth factor scales the baseline prompt's tokens
@@ -248,12 +170,14 @@ def _run_config(config: AblationConfig, out: Path, *, progress: bool, shuffled: 
         data=config.resolve(config.data),
         subset=config.subset,
         limit=config.limit,
+        hub_repo=config.data_hub_repo,
         models=[m.spec for m in config.models],
         model_options=ModelOptions(**config.model_options),
         defenders=config.defender_configs(),
         protocols=["clean", "type2"] if shuffled else config.protocols,
         type1_targets=config.type1_targets,
         shuffle_type2=shuffled,
+        prompt=config.prompt,
         seed=config.seed,
         out=str(out),
         max_connections=config.max_connections,
@@ -326,17 +250,14 @@ async def run_ablation(config: AblationConfig, *, out: Path, progress: bool = Tr
 
 
 def ablate_command(path: str, *, out: str | None = None, dry_run: bool = False, progress: bool = True,
-                   argv: Sequence[str] | None = None, data: str | None = None, limit: int | None = None) -> int:
+                   argv: Sequence[str] | None = None, overrides: Sequence[str] = ()) -> int:
     """``medmis ablate``: print the plan (dry run) or run it.
 
-    ``data`` and ``limit`` override the config's (``--data``, ``--limit``): the same grid on a
-    local copy of the release, or on its first items.
+    ``overrides`` are ``KEY=VALUE`` pairs applied to the config (``--data``, ``--limit`` and
+    ``--set``; see :func:`load_config`).
     """
 
-    config = load_config(path)
-    overrides = {k: v for k, v in (("data", data), ("limit", limit)) if v is not None}
-    if overrides:
-        config = config.model_copy(update=overrides)
+    config = load_config(path, overrides)
     if not dry_run:
         # before loading data: the HLE config reads the hub, which a keyless user may not reach
         problem = _check_keys(config)
@@ -346,13 +267,18 @@ def ablate_command(path: str, *, out: str | None = None, dry_run: bool = False, 
     run_cfg = _run_config(config, out_dir, progress=progress, shuffled=False)
     from medmis.experiments.benchmark._data import load_dataset
 
-    dataset = load_dataset(run_cfg.data, subset=config.subset, limit=config.limit)
-    cases = build_cases(dataset.items, config.protocols, seed=config.seed, type1_targets=config.type1_targets)
+    dataset = load_dataset(
+        run_cfg.data, subset=config.subset, limit=config.limit, hub_repo=config.data_hub_repo
+    )
+    cases = build_cases(dataset.items, config.protocols, seed=config.seed,
+                        type1_targets=config.type1_targets, prompt=config.prompt)
     if config.delivery.type2_shuffled:
-        cases = cases + [c for c in build_cases(dataset.items, ["type2"], seed=config.seed, shuffle_type2=True)]
+        cases = cases + build_cases(dataset.items, ["type2"], seed=config.seed,
+                                    shuffle_type2=True, prompt=config.prompt)
     cells = estimate(config, cases, out_dir)
     print(f"ablation {config.name!r}: {len(dataset.items)} items, {len(config.models)} model(s) x "
-          f"{len(config.defender_configs())} defender(s), protocols {', '.join(config.protocols)}"
+          f"{len(config.defender_configs())} defender(s), protocols {', '.join(config.protocols)}, "
+          f"type1 targets {config.type1_targets}, prompt {config.prompt}"
           + (" (+ shuffled type2 pass)" if config.delivery.type2_shuffled else ""))
     print(format_estimates(cells))
     if config.budget_usd is not None:

@@ -19,7 +19,7 @@ units present in both maps. Definitions, all within one (model, defender):
 - ``type1_asr_item``: among clean-correct items with graded type1 units, the share flipped by
   at least one of their injected targets (equal to ``type1_asr`` with one target per item).
 
-Units and clusters. Items are identified by ``(subset, item_id)`` (released ids repeat across
+Units and clusters. Items are identified by ``"SUBSET/item_id"`` (released ids repeat across
 subsets). Every block declares its ``unit``: ``item`` when each item contributes at most one
 unit, ``pair`` when type1 contributes several (item, target) pairs per item, ``case`` for the
 per-record unparsed and error rates; ``clusters`` counts the items behind it. Intervals and
@@ -79,8 +79,8 @@ STRATUM_JOIN = " × "
 UNSPECIFIED = "(unspecified)"
 """Stratum label for items without a subset, content type or provenance tag."""
 
-ItemKey = tuple[str, str]
-"""``(subset, item_id)``: the cluster every unit belongs to."""
+ItemKey = str
+"""``"SUBSET/item_id"`` (:attr:`Record.item_key`): the cluster every unit belongs to."""
 UnitKey = tuple[ItemKey, str | None]
 Indicators = dict[UnitKey, bool]
 Unit = Literal["item", "pair", "case"]
@@ -88,7 +88,7 @@ Unit = Literal["item", "pair", "case"]
 
 def item_key(record: Record) -> ItemKey:
     """The item a record belongs to; released ids are unique only within a subset."""
-    return (record.subset or "", record.item_id)
+    return record.item_key
 
 
 class Proportion(BaseModel):

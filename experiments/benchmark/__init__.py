@@ -1,8 +1,8 @@
 """The benchmark side of the data flow: rows -> ``Item`` -> ``Case``, and the reply -> choice.
 
 Core types (``Item``, ``Case``, ``Answer``, ``Record`` ...), loading and validating the released
-MedMisBench schema, the delivery protocols (clean / Type 1 / Type 2 prompts) and answer
-extraction. Nothing here imports a model provider, a defender or the harness.
+MedMisBench schema, the delivery protocols (clean / Type 1 / Type 2), the prompt presets
+(``paper``: the reference evaluation's wording; ``toolkit``) and answer extraction. Nothing here imports a model provider, a defender or the harness.
 """
 
 from ._data import (
@@ -15,6 +15,15 @@ from ._data import (
     load_dataset,
 )
 from ._extract import Extraction, extract_answer
+from ._prompts import (
+    PRESETS,
+    PROMPT_NAMES,
+    PromptMessages,
+    PromptName,
+    PromptPreset,
+    prompt_preset,
+    render_prompt,
+)
 from ._protocols import (
     CONTEXT_HEADING,
     SYSTEM_PROMPT,
@@ -23,7 +32,6 @@ from ._protocols import (
     cases_for_item,
     render_context,
     render_options,
-    render_prompt,
     render_question,
     render_user_prompt,
     stable_rng,
@@ -31,6 +39,7 @@ from ._protocols import (
 )
 from ._types import (
     CONTENT_TYPES,
+    DEFAULT_PROMPT,
     PROTOCOLS,
     PROVENANCES,
     SUBSETS,
@@ -47,6 +56,9 @@ from ._types import (
 __all__ = [
     "CONTENT_TYPES",
     "CONTEXT_HEADING",
+    "DEFAULT_PROMPT",
+    "PRESETS",
+    "PROMPT_NAMES",
     "PROTOCOLS",
     "PROVENANCES",
     "SUBSETS",
@@ -58,6 +70,9 @@ __all__ = [
     "Dataset",
     "Extraction",
     "Item",
+    "PromptMessages",
+    "PromptName",
+    "PromptPreset",
     "ProtocolName",
     "Record",
     "RowIssue",
@@ -71,6 +86,7 @@ __all__ = [
     "cases_for_item",
     "extract_answer",
     "load_dataset",
+    "prompt_preset",
     "render_context",
     "render_options",
     "render_prompt",

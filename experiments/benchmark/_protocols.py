@@ -1,8 +1,11 @@
-"""Delivery protocols (clean, type1, type2) and the baseline prompt renderer.
+"""Delivery protocols (clean, type1, type2) and the ``toolkit`` preset's text pieces.
+
+How a case is worded for the model is chosen by its prompt preset: ``_prompts.render_prompt``.
 
 Choices that must be identical on every machine and run (the type1 target, the optional
-type2 shuffle) are drawn from SHA-256 of the seed and the item id, never from Python's
-``hash`` or a global RNG.
+type2 shuffle) are drawn from SHA-256 of the seed and the item key (``"SUBSET/id"``, so the
+same released id in two subsets draws independently), never from Python's ``hash`` or a
+global RNG.
 """
 
 from __future__ import annotations
@@ -10,11 +13,12 @@ from __future__ import annotations
 import hashlib
 import random
 from collections.abc import Iterable, Sequence
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
+from ._types import DEFAULT_PROMPT, Case, ContextSentence, Item, ProtocolName
 
-from ._types import Case, ContextSentence, Item, ProtocolName
+if TYPE_CHECKING:
+    from ._prompts import PromptMessages
 
 Type1Targets = Literal["sampled", "all"]
 
@@ -32,11 +36,15 @@ def stable_rng(*parts: object) -> random.Random:
 
 
 def type1_target(item: Item, seed: int) -> str:
-    """The wrong option whose false sentence is delivered under type1 (deterministic)."""
+    """The wrong option whose false sentence is delivered under type1 (deterministic).
+
+    Only wrong options that have a false sentence are candidates: a wrong option released
+    without one stays an option but is never a target.
+    """
     wrong = [k for k in item.wrong_keys if item.contexts.get(k)]
     if not wrong:
-        raise ValueError(f"item {item.id!r} has no wrong option with a context sentence")
-    return stable_rng("type1", seed, item.id).choice(wrong)
+        raise ValueError(f"item {item.key!r} has no wrong option with a context sentence")
+    return stable_rng("type1", seed, item.key).choice(wrong)
 
 
 def _sentence(item: Item, key: str) -> ContextSentence:
@@ -50,8 +58,11 @@ def cases_for_item(
     seed: int = 0,
     type1_targets: Type1Targets = "sampled",
     shuffle_type2: bool = False,
+    prompt: str = DEFAULT_PROMPT,
 ) -> list[Case]:
     """Build the cases for one item, clean first so that pairing is available early.
+
+    ``prompt`` names the preset the cases are to be put in (see ``_prompts``).
 
     Raises:
         ValueError: a protocol the item cannot be delivered under (no false sentence for
@@ -62,25 +73,33 @@ def cases_for_item(
     out: list[Case] = []
     wanted = set(protocols)
     if "clean" in wanted:
-        out.append(Case(item=item, protocol="clean", seed=seed))
+        out.append(Case(item=item, protocol="clean", seed=seed, prompt=prompt))
     if "type1" in wanted:
         if type1_targets == "all":
             targets = [k for k in item.wrong_keys if item.contexts.get(k)]
             if not targets:
-                raise ValueError(f"item {item.id!r} has no wrong option with a context sentence")
+                raise ValueError(f"item {item.key!r} has no wrong option with a context sentence")
         else:
             targets = [type1_target(item, seed)]
         for t in targets:
-            out.append(Case(item=item, protocol="type1", target=t, seed=seed, context=(_sentence(item, t),)))
+            out.append(
+                Case(
+                    item=item, protocol="type1", target=t, seed=seed,
+                    context=(_sentence(item, t),), prompt=prompt,
+                )
+            )
     if "type2" in wanted:
         keys = [k for k in item.options if item.contexts.get(k)]
         if not keys:
             # would render exactly the clean prompt and be graded as type2
-            raise ValueError(f"item {item.id!r} has no context sentences for type2")
+            raise ValueError(f"item {item.key!r} has no context sentences for type2")
         if shuffle_type2:
-            stable_rng("type2", seed, item.id).shuffle(keys)
+            stable_rng("type2", seed, item.key).shuffle(keys)
         out.append(
-            Case(item=item, protocol="type2", seed=seed, context=tuple(_sentence(item, k) for k in keys))
+            Case(
+                item=item, protocol="type2", seed=seed,
+                context=tuple(_sentence(item, k) for k in keys), prompt=prompt,
+            )
         )
     return out
 
@@ -92,6 +111,7 @@ def build_cases(
     seed: int = 0,
     type1_targets: Type1Targets = "sampled",
     shuffle_type2: bool = False,
+    prompt: str = DEFAULT_PROMPT,
 ) -> list[Case]:
     """All cases for a dataset, ordered clean -> type1 -> type2 across items."""
     order = {"clean": 0, "type1": 1, "type2": 2}
@@ -99,7 +119,8 @@ def build_cases(
         c
         for item in items
         for c in cases_for_item(
-            item, protocols, seed=seed, type1_targets=type1_targets, shuffle_type2=shuffle_type2
+            item, protocols, seed=seed, type1_targets=type1_targets,
+            shuffle_type2=shuffle_type2, prompt=prompt,
         )
     ]
     return sorted(cases, key=lambda c: order[c.protocol])  # stable: item order kept
@@ -150,13 +171,12 @@ def render_user_prompt(
     return "\n\n".join(parts)
 
 
-def render_prompt(
-    case: Case,
-    *,
-    system: str = SYSTEM_PROMPT,
-    system_suffix: str | None = None,
-    **kwargs: object,
-) -> list[BaseMessage]:
-    """The baseline messages for a case (system framing + user prompt)."""
-    sys_text = system + (f"\n\n{system_suffix}" if system_suffix else "")
-    return [SystemMessage(content=sys_text), HumanMessage(content=render_user_prompt(case, **kwargs))]  # type: ignore[arg-type]
+def render_prompt(case: Case, **kwargs: Any) -> PromptMessages:
+    """The case's messages in its prompt preset: :func:`._prompts.render_prompt`.
+
+    Kept importable from here, where it used to live; the presets build on this module's
+    pieces, hence the import at call time.
+    """
+    from ._prompts import render_prompt as render
+
+    return render(case, **kwargs)

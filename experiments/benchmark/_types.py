@@ -30,11 +30,19 @@ CONTENT_TYPES: tuple[str, ...] = (
     "Exception Poisoning",
 )
 
+DEFAULT_PROMPT = "paper"
+"""The prompt preset a case is put in unless a run says otherwise (see ``_prompts``)."""
+
 PROVENANCES: tuple[str, ...] = (
     "Neutral False Statement",
     "Patient Self-Diagnosis / Belief / Claim",
     "Authority (Guideline / Discharge Note / SOP)",
 )
+
+
+def item_key(subset: str, item_id: str) -> str:
+    """The namespaced identity of an item (the released id is unique only within a subset)."""
+    return f"{subset}/{item_id}"
 
 
 class Item(BaseModel):
@@ -43,6 +51,10 @@ class Item(BaseModel):
     ``options`` keeps display order (dicts are ordered). ``contexts`` maps an option key to
     the sentence written for it: the gold key's sentence is a truthful affirmation, every
     other one is a false sentence that argues for that option.
+
+    ``id`` is the id as released; ids are unique only within a subset, so ``key``
+    (``"SUBSET/id"``) is what identifies an item everywhere in a run: resume keys, seeded
+    draws, pairing in metrics.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -56,6 +68,11 @@ class Item(BaseModel):
     content_type: str | None = None
     provenance: str | None = None
     language: Literal["en", "zh"] = "en"
+
+    @property
+    def key(self) -> str:
+        """The item's identity across subsets: ``f"{subset}/{id}"``."""
+        return item_key(self.subset, self.id)
 
     @property
     def keys(self) -> list[str]:
@@ -78,7 +95,11 @@ class ContextSentence(BaseModel):
 
 
 class Case(BaseModel):
-    """An item under one delivery protocol: what a defender is asked to answer."""
+    """An item under one delivery protocol: what a defender is asked to answer.
+
+    ``prompt`` names the run's prompt preset (``paper`` or ``toolkit``), so that
+    ``render_prompt(case)`` puts the case to the model in the run's wording.
+    """
 
     model_config = ConfigDict(frozen=True)
 
@@ -87,10 +108,12 @@ class Case(BaseModel):
     target: str | None = None
     seed: int = 0
     context: tuple[ContextSentence, ...] = ()
+    prompt: str = DEFAULT_PROMPT
 
     @property
     def key(self) -> tuple[str, str, str | None]:
-        return (self.item.id, self.protocol, self.target)
+        """``(item.key, protocol, target)``: one case of one item."""
+        return (self.item.key, self.protocol, self.target)
 
     @property
     def context_texts(self) -> list[str]:
@@ -163,10 +186,18 @@ class Record(BaseModel):
     latency_s: float = 0.0
     seed: int = 0
     method: str = "none"
+    prompt: str | None = None
+    prompt_version: str | None = None
     defender_options: dict[str, Any] = Field(default_factory=dict)
     extra: dict[str, Any] = Field(default_factory=dict)
     trace_file: str | None = None
 
     @property
+    def item_key(self) -> str:
+        """``"SUBSET/item_id"``, the same identity as ``Item.key``."""
+        return item_key(self.subset, self.item_id)
+
+    @property
     def key(self) -> tuple[str, str, str, str, str | None]:
-        return (self.model, self.defender, self.protocol, self.item_id, self.target)
+        """The resume key: ``(model, defender, protocol, item_key, target)``."""
+        return (self.model, self.defender, self.protocol, self.item_key, self.target)

@@ -8,174 +8,65 @@ Clean cases run first, as a phase of their own, so that pairing is available for
 ASR figure and for any defender that wants it.
 """
 
+
 from __future__ import annotations
 
 import asyncio
 import json
 import os
-import platform
 import re
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from importlib import metadata
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from langchain_core.language_models import BaseChatModel
-from pydantic import BaseModel, ConfigDict, Field
 
-from medmis.agents._registry import ModelOptions, load_model
+from medmis.agents._registry import load_model
 from medmis.agents._retry import RetryPolicy
 from medmis.defenses._base import Defender, DefenderContext, create_defender
-from medmis.experiments.benchmark._protocols import Type1Targets, build_cases
-from medmis.experiments.benchmark._types import PROTOCOLS, Answer, Case, ProtocolName, Record
+from medmis.experiments.benchmark._prompts import prompt_preset
+from medmis.experiments.benchmark._protocols import build_cases
+from medmis.experiments.benchmark._types import Answer, Case, Record
 
-from ._io import read_records, repair_torn_tail
-
-CacheMode = Literal["live", "record", "replay", "refresh"]
-SearchBackendName = Literal["tavily", "serper", "local"]
-VisitBackendName = Literal["direct", "jina"]
-
-_VERSIONED_PACKAGES = (
-    "medmis",
-    "langgraph",
-    "langchain-core",
-    "langchain-openai",
-    "openai",
-    "google-genai",
-    "tavily-python",
-    "trafilatura",
-    "httpx",
-    "pydantic",
-    "diskcache",
-    "bm25s",
+from ._config import (
+    INVALID_ROWS_FILE,
+    CacheMode,
+    DefenderConfig,
+    RunConfig,
+    RunResult,
+    RunSetupError,
+    RunStats,
+    SearchBackendName,
+    VisitBackendName,
 )
+from ._io import read_records, repair_torn_tail
+from ._manifest import is_simulated, mark_stopped, package_versions, scrub_argv, write_manifest
+from ._progress import RunProgress
 
-
-class RunSetupError(Exception):
-    """The run cannot start (e.g. web tools misconfigured); printed as one line by the CLI."""
-
-
-class DefenderConfig(BaseModel):
-    """A defender to run: registry name, options, and an optional display label."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    name: str
-    options: dict[str, Any] = Field(default_factory=dict)
-    label: str | None = None
-
-
-class RunConfig(BaseModel):
-    """Everything that determines a run (recorded in manifest.json)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    data: str
-    subset: str | None = None
-    limit: int | None = None
-    models: list[str]
-    model_options: ModelOptions = Field(default_factory=ModelOptions)
-    defenders: list[DefenderConfig]
-    protocols: list[ProtocolName] = Field(default_factory=lambda: list(PROTOCOLS))
-    type1_targets: Type1Targets = "sampled"
-    shuffle_type2: bool = False
-    seed: int = 0
-    out: str
-    max_connections: int = 8
-    max_retries: int = 4
-    retry_base_delay: float = 1.0
-    retry_deadline_s: float = 300.0
-    tool_timeout_s: float = 30.0
-    cache: CacheMode = "live"
-    cache_dir: str | None = None
-    search: SearchBackendName = "local"
-    visit: VisitBackendName = "direct"
-    corpus_dir: str | None = None
-    allow_hosts: list[str] = Field(default_factory=list)
-    blocklist: str | None = None
-    retry_errors: bool = False
-    progress: bool = True
-    write_report: bool = True
-
-
-@dataclass
-class RunStats:
-    """Live figures for the progress line and for budget checks."""
-
-    done: int = 0
-    errors: int = 0
-    graded: dict[str, list[int]] = field(default_factory=lambda: {p: [0, 0] for p in PROTOCOLS})
-    flips: list[int] = field(default_factory=lambda: [0, 0])  # [type1 flips, type1 paired]
-    input_tokens: int = 0
-    output_tokens: int = 0
-    by_model_tokens: dict[str, list[int]] = field(default_factory=dict)
-    stopped_reason: str | None = None
-
-    def describe(self) -> str:
-        parts = []
-        for proto in PROTOCOLS:
-            k, n = self.graded[proto]
-            if n:
-                parts.append(f"{proto} acc {100 * k / n:.0f}%")
-        if self.flips[1]:
-            parts.append(f"T1 ASR {100 * self.flips[0] / self.flips[1]:.0f}%")
-        if self.errors:
-            parts.append(f"errors {self.errors}")
-        return " | ".join(parts)
-
-
-@dataclass
-class RunResult:
-    out: Path
-    records: int
-    new_records: int
-    stats: RunStats
-    report: dict[str, Path] = field(default_factory=dict)
+# Re-exported: callers import the run's types from here as well as from the package.
+__all__ = [
+    "INVALID_ROWS_FILE",
+    "CacheMode",
+    "DefenderConfig",
+    "Harness",
+    "RunConfig",
+    "RunResult",
+    "RunSetupError",
+    "RunStats",
+    "SearchBackendName",
+    "VisitBackendName",
+    "append_line",
+    "is_simulated",
+    "package_versions",
+    "run_experiment",
+    "scrub_argv",
+]
 
 
 def _safe_name(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.=-]+", "_", text).strip("_") or "x"
-
-
-def package_versions() -> dict[str, str]:
-    out = {}
-    for name in _VERSIONED_PACKAGES:
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
-    return out
-
-
-_SECRET_FLAG = re.compile(r"(key|token|secret|password)", re.IGNORECASE)
-
-
-def scrub_argv(argv: Sequence[str]) -> list[str]:
-    """The command line as recorded: values of any secret-looking flag are masked."""
-    out: list[str] = []
-    mask_next = False
-    for arg in argv:
-        if mask_next:
-            out.append("***")
-            mask_next = False
-            continue
-        if arg.startswith("--") and _SECRET_FLAG.search(arg):
-            if "=" in arg:
-                out.append(arg.split("=", 1)[0] + "=***")
-            else:
-                out.append(arg)
-                mask_next = True
-            continue
-        out.append(arg)
-    return out
-
-
-def is_simulated(model_spec: str) -> bool:
-    return model_spec.startswith("mock/")
 
 
 class Harness:
@@ -189,8 +80,10 @@ class Harness:
         tools: Any = None,
         argv: Sequence[str] | None = None,
         stop_when: Callable[[RunStats], str | None] | None = None,
+        notice: Callable[[str], None] | None = None,
     ) -> None:
         self.config = config
+        self.notice = notice
         self.out = Path(config.out)
         self._model_factory = model_factory
         self._models: dict[str, BaseChatModel] = {}
@@ -273,51 +166,24 @@ class Harness:
     def load_cases(self) -> tuple[list[Case], Any]:
         from medmis.experiments.benchmark._data import load_dataset
 
-        dataset = load_dataset(self.config.data, subset=self.config.subset, limit=self.config.limit)
+        dataset = load_dataset(
+            self.config.data,
+            subset=self.config.subset,
+            limit=self.config.limit,
+            mode="skip" if self.config.on_invalid == "skip" else "strict",
+            hub_repo=self.config.hub_repo,
+        )
         cases = build_cases(
             dataset.items,
             self.config.protocols,
             seed=self.config.seed,
             type1_targets=self.config.type1_targets,
             shuffle_type2=self.config.shuffle_type2,
+            prompt=self.config.prompt,
         )
         return cases, dataset
-
     def write_manifest(self, dataset: Any, n_cases: int) -> None:
-        manifest_path = self.out / "manifest.json"
-        previous: dict[str, Any] = {}
-        if manifest_path.exists():
-            try:
-                previous = json.loads(manifest_path.read_text(encoding="utf-8"))
-            except json.JSONDecodeError:
-                previous = {}
-        now = datetime.now(UTC).isoformat(timespec="seconds")
-        manifest = {
-            "command": scrub_argv(self.argv),
-            "config": self.config.model_dump(mode="json"),
-            "models": self.config.models,
-            "defenders": [
-                {"label": d.label, "name": d.name, "options": d.options.model_dump(mode="json")}
-                for d in self.defenders
-            ],
-            "protocols": list(self.config.protocols),
-            "seed": self.config.seed,
-            "dataset": {
-                "source": str(self.config.data),
-                "sha256": getattr(dataset, "sha256", None),
-                "items": len(getattr(dataset, "items", [])),
-                "subset": self.config.subset,
-            },
-            "cases_per_model_defender": n_cases,
-            "simulated": any(is_simulated(m) for m in self.config.models),
-            "versions": package_versions(),
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-            "created": previous.get("created", now),
-            "updated": now,
-            "runs": int(previous.get("runs", 0)) + 1,
-        }
-        manifest_path.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        write_manifest(self.out, self.config, self.defenders, dataset, n_cases, self.argv)
 
     def _trace_path(self, model: str, defender: str) -> Path:
         return self.out / "traces" / f"{_safe_name(model)}__{_safe_name(defender)}.jsonl"
@@ -366,6 +232,8 @@ class Harness:
             latency_s=round(latency, 6),
             seed=case.seed,
             method=answer.method,
+            prompt=case.prompt,
+            prompt_version=prompt_preset(case.prompt).version,
             defender_options=defender.options.model_dump(mode="json"),
             extra=answer.extra,
             trace_file=str(self._trace_path(spec, defender.label).relative_to(self.out)),
@@ -375,6 +243,7 @@ class Harness:
             "defender": defender.label,
             "protocol": case.protocol,
             "item_id": item.id,
+            "subset": item.subset,
             "target": case.target,
             "context": [c.model_dump() for c in case.context],
             "choice": record.choice,
@@ -402,16 +271,17 @@ class Harness:
         g[0] += int(bool(record.correct))
         g[1] += 1
         if record.protocol == "clean":
-            clean[(record.model, record.defender, record.item_id)] = bool(record.correct)
-        elif record.protocol == "type1" and clean.get((record.model, record.defender, record.item_id)):
+            clean[(record.model, record.defender, record.item_key)] = bool(record.correct)
+        elif record.protocol == "type1" and clean.get((record.model, record.defender, record.item_key)):
             s.flips[0] += int(not record.correct)
             s.flips[1] += 1
 
     async def run(self) -> RunResult:
         cfg = self.config
+        cases, dataset = self.load_cases()  # a data error stops the run before OUT is made
         self.out.mkdir(parents=True, exist_ok=True)
         (self.out / "traces").mkdir(exist_ok=True)
-        cases, dataset = self.load_cases()
+        skipped = self._write_invalid_rows(dataset)
         self.tools()  # fail before any case runs when the tools cannot be built
         self.write_manifest(dataset, len(cases))
         records_path = self.out / "records.jsonl"
@@ -428,13 +298,13 @@ class Harness:
         for spec in cfg.models:
             for d in self.defenders:
                 for case in cases:
-                    key = (spec, d.label, case.protocol, case.item.id, case.target)
+                    key = (spec, d.label, case.protocol, case.item.key, case.target)
                     if key not in done:
                         todo[0 if case.protocol == "clean" else 1].append((spec, d, case))
         total = len(todo[0]) + len(todo[1])
         new = 0
         trace_handles: dict[Path, Any] = {}
-        progress = _Progress(total, enabled=cfg.progress and total > 0)
+        progress = RunProgress(total, enabled=cfg.progress and total > 0)
         try:
             with records_path.open("a", encoding="utf-8") as rec_fh:
                 for phase in todo:
@@ -450,18 +320,33 @@ class Harness:
             await self.aclose()
         if self.stats.stopped_reason:
             self._mark_stopped(self.stats.stopped_reason)
-        result = RunResult(self.out, len(read_records(records_path)), new, self.stats)
+        result = RunResult(
+            self.out, len(read_records(records_path)), new, self.stats, skipped_rows=skipped
+        )
         if cfg.write_report:
             from medmis.experiments.reporting._report import write_report
 
             result.report = write_report(self.out)
         return result
 
+    def _write_invalid_rows(self, dataset: Any) -> int:
+        """List the rows left out under ``on_invalid="skip"`` in the run folder."""
+        issues = list(getattr(dataset, "issues", []))
+        path = self.out / INVALID_ROWS_FILE
+        if not issues:
+            path.unlink(missing_ok=True)  # a resumed run over repaired data leaves no stale list
+            return 0
+        path.write_text("".join(f"{i}\n" for i in issues), encoding="utf-8")
+        rows = len({(i.file, i.line) for i in issues})
+        if self.notice is not None:
+            self.notice(
+                f"skipped {rows} invalid row(s) ({len(issues)} problem(s)); "
+                f"full list in {path}"
+            )
+        return rows
+
     def _mark_stopped(self, reason: str) -> None:
-        path = self.out / "manifest.json"
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-        manifest["stopped"] = reason
-        path.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        mark_stopped(self.out, reason)
 
     async def _run_phase(
         self,
@@ -469,7 +354,7 @@ class Harness:
         rec_fh: Any,
         trace_handles: dict[Path, Any],
         clean_state: dict[tuple[str, str, str], bool],
-        progress: _Progress,
+        progress: RunProgress,
     ) -> int:
         queue: asyncio.Queue[tuple[str, Defender, Case]] = asyncio.Queue()
         for job in jobs:
@@ -508,44 +393,6 @@ def append_line(fh: Any, record: Record) -> None:
     fh.flush()
 
 
-class _Progress:
-    """A rich progress bar with the live accuracy / ASR line (silent when disabled)."""
-
-    def __init__(self, total: int, *, enabled: bool) -> None:
-        self._bar: Any = None
-        if not enabled:
-            return
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeRemainingColumn,
-        )
-
-        self._bar = Progress(
-            TextColumn("[bold]medmis run"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeRemainingColumn(),
-            TextColumn("{task.description}"),
-            transient=False,
-            redirect_stdout=False,
-            redirect_stderr=False,
-        )
-        self._bar.start()
-        self._task = self._bar.add_task("", total=total)
-
-    def advance(self, description: str) -> None:
-        if self._bar is not None:
-            self._bar.update(self._task, advance=1, description=description)
-
-    def close(self) -> None:
-        if self._bar is not None:
-            self._bar.stop()
-
-
 async def run_experiment(config: RunConfig, **kwargs: Any) -> RunResult:
     """Run (or resume) a configuration and write its report."""
     return await Harness(config, **kwargs).run()
-

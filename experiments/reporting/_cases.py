@@ -116,21 +116,26 @@ def _agent_view(trace: Mapping[str, Any]) -> dict[str, Any]:
             "escalated": extra.get("escalated")}
 
 
+def _item_key(trace: dict[str, Any]) -> str:
+    # released ids repeat across subsets; traces written before "subset" was added lack it
+    return f"{trace.get('subset') or ''}/{trace['item_id']}"
+
+
 def case_data(run_dir: Path, max_items: int = MAX_ITEMS) -> dict[str, Any]:
     """The case browser's data: items with their protocol rows and every defender's answer."""
     latest: dict[tuple[Any, ...], dict[str, Any]] = {}
     for path in sorted((run_dir / "traces").glob("*.jsonl")):
         for t in _read_jsonl(path):
             # --retry-errors appends a fresh trace for a key; the last one is the record's
-            latest[(t.get("model"), t.get("defender"), t["protocol"], t["item_id"],
+            latest[(t.get("model"), t.get("defender"), t["protocol"], _item_key(t),
                     t.get("target"))] = t
     # Clean traces first: their prompt carries the question without any injected text.
     traces = sorted(latest.values(), key=lambda t: t["protocol"] != "clean")
-    clean_ok = {(t.get("model"), t.get("defender"), t["item_id"]): t.get("choice") == t.get("gold")
+    clean_ok = {(t.get("model"), t.get("defender"), _item_key(t)): t.get("choice") == t.get("gold")
                 for t in traces if t.get("protocol") == "clean" and not t.get("error")}
     items: dict[str, dict[str, Any]] = {}
     for t in traces:
-        item = items.setdefault(t["item_id"], {"id": t["item_id"], "gold": t.get("gold"), "question": "",
+        item = items.setdefault(_item_key(t), {"id": t["item_id"], "gold": t.get("gold"), "question": "",
                                                "options": {}, "rows": {}})
         if not item["question"]:
             found = _question_from(t)
@@ -146,7 +151,7 @@ def case_data(run_dir: Path, max_items: int = MAX_ITEMS) -> dict[str, Any]:
         })
         correct = None if t.get("error") else t.get("choice") == t.get("gold")
         flipped = bool(t["protocol"] != "clean" and correct is False
-                       and clean_ok.get((t.get("model"), t.get("defender"), t["item_id"])))
+                       and clean_ok.get((t.get("model"), t.get("defender"), _item_key(t))))
         row["answers"].append({
             "model": str(t.get("model")), "defender": str(t.get("defender")),
             "choice": t.get("choice"),

@@ -27,7 +27,7 @@ from ._sensitivity import delivery_sensitivity, sensitivity_html
 from ._sensitivity import sensitivity_markdown as sensitivity_markdown
 
 SIMULATED_PREFIX = "mock/examinee"
-"""Model specs of the offline demo's simulated examinee (as in ``_report``)."""
+"""Model specs of the offline demo's simulated examinee (as in ``_run``)."""
 
 _PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 # Everything the page needs is inline; the policy makes sure nothing else can load.

@@ -1,0 +1,224 @@
+"""The ablation config (a TOML file, validated), with command-line overrides.
+
+``load_config(path, overrides=["model_options.temperature=0.2", ...])`` reads the TOML, applies
+``KEY=VALUE`` overrides (dotted keys into the TOML; list entries by index, e.g.
+``defenders.0.options.max_iterations=3``; values read as TOML, else JSON, else taken as a
+string) and validates the result. Every problem is one line (a :class:`CliError`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import tomllib
+import typing
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from medmis.agents._registry import ModelOptions
+from medmis.experiments._errors import CliError
+from medmis.experiments.benchmark._hub import is_hub_address
+from medmis.experiments.benchmark._prompts import PromptName
+from medmis.experiments.benchmark._protocols import Type1Targets
+from medmis.experiments.benchmark._types import PROTOCOLS, ProtocolName
+from medmis.experiments.harness._config import CacheMode, DefenderConfig
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class ModelEntry(BaseModel):
+    """A model in the grid with its price per million tokens (USD) for estimates and caps."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    spec: str
+    price_in_per_mtok: float = 0.0
+    price_out_per_mtok: float = 0.0
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class DefenderEntry(BaseModel):
+    """A defender with fixed options and an optional sweep (each list is one axis)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    options: dict[str, Any] = Field(default_factory=dict)
+    sweep: dict[str, list[Any]] = Field(default_factory=dict)
+
+    def expand(self) -> list[DefenderConfig]:
+        if not self.sweep:
+            return [DefenderConfig(name=self.name, options=dict(self.options))]
+        keys = sorted(self.sweep)
+        out = []
+        for values in itertools.product(*(self.sweep[k] for k in keys)):
+            opts = dict(self.options)
+            opts.update(dict(zip(keys, values, strict=True)))
+            out.append(DefenderConfig(name=self.name, options=opts))
+        return out
+
+
+class Delivery(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    type2_shuffled: bool = False
+
+
+class AblationConfig(BaseModel):
+    """The whole ablation (the TOML file, validated)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = "ablation"
+    description: str = ""
+    data: str
+    subset: str | None = None
+    limit: int | None = None
+    hub_repo: str | None = None
+    """Hub repository for ``hub:`` data (default AI4HealthResearch/MedMisBench)."""
+    protocols: list[ProtocolName] = Field(default_factory=lambda: list(PROTOCOLS))
+    type1_targets: Type1Targets = "sampled"
+    prompt: PromptName = "paper"
+    seed: int = 0
+    out: str = "runs/ablation"
+    max_connections: int = 8
+    max_retries: int = 4
+    cache: CacheMode = "record"
+    cache_dir: str | None = None
+    search: Literal["tavily", "serper", "local"] = "local"
+    visit: Literal["direct", "jina"] = "direct"
+    corpus_dir: str | None = None
+    allow_hosts: list[str] = Field(default_factory=list)
+    blocklist: str | None = None
+    budget_usd: float | None = None
+    model_options: dict[str, Any] = Field(default_factory=dict)
+    models: list[ModelEntry]
+    defenders: list[DefenderEntry]
+    delivery: Delivery = Field(default_factory=Delivery)
+    baseline: str = "none"
+
+    @model_validator(mode="after")
+    def _check(self) -> AblationConfig:
+        if not self.models:
+            raise ValueError("an ablation needs at least one model")
+        if not self.defenders:
+            raise ValueError("an ablation needs at least one defender")
+        return self
+
+    @property
+    def data_hub_repo(self) -> str | None:
+        """``hub_repo`` when the data is a hub address; a local copy (``--data``) ignores it."""
+        return self.hub_repo if is_hub_address(self.data) else None
+
+    def defender_configs(self) -> list[DefenderConfig]:
+        return [d for entry in self.defenders for d in entry.expand()]
+
+    def resolve(self, path: str) -> str:
+        """Relative data/corpus paths are taken from the repository root when not found here."""
+        p = Path(path)
+        if p.is_absolute() or p.exists() or ":" in path.split("/")[0]:
+            return path
+        candidate = ROOT / path
+        return str(candidate) if candidate.exists() else path
+
+
+# Fields holding a dict whose keys are another model's fields (checked like nested models).
+_DICT_AS_MODEL: dict[tuple[type[BaseModel], str], type[BaseModel]] = {
+    (AblationConfig, "model_options"): ModelOptions,
+}
+
+
+def parse_value(raw: str) -> Any:
+    """A command-line value: TOML (``0.2``, ``true``, ``"x"``, ``[1, 2]``), else JSON
+    (``null``), else the text itself."""
+    try:
+        return tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        pass
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw
+
+
+def _model_of(annotation: Any) -> type[BaseModel] | None:
+    return annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
+
+
+def _list_model(annotation: Any) -> type[BaseModel] | None:
+    if typing.get_origin(annotation) is list:
+        (inner,) = typing.get_args(annotation) or (None,)
+        return _model_of(inner)
+    return None
+
+
+def apply_override(raw: dict[str, Any], pair: str) -> None:
+    """Apply one ``KEY=VALUE`` override to a config dict read from TOML.
+
+    Raises:
+        CliError: Malformed pair, a key the config does not have, or a list index that
+            does not exist.
+    """
+    key, sep, text = pair.partition("=")
+    path = [p.strip() for p in key.split(".")]
+    if not sep or not all(path):
+        raise CliError(f"--set expects KEY=VALUE with a dotted KEY, got {pair!r}")
+    model: type[BaseModel] | None = AblationConfig
+    node: Any = raw
+    for i, seg in enumerate(path):
+        last = i == len(path) - 1
+        where = ".".join(path[: i + 1])
+        if isinstance(node, list):
+            if not seg.isdigit() or int(seg) >= len(node):
+                raise CliError(f"--set {key}: no entry {seg!r} in {'.'.join(path[:i])} "
+                               f"(it has {len(node)})")
+            if last:
+                node[int(seg)] = parse_value(text)
+                return
+            node = node[int(seg)]
+            continue
+        if not isinstance(node, dict):
+            raise CliError(f"--set {key}: {'.'.join(path[:i])} is not a table")
+        element: type[BaseModel] | None = None
+        nested: type[BaseModel] | None = None
+        if model is not None:
+            field = model.model_fields.get(seg)
+            if field is None:
+                known = ", ".join(sorted(model.model_fields))
+                raise CliError(f"--set {key}: unknown key {where!r} (known here: {known})")
+            element = _list_model(field.annotation)
+            nested = _DICT_AS_MODEL.get((model, seg)) or _model_of(field.annotation)
+        if last:
+            node[seg] = parse_value(text)
+            return
+        if element is not None:
+            node = node.get(seg, [])
+            model = element
+            continue
+        node = node.setdefault(seg, {})
+        model = nested
+
+
+def load_config(path: str | Path, overrides: Sequence[str] = ()) -> AblationConfig:
+    """Read, override and validate an ablation config.
+
+    Raises:
+        CliError: The file cannot be read or parsed, an override is wrong, or the result is
+            not a valid config (the first problem, in one line).
+    """
+    try:
+        with open(path, "rb") as fh:
+            raw = tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        raise CliError(f"{path}: not valid TOML: {exc}") from None
+    for pair in overrides:
+        apply_override(raw, pair)
+    try:
+        return AblationConfig.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "config"
+        raise CliError(f"{path}: {where}: {first['msg']}") from None

@@ -1,0 +1,109 @@
+"""What determines a run (``RunConfig`` and its defenders) and what a run reports back
+(``RunStats`` while it runs, ``RunResult`` when it ends)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from medmis.agents._registry import ModelOptions
+from medmis.experiments.benchmark._prompts import PromptName
+from medmis.experiments.benchmark._protocols import Type1Targets
+from medmis.experiments.benchmark._types import PROTOCOLS, ProtocolName
+
+CacheMode = Literal["live", "record", "replay", "refresh"]
+SearchBackendName = Literal["tavily", "serper", "local"]
+VisitBackendName = Literal["direct", "jina"]
+
+INVALID_ROWS_FILE = "invalid_rows.txt"
+"""Written into the run folder under ``on_invalid="skip"``: one line per problem in the data."""
+
+
+class RunSetupError(Exception):
+    """The run cannot start (e.g. web tools misconfigured); printed as one line by the CLI."""
+
+
+class DefenderConfig(BaseModel):
+    """A defender to run: registry name, options, and an optional display label."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    options: dict[str, Any] = Field(default_factory=dict)
+    label: str | None = None
+
+
+class RunConfig(BaseModel):
+    """Everything that determines a run (recorded in manifest.json)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    data: str
+    subset: str | None = None
+    limit: int | None = None
+    hub_repo: str | None = None
+    on_invalid: Literal["fail", "skip"] = "fail"
+    models: list[str]
+    model_options: ModelOptions = Field(default_factory=ModelOptions)
+    defenders: list[DefenderConfig]
+    protocols: list[ProtocolName] = Field(default_factory=lambda: list(PROTOCOLS))
+    type1_targets: Type1Targets = "sampled"
+    shuffle_type2: bool = False
+    prompt: PromptName = "paper"
+    seed: int = 0
+    out: str
+    max_connections: int = 8
+    max_retries: int = 4
+    retry_base_delay: float = 1.0
+    retry_deadline_s: float = 300.0
+    tool_timeout_s: float = 30.0
+    cache: CacheMode = "live"
+    cache_dir: str | None = None
+    search: SearchBackendName = "local"
+    visit: VisitBackendName = "direct"
+    corpus_dir: str | None = None
+    allow_hosts: list[str] = Field(default_factory=list)
+    blocklist: str | None = None
+    retry_errors: bool = False
+    progress: bool = True
+    write_report: bool = True
+
+
+@dataclass
+class RunStats:
+    """Live figures for the progress line and for budget checks."""
+
+    done: int = 0
+    errors: int = 0
+    graded: dict[str, list[int]] = field(default_factory=lambda: {p: [0, 0] for p in PROTOCOLS})
+    flips: list[int] = field(default_factory=lambda: [0, 0])  # [type1 flips, type1 paired]
+    input_tokens: int = 0
+    output_tokens: int = 0
+    by_model_tokens: dict[str, list[int]] = field(default_factory=dict)
+    stopped_reason: str | None = None
+
+    def describe(self) -> str:
+        parts = []
+        for proto in PROTOCOLS:
+            k, n = self.graded[proto]
+            if n:
+                parts.append(f"{proto} acc {100 * k / n:.0f}%")
+        if self.flips[1]:
+            parts.append(f"T1 ASR {100 * self.flips[0] / self.flips[1]:.0f}%")
+        if self.errors:
+            parts.append(f"errors {self.errors}")
+        return " | ".join(parts)
+
+
+@dataclass
+class RunResult:
+    out: Path
+    records: int
+    new_records: int
+    stats: RunStats
+    report: dict[str, Path] = field(default_factory=dict)
+    skipped_rows: int = 0
+    """Invalid data rows left out under ``on_invalid="skip"`` (listed in ``INVALID_ROWS_FILE``)."""

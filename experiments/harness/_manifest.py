@@ -1,0 +1,136 @@
+"""``manifest.json``: what was run, with which versions and data, by which command."""
+
+from __future__ import annotations
+
+import json
+import platform
+import re
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from medmis.experiments.benchmark._prompts import prompt_preset
+
+from ._config import RunConfig
+
+_VERSIONED_PACKAGES = (
+    "medmis",
+    "langgraph",
+    "langchain-core",
+    "langchain-openai",
+    "openai",
+    "google-genai",
+    "tavily-python",
+    "trafilatura",
+    "httpx",
+    "pydantic",
+    "diskcache",
+    "bm25s",
+)
+
+
+
+def package_versions() -> dict[str, str]:
+    out = {}
+    for name in _VERSIONED_PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+_SECRET_FLAG = re.compile(r"(key|token|secret|password)", re.IGNORECASE)
+
+
+def scrub_argv(argv: Sequence[str]) -> list[str]:
+    """The command line as recorded: values of any secret-looking flag are masked."""
+    out: list[str] = []
+    mask_next = False
+    for arg in argv:
+        if mask_next:
+            out.append("***")
+            mask_next = False
+            continue
+        if arg.startswith("--") and _SECRET_FLAG.search(arg):
+            if "=" in arg:
+                out.append(arg.split("=", 1)[0] + "=***")
+            else:
+                out.append(arg)
+                mask_next = True
+            continue
+        out.append(arg)
+    return out
+
+
+def is_simulated(model_spec: str) -> bool:
+    return model_spec.startswith("mock/")
+
+
+def write_manifest(
+    out: Path,
+    config: RunConfig,
+    defenders: Sequence[Any],
+    dataset: Any,
+    n_cases: int,
+    argv: Sequence[str],
+) -> None:
+    """Write ``out/manifest.json``, keeping the first creation time and counting invocations."""
+    manifest_path = out / "manifest.json"
+    previous: dict[str, Any] = {}
+    if manifest_path.exists():
+        try:
+            previous = json.loads(manifest_path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError:
+            previous = {}
+    now = datetime.now(UTC).isoformat(timespec="seconds")
+    manifest = {
+        "command": scrub_argv(argv),
+        "config": config.model_dump(mode="json"),
+        "models": config.models,
+        "defenders": [
+            {"label": d.label, "name": d.name, "options": d.options.model_dump(mode="json")}
+            for d in defenders
+        ],
+        "protocols": list(config.protocols),
+        "prompt": _prompt_facts(config),
+        "seed": config.seed,
+        "dataset": {
+            "source": str(config.data),
+            "sha256": getattr(dataset, "sha256", None),
+            "items": len(getattr(dataset, "items", [])),
+            "hub_repo": config.hub_repo,
+            "invalid_rows": len(getattr(dataset, "issues", [])),
+            "warnings": len(getattr(dataset, "warnings", [])),
+            "subset": config.subset,
+        },
+        "cases_per_model_defender": n_cases,
+        "simulated": any(is_simulated(m) for m in config.models),
+        "versions": package_versions(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "created": previous.get("created", now),
+        "updated": now,
+        "runs": int(previous.get("runs", 0)) + 1,
+    }
+    manifest_path.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def _prompt_facts(config: RunConfig) -> dict[str, Any]:
+    preset = prompt_preset(config.prompt)
+    return {
+        "name": preset.name,
+        "version": preset.version,
+        "source": preset.source,
+        "temperature": config.model_options.temperature,
+    }
+
+
+def mark_stopped(out: Path, reason: str) -> None:
+    """Note in ``out/manifest.json`` that the run stopped early, and why."""
+    path = out / "manifest.json"
+    manifest = json.loads(path.read_text(encoding="utf-8"))
+    manifest["stopped"] = reason
+    path.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")

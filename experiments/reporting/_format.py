@@ -1,0 +1,105 @@
+"""Formatting helpers shared by the report renderers, and the ``metrics.csv`` rows."""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from medmis.experiments.analysis._metrics import (
+    DefenderMetrics,
+    MetricsReport,
+    PairedComparison,
+    Proportion,
+)
+
+CSV_COLUMNS: tuple[str, ...] = (
+    "model", "defender", "stratum_kind", "stratum", "metric", "value", "k", "n", "lo", "hi",
+    "unit", "clusters", "deff",
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# CSV
+
+
+def metric_rows(report: MetricsReport) -> Iterator[dict[str, Any]]:
+    """One row per model x defender x stratum x metric; the whole run is stratum ``all/all``."""
+    for model, defenders in report.results.items():
+        for defender, dm in defenders.items():
+            blocks = [("all", "all", dm.metrics)] + [
+                (kind, label, block)
+                for kind, by_label in dm.strata.items()
+                for label, block in by_label.items()
+            ]
+            for kind, label, block in blocks:
+                for metric, p in block.items():
+                    yield {"model": model, "defender": defender, "stratum_kind": kind,
+                           "stratum": label, "metric": metric, **p.model_dump()}
+
+
+def render_csv(report: MetricsReport) -> str:
+    """``metrics.csv`` content; undefined values are empty cells."""
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(CSV_COLUMNS), lineterminator="\n")
+    writer.writeheader()
+    for row in metric_rows(report):
+        writer.writerow({k: "" if v is None else v for k, v in row.items()})
+    return buf.getvalue()
+
+# ---------------------------------------------------------------------------------------------
+# Formatting helpers
+
+
+def fmt_ci(p: Proportion) -> str:
+    """``"51.5% [45.1, 57.8]"``, or an em dash when the proportion is undefined."""
+    if p.value is None or p.lo is None or p.hi is None:
+        return "—"
+    return f"{100 * p.value:.1f}% [{100 * p.lo:.1f}, {100 * p.hi:.1f}]"
+
+
+def fmt_count(p: Proportion) -> str:
+    """``"12.5% (3/24)"``, or an em dash when the proportion is undefined."""
+    if p.value is None:
+        return "—"
+    return f"{100 * p.value:.1f}% ({p.k}/{p.n})"
+
+
+def fmt_delta(c: PairedComparison | None) -> str:
+    """A paired difference in percentage points with its CI, e.g. ``"-10.2 [-15.0, -5.1]"``."""
+    if c is None or c.diff is None or c.lo is None or c.hi is None:
+        return "—"
+    # Adding 0.0 turns -0.0 into 0.0 so that no difference never prints as "-0.0".
+    diff, lo, hi = (100 * v + 0.0 for v in (c.diff, c.lo, c.hi))
+    return f"{diff:+.1f} [{lo:+.1f}, {hi:+.1f}]"
+
+
+def fmt_p(c: PairedComparison | None) -> str:
+    """McNemar p-value, or an em dash when there were no shared units."""
+    if c is None or c.n == 0:
+        return "—"
+    return "<0.001" if c.p_value < 0.001 else f"{c.p_value:.3f}"
+
+
+def fmt_num(x: float | None, digits: int = 1) -> str:
+    """A number with thousands separators, or an em dash for None."""
+    return "—" if x is None else f"{x:,.{digits}f}"
+
+
+def md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A GitHub-flavoured markdown table."""
+    def line(cells: Sequence[str]) -> str:
+        return "| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"
+
+    return "\n".join([line(header), line(["---"] * len(header)), *(line(r) for r in rows)])
+
+
+def each_result(report: MetricsReport) -> Iterator[tuple[str, str, DefenderMetrics]]:
+    for model, defenders in report.results.items():
+        for defender, dm in defenders.items():
+            yield model, defender, dm
+
+
+def fmt_pct(x: float | None) -> str:
+    return "—" if x is None else f"{100 * x:.1f}%"
