@@ -41,7 +41,8 @@ from ._config import (
     SearchBackendName,
     VisitBackendName,
 )
-from ._io import read_records, repair_torn_tail
+from ._io import repair_torn_tail
+from ._scan import count_records, resume_state
 from ._manifest import is_simulated, mark_stopped, package_versions, scrub_argv, write_manifest
 from ._progress import RunProgress
 
@@ -286,12 +287,11 @@ class Harness:
         self.write_manifest(dataset, len(cases))
         records_path = self.out / "records.jsonl"
         repair_torn_tail(records_path)
-        existing = read_records(records_path)
-        done = {r.key for r in existing if r.error is None or not cfg.retry_errors}
+        # keys and progress figures through a columnar scan, not a Record per line
+        resumed = resume_state(records_path, retry_errors=cfg.retry_errors)
+        done = resumed.done
         clean_state: dict[tuple[str, str, str], bool] = {}
-        for r in sorted(existing, key=lambda r: r.protocol != "clean"):
-            if r.key in done:
-                self._update_stats(r, clean_state)
+        resumed.apply(self.stats, clean_state)
         self.stats.done = 0  # progress counts this invocation's work
 
         todo: list[list[tuple[str, Defender, Case]]] = [[], []]
@@ -321,7 +321,7 @@ class Harness:
         if self.stats.stopped_reason:
             self._mark_stopped(self.stats.stopped_reason)
         result = RunResult(
-            self.out, len(read_records(records_path)), new, self.stats, skipped_rows=skipped
+            self.out, count_records(records_path), new, self.stats, skipped_rows=skipped
         )
         if cfg.write_report:
             from medmis.experiments.reporting._report import write_report

@@ -40,8 +40,10 @@ RECORD_COLUMNS: dict[str, str] = {
 }
 """The fields analysis reads; other fields (traces, options, fields added later) are skipped."""
 
-KEY = ("model", "defender", "protocol", "item_id", "target")
+KEY = ("model", "defender", "protocol", "subset", "item_id", "target")
+"""Columns of a record's identity (``Record.key`` joins subset and item id as ``item_key``)."""
 RecordKey = tuple[str, str, str, str, str | None]
+_ITEM_KEY = "subset || '/' || item_id AS item_key"
 
 # Defaults as Record would fill them in for absent fields.
 _DEFAULTS = {"llm_calls": "0", "tool_calls": "0", "latency_s": "0.0", "method": "'none'",
@@ -195,9 +197,9 @@ def load_records_table(con: duckdb.DuckDBPyConnection, path: Path, table: str = 
             SELECT * EXCLUDE (rn, last_rn, first_rn), first_rn AS pos FROM (
               SELECT *, rowid AS rn, max(rowid) OVER k AS last_rn, min(rowid) OVER k AS first_rn
               FROM {raw} WINDOW k AS (PARTITION BY {keys})) WHERE rn = last_rn ORDER BY pos""")
-        con.execute(f"CREATE TEMP VIEW {table} AS SELECT * FROM {raw}")
+        con.execute(f"CREATE TEMP VIEW {table} AS SELECT *, {_ITEM_KEY} FROM {raw}")
     else:
-        con.execute(f"CREATE TEMP VIEW {table} AS SELECT *, rowid AS pos FROM {raw}")
+        con.execute(f"CREATE TEMP VIEW {table} AS SELECT *, rowid AS pos, {_ITEM_KEY} FROM {raw}")
     count = con.execute(f"SELECT count(*) FROM {raw}").fetchone()
     return int(count[0]) if count else 0
 
@@ -292,7 +294,7 @@ def _checked(con: duckdb.DuckDBPyConnection, parquet: Path) -> str | None:
 def records_view(con: duckdb.DuckDBPyConnection, parquet: Path, name: str = "records") -> None:
     """A view ``name`` over a compacted Parquet file, with ``pos`` the record's position."""
     con.execute(f"CREATE OR REPLACE TEMP VIEW {name} AS SELECT * EXCLUDE (file_row_number), "
-                f"file_row_number AS pos FROM read_parquet({_sql_str(str(parquet))}, "
+                f"file_row_number AS pos, {_ITEM_KEY} FROM read_parquet({_sql_str(str(parquet))}, "
                 "file_row_number=true)")
 
 
@@ -376,7 +378,7 @@ def _collect_keys(con: duckdb.DuckDBPyConnection, state: ResumeState, retry_erro
     groups = con.execute("SELECT DISTINCT model, defender, protocol FROM records").fetchall()
     for model, defender, protocol in groups:
         head = (same(model), same(defender), same(protocol))
-        rows = con.execute("SELECT item_id, target, error IS NOT NULL FROM records WHERE model = ? "
+        rows = con.execute("SELECT item_key, target, error IS NOT NULL FROM records WHERE model = ? "
                            "AND defender = ? AND protocol = ?", [model, defender, protocol])
         while batch := rows.fetchmany(65536):
             for item_id, target, errored in batch:
@@ -412,15 +414,26 @@ def _progress_figures(con: duckdb.DuckDBPyConnection, state: ResumeState) -> Non
             "WHERE error IS NULL GROUP BY protocol").fetchall():
         state.graded[proto] = [int(k), int(n)]
     for model, defender, item, ok in con.execute(
-            "SELECT model, defender, item_id, coalesce(correct, false) FROM done "
+            "SELECT model, defender, item_key, coalesce(correct, false) FROM done "
             "WHERE error IS NULL AND protocol = 'clean' ORDER BY pos").fetchall():
         state.clean[(model, defender, item)] = bool(ok)
     flips = con.execute("""
         SELECT sum((NOT coalesce(t.correct, false))::INT), count(*) FROM done t
-        JOIN (SELECT model, defender, item_id, coalesce(correct, false) AS ok FROM done
-              WHERE error IS NULL AND protocol = 'clean'
-              QUALIFY row_number() OVER (PARTITION BY model, defender, item_id ORDER BY pos DESC) = 1) c
-        USING (model, defender, item_id)
+        JOIN (SELECT model, defender, item_key, coalesce(correct, false) AS ok FROM done
+              WHERE error IS NULL AND protocol = 'clean') c
+        USING (model, defender, item_key)
         WHERE t.error IS NULL AND t.protocol = 'type1' AND c.ok""").fetchone()
     if flips and flips[1]:
         state.flips = [int(flips[0] or 0), int(flips[1])]
+
+
+def count_records(path: str | Path) -> int:
+    """Distinct record keys in ``records.jsonl`` (as ``len(read_records(path))``), keys only."""
+    p = Path(path)
+    if not p.exists() or p.stat().st_size == 0:
+        return 0
+    con = connect()
+    try:
+        return load_records_table(con, p, columns=KEY)
+    finally:
+        con.close()
