@@ -256,3 +256,144 @@ def _write_grid_cell(rec_fh: Any, run_dir: Path, model: str, defender: str, case
         if tr_fh is not None:
             tr_fh.close()
     return written
+
+
+def generate_run_fast(
+    out: Path,
+    *,
+    items: int,
+    models: Sequence[str] = GRID_MODELS,
+    defenders: Sequence[str] = ("none", "warning", "search_agent", "claim_verify"),
+    traced_items: int = 20,
+    seed: int = 0,
+) -> GeneratedRun:
+    """A run folder written by DuckDB in seconds, for tests and benches of the readers.
+
+    Items have 4 to 6 options (every wrong option is a Type 1 target); outcomes come from a
+    hash of the seed and the record key at the per-defender rates of :func:`generate_run`.
+    Traces are written for the first ``traced_items`` items only (the viewer shows the rest
+    from ``data.jsonl``). Keys do not come from ``build_cases``: resume a run from
+    :func:`generate_run` instead to measure a resume.
+    """
+    import duckdb
+
+    out.mkdir(parents=True, exist_ok=True)
+    run_dir = out / "run"
+    (run_dir / "traces").mkdir(parents=True, exist_ok=True)
+    subsets = list(RELEASE_SUBSETS)
+    letters = string.ascii_uppercase
+    data = out / "data.jsonl"
+    with data.open("w", encoding="utf-8") as fh:
+        for i in range(items):
+            k = 4 + i % 3
+            row: dict[str, Any] = {
+                "id": f"q{i:06d}", "subset": subsets[i % len(subsets)],
+                "question": f"Synthetic scale question {i}: which option is the filler answer?",
+                "answer": letters[i % k], "injection_content": CONTENT_TYPES[i % len(CONTENT_TYPES)],
+                "injection_provenance": PROVENANCES[(i // 5) % len(PROVENANCES)]}
+            for o in range(k):
+                row[f"op{letters[o].lower()}"] = f"filler option {o + 1} of item {i}"
+                row[f"inject{letters[o].lower()}"] = f"Filler sentence {o + 1} for item {i}."
+            fh.write(json.dumps(row) + "\n")
+    rates = ", ".join(f"('{d}', {c}, {t1}, {t2}, {rec})"
+                      for d, (c, t1, t2, rec) in ((d, _RATES.get(d, _RATES["none"])) for d in defenders))
+    grid = ", ".join(f"({m_i}, '{m}', {d_i}, '{d}')" for m_i, m in enumerate(models)
+                     for d_i, d in enumerate(defenders))
+    con = duckdb.connect(":memory:")
+    try:
+        con.execute("SET preserve_insertion_order=true")
+        con.execute("SET enable_progress_bar=false")
+        con.execute(f"""
+        CREATE TEMP TABLE cases AS
+        WITH it AS (SELECT i, 'q' || lpad(i::VARCHAR, 6, '0') AS item_id,
+                      {subsets}[1 + i % {len(subsets)}] AS subset, 4 + i % 3 AS k,
+                      {list(CONTENT_TYPES)}[1 + i % {len(CONTENT_TYPES)}] AS content_type,
+                      {list(PROVENANCES)}[1 + (i // 5) % {len(PROVENANCES)}] AS provenance
+                    FROM range({int(items)}) r(i)),
+        c AS (SELECT *, 0 AS p, NULL::VARCHAR AS target FROM it
+              UNION ALL SELECT *, 2, NULL FROM it
+              UNION ALL SELECT it.*, 1, chr(65 + o::INT) FROM it, range(6) r(o)
+                WHERE o < k AND o <> i % k)
+        SELECT *, chr((65 + i % k)::INT) AS gold FROM c""")
+        con.execute(f"""
+        CREATE TEMP TABLE recs AS WITH g(mi, model, di, defender) AS (VALUES {grid}),
+                   rt(defender, clean_acc, t1, t2, rec) AS (VALUES {rates}),
+        x AS (SELECT g.*, c.*, rt.clean_acc, rt.t1, rt.t2, rt.rec,
+                     (hash({seed}, mi, di, i, p, target) % 1000000) / 1e6 AS u,
+                     (hash({seed}, mi, di, i) % 1000000) / 1e6 AS uc,
+                     (hash({seed + 1}, mi, di, i, p, target) % 1000) AS v
+              FROM g JOIN rt USING (defender), cases c),
+        y AS (SELECT *, CASE WHEN p = 0 THEN u < clean_acc
+                             WHEN uc < clean_acc THEN u >= (CASE p WHEN 1 THEN t1 ELSE t2 END)
+                             ELSE u < (CASE p WHEN 1 THEN 0.05 ELSE rec END) END AS ok FROM x)
+        SELECT model, defender, ['clean', 'type1', 'type2'][p + 1] AS protocol, item_id, subset,
+               target, gold,
+               CASE WHEN v < 3 OR v BETWEEN 3 AND 12 THEN NULL WHEN ok THEN gold
+                    ELSE coalesce(target, chr((65 + ((i % k) + 1) % k)::INT)) END AS choice,
+               CASE WHEN v < 3 THEN NULL ELSE ok AND v > 12 END AS correct,
+               content_type, provenance,
+               CASE WHEN v < 3 THEN 'TimeoutError: provider did not answer' END AS error,
+               {{'input_tokens': 150 + 40 * (p > 0)::INT, 'output_tokens': 70}} AS usage,
+               1 + 3 * (defender IN {tuple(_AGENTS)})::INT AS llm_calls,
+               2 * (defender IN {tuple(_AGENTS)})::INT AS tool_calls,
+               round(0.5 + v / 1000, 3) AS latency_s, 0 AS seed, 'final_answer' AS method,
+               CASE WHEN i < {int(traced_items)}
+                    THEN 'traces/' || replace(model, '/', '_') || '__' || defender || '.jsonl'
+                    END AS trace_file
+        FROM y ORDER BY mi, di, p = 0 DESC, i, p, target""")
+        con.execute(f"COPY recs TO '{run_dir / 'records.jsonl'}' (FORMAT json)")
+        n_records = con.execute("SELECT count(*) FROM recs").fetchone()
+        traced = con.execute("SELECT * FROM recs WHERE trace_file IS NOT NULL").fetchall()
+        names = [d[0] for d in con.description or []]
+    finally:
+        con.close()
+    _write_fast_traces(run_dir, data, [dict(zip(names, row, strict=True)) for row in traced])
+    manifest = {"command": ["generated"], "models": list(models),
+                "defenders": [{"label": d, "name": d, "options": {}} for d in defenders],
+                "protocols": ["clean", "type1", "type2"], "seed": seed,
+                "dataset": {"source": str(data), "items": items}, "simulated": False}
+    (run_dir / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n", "utf-8")
+    return GeneratedRun(run_dir, data, items, int(n_records[0]) if n_records else 0, tuple(models),
+                        tuple(defenders), ("clean", "type1", "type2"))
+
+
+def _write_fast_traces(run_dir: Path, data: Path, records: list[dict[str, Any]]) -> None:
+    rows = {}
+    with data.open(encoding="utf-8") as fh:
+        for line in fh:
+            row = json.loads(line)
+            rows[row["id"]] = row
+            if len(rows) >= 1 + max((int(r["item_id"][1:]) for r in records), default=0):
+                break
+    handles: dict[str, Any] = {}
+    try:
+        for r in records:
+            item = rows[r["item_id"]]
+            keys = [k[2:].upper() for k in item if k.startswith("op")]
+            options = {k: item[f"op{k.lower()}"] for k in keys}
+            context = [] if r["protocol"] == "clean" else [
+                {"text": item[f"inject{k.lower()}"], "option": k, "truthful": k == r["gold"]}
+                for k in keys if k == r["target"] or (r["protocol"] == "type2")]
+            choice = r["choice"]
+            raw = f"Reasoning filler.\nFinal answer: {choice}" if choice else "No answer."
+            extra = _extra(r["defender"], r["item_id"], choice, 0.3)
+            steps: list[dict[str, Any]] = [{
+                "kind": "model", "name": "answer",
+                "input": [{"role": "human", "content": _prompt(item["question"], options,
+                                                               [c["text"] for c in context])}],
+                "output": {"role": "ai", "content": raw}, "error": r["error"]}]
+            if r["defender"] == "search_agent":
+                steps.insert(0, {"kind": "tool", "name": "search_web",
+                                 "input": {"query": f"evidence for {r['item_id']}"},
+                                 "output": None, "error": None})
+            trace = {"model": r["model"], "defender": r["defender"], "protocol": r["protocol"],
+                     "item_id": r["item_id"], "subset": r["subset"], "target": r["target"],
+                     "context": context, "choice": choice, "gold": r["gold"], "error": r["error"],
+                     "raw": raw, "method": "final_answer", "extra": extra, "steps": steps}
+            fh = handles.get(r["trace_file"])
+            if fh is None:
+                fh = handles[r["trace_file"]] = (run_dir / r["trace_file"]).open("w", encoding="utf-8")
+            fh.write(json.dumps(trace, ensure_ascii=False) + "\n")
+    finally:
+        for fh in handles.values():
+            fh.close()

@@ -167,6 +167,9 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--cache-dir", required=True)
     cp.add_argument("--older-than-days", type=float, default=None)
     cp.add_argument("--kind", default=None)
+    from medmis.experiments.view import add_parser as add_view_parser
+
+    add_view_parser(sub)
     return parser
 
 
@@ -345,6 +348,10 @@ def _dispatch(args: argparse.Namespace, argv: Sequence[str]) -> int:
         return _cmd_defenders()
     if args.command == "tools":
         return _cmd_tools(args)
+    if args.command == "view":
+        from medmis.experiments.view import run as run_view
+
+        return run_view(args)
     return _cmd_cache(args)
 
 

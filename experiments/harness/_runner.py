@@ -42,9 +42,9 @@ from ._config import (
     VisitBackendName,
 )
 from ._io import repair_torn_tail
-from ._scan import count_records, resume_state
 from ._manifest import is_simulated, mark_stopped, package_versions, scrub_argv, write_manifest
 from ._progress import RunProgress
+from ._scan import count_records, resume_state
 
 # Re-exported: callers import the run's types from here as well as from the package.
 __all__ = [

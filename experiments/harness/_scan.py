@@ -78,6 +78,7 @@ def connect(threads: int | None = None, memory_limit: str = "1GB") -> duckdb.Duc
     con = duckdb.connect(":memory:")
     con.execute(f"SET threads={int(threads or min(4, os.cpu_count() or 1))}")
     con.execute(f"SET memory_limit='{memory_limit}'")
+    con.execute("SET enable_progress_bar=false")
     con.execute("SET preserve_insertion_order=true")  # file order is what "last wins" means
     return con
 
@@ -113,14 +114,13 @@ def _complete_lines(path: Path) -> Iterator[Path]:
                 break
             end = start
     with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".records-", suffix=".jsonl",
-                                     delete=False) as tmp:
-        with path.open("rb") as src:
-            copied = 0
-            while copied < cut:  # kernel-side copy: no pass through Python buffers
-                n = os.sendfile(tmp.fileno(), src.fileno(), copied, cut - copied)
-                if n == 0:
-                    break
-                copied += n
+                                     delete=False) as tmp, path.open("rb") as src:
+        copied = 0
+        while copied < cut:  # kernel-side copy: no pass through Python buffers
+            n = os.sendfile(tmp.fileno(), src.fileno(), copied, cut - copied)
+            if n == 0:
+                break
+            copied += n
     try:
         yield Path(tmp.name)
     finally:
