@@ -13,14 +13,13 @@ import random
 from pathlib import Path
 
 import pytest
+from _metrics_reference import reference_metrics
 
 from medmis.experiments import Record, Usage
 from medmis.experiments.analysis import compute_metrics
 from medmis.experiments.analysis._columnar import run_metrics
 from medmis.experiments.harness._io import read_records
 from medmis.experiments.harness._scan import count_records, resume_state
-
-from _metrics_reference import reference_metrics
 
 SUBSETS = ["MEDMISQA", "MEDMISHLE", "MEDMISXPERTQA"]
 CONTENT = ["Cue Remapping", "Spurious Anchoring", "", None]

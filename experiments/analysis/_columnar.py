@@ -18,6 +18,7 @@ record's key) and ``item_key``.
 from __future__ import annotations
 
 import json
+import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -52,7 +53,7 @@ _OK = "coalesce(correct, choice IS NOT NULL AND choice = gold)"
 # The indicator maps of _units.indicator_maps as SQL: one row per (metric, unit) with the
 # position at which indicator_maps would insert the unit.
 _UNITS = f"""
-CREATE OR REPLACE TEMP TABLE units AS
+CREATE OR REPLACE TABLE units AS
 WITH g AS (SELECT model, defender, protocol, item_key, target, choice, pos, {_OK} AS ok
            FROM records WHERE error IS NULL),
 c AS (SELECT model, defender, item_key, ok AS clean_ok FROM g WHERE protocol = 'clean'),
@@ -76,7 +77,7 @@ UNION ALL SELECT model, defender, protocol, 'error_rate', item_key, NULL, error 
 """
 
 _TAGS = f"""
-CREATE OR REPLACE TEMP TABLE tags AS SELECT item_key,
+CREATE OR REPLACE TABLE tags AS SELECT item_key,
   {", ".join(f"coalesce(arg_min({f}, pos) FILTER (WHERE {f} IS NOT NULL AND {f} <> ''), "
              f"'{UNSPECIFIED}') AS {f}" for f in ("subset", "content_type", "provenance"))}
 FROM records GROUP BY item_key
@@ -91,22 +92,22 @@ _KINDS = (
 )
 
 
-def _blocks_sql() -> str:
+def _blocks_sql() -> list[str]:
+    """Statements filling ``item_agg`` (one per stratum kind, to bound each aggregation) and
+    ``block_agg``."""
     parts = [f"SELECT u.model, u.defender, '{kind}' AS kind, {label} AS label, u.metric, u.item_key, "
              "u.outcome, u.pos FROM units u JOIN tags t USING (item_key)" for kind, label in _KINDS]
-    parts.append(f"SELECT u.model, u.defender, 'subset_protocol', t.subset || '{STRATUM_JOIN}' || "
-                 "u.protocol, u.metric, u.item_key, u.outcome, u.pos FROM units u JOIN tags t "
+    parts.append(f"SELECT u.model, u.defender, 'subset_protocol' AS kind, t.subset || '{STRATUM_JOIN}' || "
+                 "u.protocol AS label, u.metric, u.item_key, u.outcome, u.pos FROM units u JOIN tags t "
                  "USING (item_key) WHERE u.metric IN ('unparsed_rate', 'error_rate')")
-    return f"""
-CREATE OR REPLACE TEMP TABLE item_agg AS
-SELECT model, defender, kind, label, metric, item_key, sum(outcome::INT) AS total,
-       count(*) AS size, min(pos) AS fpos
-FROM ({" UNION ALL ".join(parts)}) GROUP BY ALL;
-CREATE OR REPLACE TEMP TABLE block_agg AS
+    agg = ("SELECT model, defender, kind, label, metric, item_key, sum(outcome::INT) AS total, "
+           "count(*) AS size, min(pos) AS fpos FROM ({}) GROUP BY ALL")
+    return [f"CREATE OR REPLACE TABLE item_agg AS {agg.format(parts[0])}",
+            *(f"INSERT INTO item_agg {agg.format(p)}" for p in parts[1:]),
+            """CREATE OR REPLACE TABLE block_agg AS
 SELECT row_number() OVER () AS block, * FROM (
   SELECT model, defender, kind, label, metric, sum(total)::BIGINT AS k, sum(size)::BIGINT AS n,
-         count(*) AS clusters FROM item_agg GROUP BY ALL)
-"""
+         count(*) AS clusters FROM item_agg GROUP BY ALL)"""]
 
 
 def _proportion(k: int, n: int, clusters: int, totals: np.ndarray | None, sizes: np.ndarray | None,
@@ -256,7 +257,8 @@ def metrics_from_view(con: duckdb.DuckDBPyConnection, *, baseline: str = "none",
     """
     con.execute(_TAGS)
     con.execute(_UNITS)
-    con.execute(_blocks_sql())
+    for statement in _blocks_sql():
+        con.execute(statement)
     blocks = _block_proportions(con)
     order = _label_orders(con)
     costs = _costs(con)
@@ -308,9 +310,11 @@ def run_metrics(run_dir: str | Path, *, baseline: str = "none", n_boot: int = 20
     """The metrics of a run folder's ``records.jsonl``, scanned (and compacted) by DuckDB."""
     from medmis.experiments.harness._scan import compact_records, connect, records_view
 
-    con = connect(memory_limit="1500MB")
-    try:
-        records_view(con, compact_records(Path(run_dir) / "records.jsonl", con=con))
-        return metrics_from_view(con, baseline=baseline, n_boot=n_boot, seed=seed)
-    finally:
-        con.close()
+    with tempfile.TemporaryDirectory(prefix="medmis-metrics-") as tmp:
+        # a database file, so that intermediate tables can leave memory under the limit
+        con = connect(memory_limit="900MB", database=str(Path(tmp) / "metrics.duckdb"))
+        try:
+            records_view(con, compact_records(Path(run_dir) / "records.jsonl", con=con))
+            return metrics_from_view(con, baseline=baseline, n_boot=n_boot, seed=seed)
+        finally:
+            con.close()

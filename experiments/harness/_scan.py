@@ -71,13 +71,16 @@ _OUTPUT_COLUMNS = (
 )
 
 
-def connect(threads: int | None = None, memory_limit: str = "1GB") -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB connection with bounded threads and memory."""
+def connect(threads: int | None = None, memory_limit: str = "1GB",
+            database: str = ":memory:") -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection (in memory unless ``database`` names a file) with bounded resources."""
     import duckdb
 
-    con = duckdb.connect(":memory:")
+    con = duckdb.connect(database)
     con.execute(f"SET threads={int(threads or min(4, os.cpu_count() or 1))}")
     con.execute(f"SET memory_limit='{memory_limit}'")
+    # past the limit, operators spill here rather than fail (an in-memory database has no file)
+    con.execute(f"SET temp_directory={_sql_str(os.path.join(tempfile.gettempdir(), 'medmis-duckdb'))}")
     con.execute("SET enable_progress_bar=false")
     con.execute("SET preserve_insertion_order=true")  # file order is what "last wins" means
     return con
