@@ -390,9 +390,9 @@ def _write_fast_traces(run_dir: Path, data: Path, records: list[dict[str, Any]])
                      "item_id": r["item_id"], "subset": r["subset"], "target": r["target"],
                      "context": context, "choice": choice, "gold": r["gold"], "error": r["error"],
                      "raw": raw, "method": "final_answer", "extra": extra, "steps": steps}
-            fh = handles.get(r["trace_file"])
-            if fh is None:
-                fh = handles[r["trace_file"]] = (run_dir / r["trace_file"]).open("w", encoding="utf-8")
+            if r["trace_file"] not in handles:
+                handles[r["trace_file"]] = (run_dir / r["trace_file"]).open("w", encoding="utf-8")
+            fh = handles[r["trace_file"]]
             fh.write(json.dumps(trace, ensure_ascii=False) + "\n")
     finally:
         for fh in handles.values():

@@ -222,7 +222,7 @@ def _repr_safe(con: duckdb.DuckDBPyConnection) -> bool:
     """Whether ``repr`` of every item key and target is the string in single quotes."""
     bad = con.execute("""SELECT count(*) FROM units WHERE NOT regexp_full_match(item_key, '[ -&(-\\[\\]-~]*')
         OR NOT regexp_full_match(coalesce(target, ''), '[ -&(-\\[\\]-~]*')""").fetchone()
-    return bool(bad) and bad[0] == 0
+    return bad is not None and bad[0] == 0
 
 
 def _paired(con: duckdb.DuckDBPyConnection, model: str, defender: str, baseline: str,

@@ -208,8 +208,9 @@ def compare_arrays(x: Sequence[bool | int] | np.ndarray, y: Sequence[bool | int]
         return PairedComparison(baseline=baseline_name, n=0, defender_value=None,
                                 baseline_value=None, diff=None, lo=None, hi=None, b=0, c=0,
                                 p_value=1.0)
-    pd = clustered_paired_diff(x, y, items, n_boot=n_boot, seed=seed)
-    p_value, test = cluster_sign_test(x, y, items, seed=seed)
+    xs, ys = np.asarray(x, dtype=np.int64), np.asarray(y, dtype=np.int64)
+    pd = clustered_paired_diff(xs, ys, items, n_boot=n_boot, seed=seed)  # type: ignore[arg-type]
+    p_value, test = cluster_sign_test(xs, ys, items, seed=seed)  # type: ignore[arg-type]
     unit: Unit = "item" if pd.clusters == n else "pair"
     return PairedComparison(
         baseline=baseline_name, n=n, defender_value=int(np.sum(x)) / n,

@@ -37,9 +37,9 @@ def _read_jsonl(path: Path, items: set[str] | None = None) -> list[dict[str, Any
     out = []
     with path.open(encoding="utf-8", errors="replace") as fh:
         for line in fh:
-            if items is not None and (m := _HEAD.match(line)):
-                if f"{json.loads(m.group(2))}/{json.loads(m.group(1))}" not in items:
-                    continue
+            m = _HEAD.match(line) if items is not None else None
+            if m and items is not None and f"{json.loads(m.group(2))}/{json.loads(m.group(1))}" not in items:
+                continue
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError:

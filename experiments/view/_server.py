@@ -59,7 +59,8 @@ def make_server(view: RunView, port: int = 0) -> ThreadingHTTPServer:
                     self._json(200, view.page(Query.from_params(params)))
                 elif url.path == "/api/case":
                     def one(name: str) -> str | None:
-                        return (params.get(name) or [None])[-1]
+                        values = params.get(name)
+                        return values[-1] if values else None
                     found = view.case(one("model") or "", one("defender") or "", one("protocol") or "",
                                       one("item_key") or "", one("target"))
                     self._json(200, found) if found else self._json(404, {"error": "no such case"})
