@@ -356,6 +356,7 @@ def resume_state(path: str | Path, *, retry_errors: bool = False) -> ResumeState
     try:
         parquet = p.with_name(PARQUET_NAME)
         if _fresh(con, parquet, p):
+            con.execute("SET memory_limit='512MB'")  # scans only; the key set lives in Python
             records_view(con, parquet)
         else:
             load_records_table(con, p, columns=_RESUME_COLUMNS)
