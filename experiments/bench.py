@@ -7,6 +7,10 @@ Sections (each with its target):
   100 ms latency, through the real openai client (target wall <= 1.15 x 1,200 x 0.1 s / 32);
 - ``store_lookup``: warm record/replay store lookup latency (target p50 <= 1 ms);
 - ``extraction``: trafilatura main-text extraction on a ~200 KB page;
+- ``scale``: ``medmis report`` (cold and warm), a resume with nothing to do and ``medmis view``
+  page queries on the release grid (10,932 items, every Type 1 target, 2 models x 9
+  defenders: 1.67 million records), each in its own process, against a plain DuckDB count
+  (targets: report <= 60 s and 2 GB, resume <= 10 s and 1 GB, view p50 <= 300 ms);
 - ``peak_rss_mb``: peak resident memory of this process.
 """
 
@@ -194,10 +198,12 @@ def bench_extraction(repeats: int = 5) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", action="append", default=None,
-                        choices=["harness_overhead", "concurrency", "store_lookup", "extraction"])
+                        choices=["harness_overhead", "concurrency", "store_lookup", "extraction", "scale"])
     parser.add_argument("--quick", action="store_true", help="smaller sizes (smoke run, not the targets)")
+    parser.add_argument("--scale-run", type=Path, default=None,
+                        help="reuse a run folder from medmis.experiments._scale.generate_run for 'scale'")
     args = parser.parse_args(argv)
-    wanted = set(args.only or ["harness_overhead", "concurrency", "store_lookup", "extraction"])
+    wanted = set(args.only or ["harness_overhead", "concurrency", "store_lookup", "extraction", "scale"])
     out: dict[str, Any] = {
         "machine": {"python": platform.python_version(), "platform": platform.platform(),
                     "processor": platform.processor() or platform.machine(),
@@ -211,6 +217,10 @@ def main(argv: list[str] | None = None) -> int:
         out["store_lookup"] = asyncio.run(bench_store(200 if args.quick else 2000))
     if "extraction" in wanted:
         out["extraction"] = bench_extraction(2 if args.quick else 5)
+    if "scale" in wanted:
+        from medmis.experiments._bench_scale import bench_scale
+
+        out["scale"] = bench_scale(args.scale_run, quick=args.quick)
     out["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     print(json.dumps(out, indent=2))
     return 0

@@ -170,6 +170,9 @@ def build_parser() -> argparse.ArgumentParser:
     from medmis.tools._cache_cli import add_verify_parser
 
     add_verify_parser(csub)
+    from medmis.experiments.view import add_parser as add_view_parser
+
+    add_view_parser(sub)
     return parser
 
 
@@ -363,6 +366,10 @@ def _dispatch(args: argparse.Namespace, argv: Sequence[str]) -> int:
         from medmis.experiments.review import _cli as review_cli
 
         return review_cli.run(args)
+    if args.command == "view":
+        from medmis.experiments.view import run as run_view
+
+        return run_view(args)
     return _cmd_cache(args)
 
 

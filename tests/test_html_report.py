@@ -187,7 +187,7 @@ def test_size_is_bounded(tmp_path: Path) -> None:
     assert "clipped" in doc
     assert len(doc) < 120_000  # six raw outputs of 200 KB each, 4 KB kept of each
     few = write_html(run_dir, metrics, max_items=0).read_text("utf-8")
-    assert "Showing the first 0 of 1 items" in few
+    assert "Showing a sample of 0 of 1 items" in few and "medmis view run" in few
 
 
 def test_question_parsing_ignores_a_spoofed_question_in_context() -> None:

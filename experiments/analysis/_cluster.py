@@ -104,14 +104,31 @@ def clustered_proportion(
     ids, n_clusters = cluster_index(clusters)
     totals = np.bincount(ids, weights=y, minlength=n_clusters)
     sizes = np.bincount(ids, minlength=n_clusters).astype(np.float64)
-    n = len(y)
-    p = float(y.mean())
+    return clustered_from_totals(totals, sizes, z)
+
+
+def clustered_from_totals(totals: np.ndarray, sizes: np.ndarray, z: float = Z95) -> ClusteredProportion:
+    """:func:`clustered_proportion` from per-cluster aggregates.
+
+    Args:
+        totals: True outcomes per cluster, in the clusters' first-appearance order.
+        sizes: Units per cluster, same order.
+        z: Normal quantile of the interval.
+    """
+    totals = np.asarray(totals, dtype=np.float64)
+    sizes = np.asarray(sizes, dtype=np.float64)
+    n_clusters = len(sizes)
+    n = int(sizes.sum())
+    if n == 0:
+        raise ValueError("need at least one outcome")
+    k = int(totals.sum())
+    p = k / n  # the same float as the mean of n 0/1 outcomes (their sum is exact)
     deff = 1.0 if n_clusters == n else _design_effect(totals, sizes, p, p * (1 - p) / n)
     lo, hi = wilson_float(p * n / deff, n / deff, z)
     # the exact bounds at the edges, as for the ordinary Wilson interval
     lo = 0.0 if p == 0.0 else lo
     hi = 1.0 if p == 1.0 else hi
-    return ClusteredProportion(p, int(y.sum()), n, n_clusters, deff, lo, hi)
+    return ClusteredProportion(p, k, n, n_clusters, deff, lo, hi)
 
 
 def _tango_score(delta: float, b: float, c: float, n: float) -> float:

@@ -9,32 +9,23 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import numpy as np
 from pydantic import BaseModel
 
 from medmis.experiments.benchmark._types import (
-    CONTENT_TYPES,
-    PROTOCOLS,
-    PROVENANCES,
-    SUBSETS,
     Record,
 )
 
 from ._cluster import cluster_sign_test, clustered_paired_diff
 from ._stats import p50, p95
 from ._units import (
-    PAIRED_METRICS,
-    PROTOCOL_METRICS,
-    STRATUM_JOIN,
     UNSPECIFIED,
     Indicators,
     ItemKey,
     MetricBlock,
     Proportion,
     Unit,
-    _rates,
-    indicator_maps,
     item_key,
-    metric_block,
 )
 
 
@@ -159,55 +150,6 @@ def _canonical_order(values: Iterable[str], canon: Sequence[str]) -> list[str]:
     return [v for v in canon if v in present] + sorted(present - set(canon))
 
 
-def _label_orders(tags: ItemTags) -> dict[str, list[str]]:
-    values = tags.values()
-    return {
-        "subset": _canonical_order((t["subset"] for t in values), SUBSETS),
-        "content_type": _canonical_order((t["content_type"] for t in values), CONTENT_TYPES),
-        "provenance": _canonical_order((t["provenance"] for t in values), PROVENANCES),
-    }
-
-
-def _group_by_tags(records: Sequence[Record], tags: ItemTags, *fields: str) -> dict[str, list[Record]]:
-    groups: dict[str, list[Record]] = {}
-    for r in records:
-        label = STRATUM_JOIN.join(tags[item_key(r)][f] for f in fields)
-        groups.setdefault(label, []).append(r)
-    return groups
-
-
-def _strata(records: Sequence[Record], tags: ItemTags) -> Strata:
-    order = _label_orders(tags)
-    strata: Strata = {}
-    for field in ("subset", "content_type", "provenance"):
-        groups = _group_by_tags(records, tags, field)
-        strata[field] = {lab: metric_block(groups[lab]) for lab in order[field] if lab in groups}
-
-    crossed = _group_by_tags(records, tags, "content_type", "provenance")
-    strata["content_type_x_provenance"] = {
-        lab: metric_block(crossed[lab])
-        for ct in order["content_type"]
-        for pv in order["provenance"]
-        if (lab := ct + STRATUM_JOIN + pv) in crossed
-    }
-
-    by_subset = _group_by_tags(records, tags, "subset")
-    strata["subset_x_protocol"] = {}
-    for subset in order["subset"]:
-        if subset not in by_subset:
-            continue
-        whole = strata["subset"][subset]
-        for protocol in PROTOCOLS:
-            recs = [r for r in by_subset[subset] if r.protocol == protocol]
-            if recs:
-                # Paired metrics need the subset's clean records, so they come from the whole
-                # subset block; unparsed and error rates are this protocol's own.
-                block = {m: whole[m] for m in PROTOCOL_METRICS[protocol]}
-                block.update(_rates(recs))
-                strata["subset_x_protocol"][subset + STRATUM_JOIN + protocol] = block
-    return strata
-
-
 # ---------------------------------------------------------------------------------------------
 # Cost and paired comparisons
 
@@ -249,19 +191,31 @@ def compare_paired(
     units = sorted(defender.keys() & baseline.keys(), key=repr)
     x = [defender[u] for u in units]
     y = [baseline[u] for u in units]
-    items = [u[0] for u in units]
-    n = len(units)
+    return compare_arrays(x, y, [u[0] for u in units], baseline_name=baseline_name,
+                          n_boot=n_boot, seed=seed)
+
+
+def compare_arrays(x: Sequence[bool | int] | np.ndarray, y: Sequence[bool | int] | np.ndarray,
+                   items: Sequence[ItemKey], *, baseline_name: str, n_boot: int,
+                   seed: int) -> PairedComparison:
+    """Compare paired outcomes ``x`` (defender) and ``y`` (baseline) of units in ``items``.
+
+    The units come in the order ``compare_paired`` sorts them (by ``repr`` of the unit):
+    the bootstrap and the permutation test number clusters in that order.
+    """
+    n = len(x)
     if not n:
         return PairedComparison(baseline=baseline_name, n=0, defender_value=None,
                                 baseline_value=None, diff=None, lo=None, hi=None, b=0, c=0,
                                 p_value=1.0)
-    pd = clustered_paired_diff(x, y, items, n_boot=n_boot, seed=seed)
-    p_value, test = cluster_sign_test(x, y, items, seed=seed)
+    xs, ys = np.asarray(x, dtype=np.int64), np.asarray(y, dtype=np.int64)
+    pd = clustered_paired_diff(xs, ys, items, n_boot=n_boot, seed=seed)  # type: ignore[arg-type]
+    p_value, test = cluster_sign_test(xs, ys, items, seed=seed)  # type: ignore[arg-type]
     unit: Unit = "item" if pd.clusters == n else "pair"
     return PairedComparison(
-        baseline=baseline_name, n=n, defender_value=sum(x) / n, baseline_value=sum(y) / n,
-        diff=pd.diff, lo=pd.lo, hi=pd.hi, b=pd.b, c=pd.c, p_value=p_value, unit=unit,
-        clusters=pd.clusters, interval=pd.method,
+        baseline=baseline_name, n=n, defender_value=int(np.sum(x)) / n,
+        baseline_value=int(np.sum(y)) / n, diff=pd.diff, lo=pd.lo, hi=pd.hi, b=pd.b, c=pd.c,
+        p_value=p_value, unit=unit, clusters=pd.clusters, interval=pd.method,
         test="mcnemar_exact" if unit == "item" else test,
     )
 
@@ -270,6 +224,10 @@ def compute_metrics(
     records: Iterable[Record], *, baseline: str = "none", n_boot: int = 2000, seed: int = 0
 ) -> MetricsReport:
     """Compute every metric, stratum, cost figure and paired comparison of a run.
+
+    The records go into DuckDB and the same columnar engine as ``medmis report`` computes
+    the figures (:mod:`._columnar`); for a run folder use :func:`run_metrics`, which scans
+    ``records.jsonl`` without making a Python object per record.
 
     Args:
         records: All records of a run (deduplicated, e.g. from ``read_records``).
@@ -281,30 +239,13 @@ def compute_metrics(
     Returns:
         The ``MetricsReport``; ``report.to_json_dict()`` is the ``metrics.json`` content.
     """
-    recs = list(records)
-    tags = item_tags(recs)
-    groups: dict[str, dict[str, list[Record]]] = {}
-    for r in recs:
-        groups.setdefault(r.model, {}).setdefault(r.defender, []).append(r)
+    from medmis.experiments.harness._scan import connect
 
-    results: dict[str, dict[str, DefenderMetrics]] = {}
-    for model, by_defender in groups.items():
-        maps = {d: indicator_maps(rs) for d, rs in by_defender.items()}
-        # Baseline first so that tables read "baseline, then what each defence changes".
-        ordered = sorted(by_defender, key=lambda d: d != baseline)
-        results[model] = {}
-        for d in ordered:
-            paired: dict[str, PairedComparison] = {}
-            if d != baseline and baseline in maps:
-                paired = {
-                    m: compare_paired(maps[d][m], maps[baseline][m], baseline_name=baseline,
-                                      n_boot=n_boot, seed=seed)
-                    for m in PAIRED_METRICS
-                }
-            results[model][d] = DefenderMetrics(
-                metrics=metric_block(by_defender[d]),
-                strata=_strata(by_defender[d], tags),
-                cost=cost_of(by_defender[d]),
-                paired=paired,
-            )
-    return MetricsReport(baseline=baseline, n_boot=n_boot, seed=seed, results=results)
+    from ._columnar import metrics_from_view, records_into
+
+    con = connect()
+    try:
+        records_into(con, records)
+        return metrics_from_view(con, baseline=baseline, n_boot=n_boot, seed=seed)
+    finally:
+        con.close()

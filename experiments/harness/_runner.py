@@ -42,12 +42,13 @@ from ._config import (
     VisitBackendName,
 )
 from ._fingerprint import merge_fingerprints, run_fingerprint
-from ._io import read_records, repair_torn_tail, scrub_outputs
+from ._io import repair_torn_tail, scrub_outputs
 from ._manifest import is_simulated, package_versions, scrub_argv, write_manifest
 from ._models import ModelPool
 from ._outcome import Outcome, record_outcome
 from ._prepare import ClaimedFolder, check_out_path, write_invalid_rows
 from ._progress import RunProgress
+from ._scan import resume_state
 
 # Re-exported: callers import the run's types from here as well as from the package.
 __all__ = [
@@ -274,12 +275,11 @@ class Harness:
         self.write_manifest(dataset, len(cases), claim)
         records_path = self.out / "records.jsonl"
         repair_torn_tail(records_path)
-        existing = read_records(records_path)
-        done = {r.key for r in existing if r.error is None or not cfg.retry_errors}
+        # keys and progress figures through a columnar scan, not a Record per line
+        resumed = resume_state(records_path, retry_errors=cfg.retry_errors)
+        done = resumed.done
         clean_state: dict[tuple[str, str, str], bool] = {}
-        for r in sorted(existing, key=lambda r: r.protocol != "clean"):
-            if r.key in done:
-                self.stats.add(r, clean_state)
+        resumed.apply(self.stats, clean_state)
         self.stats.done = 0  # progress counts this invocation's work
 
         todo: list[list[tuple[str, Defender, Case]]] = [[], []]
@@ -291,7 +291,7 @@ class Harness:
                         todo[0 if case.protocol == "clean" else 1].append((spec, d, case))
         total = len(todo[0]) + len(todo[1])
         if total == 0:
-            return await self._nothing_to_do(records_path, len(existing), skipped)
+            return await self._nothing_to_do(records_path, resumed.records, skipped)
         new = 0
         trace_handles: dict[Path, Any] = {}
         progress = RunProgress(total, enabled=cfg.progress and total > 0)

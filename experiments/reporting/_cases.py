@@ -23,16 +23,34 @@ _OPTION = re.compile(r"^\s*([A-Za-z0-9]{1,3}):\s*(.+)$")
 _PROTOCOLS = ("clean", "type1", "type2")
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+_HEAD = re.compile(r'^\{"model": "(?:[^"\\]|\\.)*", "defender": "(?:[^"\\]|\\.)*", '
+                   r'"protocol": "(?:[^"\\]|\\.)*", "item_id": ("(?:[^"\\]|\\.)*"), '
+                   r'"subset": ("(?:[^"\\]|\\.)*"),')
+
+
+def _read_jsonl(path: Path, items: set[str] | None = None) -> list[dict[str, Any]]:
+    """Trace lines with their key fields; with ``items``, only lines of those item keys.
+
+    Lines are streamed; a line whose head (the runner's key fields) names another item is
+    skipped without being parsed in full.
+    """
     out = []
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a torn last line of a killed run
-        # a line without its key fields cannot be placed in the browser
-        if isinstance(obj, dict) and obj.get("item_id") and obj.get("protocol") in _PROTOCOLS:
-            out.append(obj)
+    with path.open(encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            m = _HEAD.match(line) if items is not None else None
+            if m and items is not None and f"{json.loads(m.group(2))}/{json.loads(m.group(1))}" not in items:
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a torn last line of a killed run
+            # a line without its key fields cannot be placed in the browser
+            if not (isinstance(obj, dict) and obj.get("item_id") and obj.get("protocol") in _PROTOCOLS):
+                continue
+            # traces written before "subset" was added are matched on the id alone
+            if items is None or _item_key(obj) in items or (
+                    not obj.get("subset") and any(k.endswith("/" + str(obj["item_id"])) for k in items)):
+                out.append(obj)
     return out
 
 
@@ -121,11 +139,52 @@ def _item_key(trace: dict[str, Any]) -> str:
     return f"{trace.get('subset') or ''}/{trace['item_id']}"
 
 
+_SAMPLE = """
+WITH r AS (SELECT model, defender, protocol, item_key, subset, error IS NULL AND
+                  coalesce(correct, choice IS NOT NULL AND choice = gold) AS ok FROM records),
+c AS (SELECT model, defender, item_key, ok AS clean_ok FROM r WHERE protocol = 'clean'),
+i AS (SELECT r.item_key, any_value(r.subset) AS subset,
+             bool_or(coalesce(r.protocol <> 'clean' AND NOT r.ok AND c.clean_ok, false)) AS flip
+      FROM r LEFT JOIN c USING (model, defender, item_key) GROUP BY r.item_key)
+SELECT item_key, flip, count(*) OVER () FROM i
+ORDER BY flip DESC, row_number() OVER (PARTITION BY flip, subset ORDER BY item_key), subset
+LIMIT ?
+"""
+
+
+def sample_items(run_dir: Path, max_items: int) -> tuple[list[str], int] | None:
+    """At most ``max_items`` item keys, flips first, spread evenly over subsets; and the total.
+
+    Reads ``records.jsonl`` through DuckDB (None when the run has none): a case is flipped
+    when an injected case is answered wrongly by a (model, defender) that was right on clean.
+    """
+    from medmis.experiments.harness._scan import compact_records, connect, records_view
+
+    records = run_dir / "records.jsonl"
+    if not records.exists() or records.stat().st_size == 0:
+        return None
+    con = connect()
+    try:
+        records_view(con, compact_records(records, con=con))
+        rows = con.execute(_SAMPLE, [max_items]).fetchall()
+        total = rows[0][2] if rows else con.execute(
+            "SELECT count(DISTINCT item_key) FROM records").fetchone()[0]  # type: ignore[index]
+    finally:
+        con.close()
+    return [k for k, _, _ in rows], int(total)
+
+
 def case_data(run_dir: Path, max_items: int = MAX_ITEMS) -> dict[str, Any]:
-    """The case browser's data: items with their protocol rows and every defender's answer."""
+    """The case browser's data: items with their protocol rows and every defender's answer.
+
+    With ``records.jsonl`` present, only a sample of items is read from the traces (see
+    :func:`sample_items`), so the page and the memory it takes stay bounded on any run.
+    """
+    sample = sample_items(run_dir, max_items)
+    chosen = set(sample[0]) if sample else None
     latest: dict[tuple[Any, ...], dict[str, Any]] = {}
     for path in sorted((run_dir / "traces").glob("*.jsonl")):
-        for t in _read_jsonl(path):
+        for t in _read_jsonl(path, chosen):
             # --retry-errors appends a fresh trace for a key; the last one is the record's
             latest[(t.get("model"), t.get("defender"), t["protocol"], _item_key(t),
                     t.get("target"))] = t
@@ -158,13 +217,16 @@ def case_data(run_dir: Path, max_items: int = MAX_ITEMS) -> dict[str, Any]:
             "correct": correct, "error": t.get("error"), "flipped": flipped,
             "raw": _clip(t.get("raw")), "agent": _agent_view(t),
         })
-    # sorted by id: trace files are written as cases finish, so their order is not stable
-    ordered = [items[k] for k in sorted(items)]
+    # the sample's order (flips first), else by id: trace files are written as cases finish
+    order = {k: i for i, k in enumerate(sample[0])} if sample else {}
+    ordered = [items[k] for k in sorted(items, key=lambda k: (order.get(k, len(order)), k))]
+    total = sample[1] if sample else len(ordered)
     for item in ordered:
         for row in item["rows"].values():
             row["answers"].sort(key=lambda a: (a["model"], a["defender"]))
         item["rows"] = sorted(item["rows"].values(),
                               key=lambda r: (["clean", "type1", "type2"].index(r["protocol"]), r["target"] or ""))
-    return {"items": ordered[:max_items], "total_items": len(ordered), "clipped": len(ordered) > max_items,
+    return {"items": ordered[:max_items], "total_items": max(total, len(ordered)),
+            "clipped": max(total, len(ordered)) > max_items,
             "defenders": sorted({a["defender"] for i in ordered for r in i["rows"] for a in r["answers"]}),
             "models": sorted({a["model"] for i in ordered for r in i["rows"] for a in r["answers"]})}

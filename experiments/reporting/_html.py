@@ -271,8 +271,9 @@ def write_html(
     reading_html = f"<h2>Reading this report</h2><div>{reading}</div>" if reading else ""
     report_html = (f"<h2>report.md</h2><details><summary>Show the markdown report</summary>"
                    f"<pre>{html.escape(report_md)}</pre></details>" if report_md else "")
-    clipped = (f"<p>Showing the first {len(cases['items'])} of {cases['total_items']} items; records.jsonl "
-               "and traces/ hold all of them.</p>" if cases["clipped"] else "")
+    clipped = (f"<p>Showing a sample of {len(cases['items'])} of {cases['total_items']} items (flips first, "
+               "spread over subsets); <code>medmis view "
+               f"{html.escape(run_dir.name)}</code> browses all of them.</p>" if cases["clipped"] else "")
     name = html.escape(title or run_dir.name)
     doc = f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">

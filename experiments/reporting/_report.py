@@ -1,6 +1,6 @@
 """``medmis report DIR``: metrics.json, metrics.csv and a readable report.md for one run.
 
-The numbers all come from ``compute_metrics``; this module only loads a run directory and
+The numbers all come from ``run_metrics`` (DuckDB over ``records.jsonl``); this module only loads a run directory and
 renders. Renderers are small functions of ``(RunData, MetricsReport)`` so that plots or an
 HTML page can be layered on the same objects.
 """
@@ -13,7 +13,7 @@ import re
 from dataclasses import asdict
 from pathlib import Path
 
-from medmis.experiments.analysis._metrics import compute_metrics
+from medmis.experiments.analysis._columnar import run_metrics
 from medmis.experiments.analysis._verdict import CLEAN_DROP_TOLERANCE, OVERCORRECT_DROP
 from medmis.tools._redact import redact
 
@@ -80,7 +80,7 @@ def write_report(
         ``"report.md"`` and, with figures, ``"report.html"`` and ``"plots/<name>.png"``.
     """
     run = load_run(run_dir)
-    report = compute_metrics(run.records, baseline=baseline, seed=seed)
+    report = run_metrics(run.run_dir, baseline=baseline, seed=seed)
     paths = {name: run.run_dir / name for name in ("metrics.json", "metrics.csv", "report.md")}
     verdict = run_verdict(run, report)
     metrics = report.to_json_dict()

@@ -1,9 +1,10 @@
-"""A run folder as the reports read it: its records and its manifest."""
+"""A run folder as the reports read it: facts of its records (by a DuckDB scan) and its manifest."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -15,17 +16,75 @@ SIMULATED_PREFIX = "mock/examinee"
 
 
 @dataclass(frozen=True)
+class RecordFacts:
+    """What the report's run-facts section needs from the records, without the records."""
+
+    count: int = 0
+    models: tuple[str, ...] = ()
+    prompts: tuple[tuple[str, str | None], ...] = ()
+
+
+def record_facts(records_path: Path) -> RecordFacts:
+    """Record count, models (first-seen order) and prompt presets, by a columnar scan."""
+    from medmis.experiments.harness._scan import compact_records, connect, records_view
+
+    if records_path.stat().st_size == 0:
+        return RecordFacts()
+    con = connect()
+    try:
+        # the compacted copy is what run_metrics reads next, so the scan is paid once
+        records_view(con, compact_records(records_path, con=con))
+        count = con.execute("SELECT count(*) FROM records").fetchone()
+        models = con.execute("SELECT model FROM records GROUP BY model ORDER BY min(pos)").fetchall()
+        prompts = _prompts(con, records_path)
+    finally:
+        con.close()
+    return RecordFacts(int(count[0]) if count else 0, tuple(m for (m,) in models), prompts)
+
+
+def _prompts(con: Any, records_path: Path) -> tuple[tuple[str, str | None], ...]:
+    from medmis.experiments.harness._scan import _complete_lines, _scan_sql
+
+    # prompt fields are not in the compacted columns: a two-column scan of the JSON lines
+    with _complete_lines(records_path) as readable:
+        rows = con.execute(
+            "SELECT prompt, prompt_version FROM (SELECT prompt, prompt_version, "
+            "row_number() OVER () AS rn FROM "
+            f"{_scan_sql(readable, {'prompt': 'VARCHAR', 'prompt_version': 'VARCHAR'})}) "
+            "WHERE prompt IS NOT NULL GROUP BY ALL ORDER BY min(rn)").fetchall()
+    return tuple((str(p), v) for p, v in rows)
+
+
+@dataclass(frozen=True)
 class RunData:
-    """A run directory's records and manifest (empty when ``manifest.json`` is absent)."""
+    """A run directory's record facts and manifest (empty when ``manifest.json`` is absent).
+
+    ``records`` parses every record into a :class:`Record` on first use; reports do not use it
+    (they read ``facts`` and the metrics engine's scans), it is there for callers that want
+    the objects of a small run.
+    """
 
     run_dir: Path
-    records: list[Record]
+    facts: RecordFacts
     manifest: dict[str, Any] = field(default_factory=dict)
+
+    @cached_property
+    def records(self) -> list[Record]:
+        return read_records(self.run_dir / "records.jsonl")
+
+    @property
+    def record_count(self) -> int:
+        return self.facts.count
+
+    @property
+    def prompts(self) -> tuple[tuple[str, str | None], ...]:
+        """Distinct ``(prompt, prompt_version)`` of the records, in first-seen order."""
+        return self.facts.prompts
 
     @property
     def models(self) -> list[str]:
         """Model specs from the records, then any only named in the manifest."""
-        seen = dict.fromkeys(r.model for r in self.records)
+        seen = dict.fromkeys(self.facts.models)
         listed = self.manifest.get("models") or []
         for m in [listed] if isinstance(listed, str) else listed:
             seen.setdefault(str(m))
@@ -40,7 +99,7 @@ class RunData:
 
 
 def load_run(run_dir: str | Path) -> RunData:
-    """Read ``DIR/records.jsonl`` (torn last line tolerated) and optional ``DIR/manifest.json``.
+    """Read the facts of ``DIR/records.jsonl`` (torn last line tolerated) and ``DIR/manifest.json``.
 
     Raises:
         FileNotFoundError: If ``DIR/records.jsonl`` does not exist.
@@ -51,4 +110,4 @@ def load_run(run_dir: str | Path) -> RunData:
         raise FileNotFoundError(f"no records.jsonl in {d}")
     manifest_path = d / "manifest.json"
     manifest = json.loads(manifest_path.read_text("utf-8")) if manifest_path.exists() else {}
-    return RunData(run_dir=d, records=read_records(records_path), manifest=manifest)
+    return RunData(run_dir=d, facts=record_facts(records_path), manifest=manifest)

@@ -4,12 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from medmis.experiments.analysis._metrics import (
-    STRATUM_JOIN,
-    DefenderMetrics,
-    MetricsReport,
-    Proportion,
-)
+from medmis.experiments.analysis._metrics import DefenderMetrics, MetricsReport
+from medmis.experiments.analysis._units import STRATUM_JOIN, Proportion
 from medmis.experiments.analysis._verdict import Prices, Verdict
 
 from ._format import (
@@ -81,7 +77,7 @@ def render_run_facts(run: RunData, report: MetricsReport) -> str:
         command = " ".join(map(str, command))
     defenders = dict.fromkeys(d for _, d, _ in each_result(report))
     facts = [
-        ("Records", str(len(run.records))),
+        ("Records", str(run.record_count)),
         ("Models", ", ".join(f"`{x}`" for x in run.models) or "—"),
         ("Defenders", ", ".join(f"`{x}`" for x in defenders) or "—"),
         ("Dataset", f"`{dataset.get('source') or '—'}`"),
@@ -103,9 +99,7 @@ def render_prompt_fact(run: RunData) -> str:
 
     Several presets in one run folder are all named: their numbers are not comparable.
     """
-    seen = dict.fromkeys(
-        (r.prompt, r.prompt_version) for r in run.records if r.prompt is not None
-    )
+    seen = dict.fromkeys(run.prompts)
     facts = run.manifest.get("prompt") or {}
     if not seen and facts.get("name"):
         seen[(str(facts["name"]), str(facts.get("version") or "?"))] = None

@@ -37,10 +37,9 @@ def _load_metrics(run_dir: Path) -> dict[str, Any] | None:
     if not (run_dir / "records.jsonl").exists():
         return None
     # A sub-run that was never reported (write_report=False): compute, do not write.
-    from medmis.experiments.analysis._metrics import compute_metrics
-    from medmis.experiments.harness._io import read_records
+    from medmis.experiments.analysis._columnar import run_metrics
 
-    return compute_metrics(read_records(run_dir / "records.jsonl")).to_json_dict()
+    return run_metrics(run_dir).to_json_dict()
 
 
 def _defined(block: Any) -> dict[str, Any] | None:

@@ -1,0 +1,132 @@
+"""The DuckDB engine against the per-record reference implementation, to the last bit.
+
+Random runs with several targets per item, errors, unparsed answers, retried keys, missing
+tags, quotes and non-ASCII in ids, several models and defenders, and ``escalated`` flags of
+every JSON type; the ``metrics.json`` of both must be equal as text. Also the keys-only
+resume scan against ``read_records``.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+from _metrics_reference import reference_metrics
+
+from medmis.experiments import Record, Usage
+from medmis.experiments.analysis import compute_metrics
+from medmis.experiments.analysis._columnar import run_metrics
+from medmis.experiments.harness._io import read_records
+from medmis.experiments.harness._scan import count_records, resume_state
+
+SUBSETS = ["MEDMISQA", "MEDMISHLE", "MEDMISXPERTQA"]
+CONTENT = ["Cue Remapping", "Spurious Anchoring", "", None]
+PROV = ["Neutral False Statement", "Authority (Guideline / Discharge Note / SOP)", None]
+ESCALATED = [True, False, None, 0, 1, 0.0, "", "yes", [], [1], {}, {"a": 1}]
+
+
+def random_records(seed: int, n_items: int = 40) -> list[Record]:
+    rng = random.Random(seed)
+    out = []
+    ids = [f"q{i}" for i in range(n_items)] + ["it's", "é-ü", "back\\slash", "q1"]
+    items = [(rng.choice(SUBSETS), i) for i in ids]
+    for model in ("m/b", "m/a"):
+        for defender in ("guard", "none", "other"):
+            if model == "m/a" and defender == "other":
+                continue
+            for subset, iid in items:
+                letters = "ABCD"[: rng.randint(2, 4)]
+                gold = letters[0]
+                cases = [("clean", None), ("type2", None)] + [("type1", t) for t in letters[1:]]
+                for protocol, target in cases:
+                    if rng.random() < 0.05:
+                        continue
+                    error = "Boom: x" if rng.random() < 0.08 else None
+                    choice = None if error or rng.random() < 0.07 else rng.choice(letters)
+                    extra = {"escalated": rng.choice(ESCALATED)} if defender == "guard" and rng.random() < 0.5 else {}
+                    out.append(Record(
+                        model=model, defender=defender, protocol=protocol, item_id=iid,  # type: ignore[arg-type]
+                        subset=subset, target=target, gold=gold, choice=choice,
+                        correct=None if error or rng.random() < 0.1 else choice == gold,
+                        content_type=rng.choice(CONTENT), provenance=rng.choice(PROV), error=error,
+                        usage=Usage(input_tokens=rng.randint(0, 500), output_tokens=rng.randint(0, 90)),
+                        llm_calls=rng.randint(0, 4), tool_calls=rng.randint(0, 3),
+                        latency_s=round(rng.random() * 3, 4), extra=extra,
+                    ))
+    rng.shuffle(out)
+    return out
+
+
+def _dump(report) -> str:
+    return json.dumps(report.to_json_dict(), indent=2, ensure_ascii=False, allow_nan=False)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_engine_equals_reference(seed: int, tmp_path: Path) -> None:
+    records = random_records(seed)
+    # a retried key: the later line wins at the first line's position
+    retried = records[3].model_copy(update={"error": None, "choice": records[3].gold, "correct": True})
+    path = tmp_path / "records.jsonl"
+    path.write_text("".join(r.model_dump_json() + "\n" for r in [*records, retried]) + '{"torn', "utf-8")
+    deduped = read_records(path)
+    expected = _dump(reference_metrics(deduped, n_boot=300, seed=seed))
+    assert _dump(compute_metrics(deduped, n_boot=300, seed=seed)) == expected
+    assert _dump(run_metrics(tmp_path, n_boot=300, seed=seed)) == expected
+    assert (tmp_path / "records.parquet").exists()
+    assert _dump(run_metrics(tmp_path, n_boot=300, seed=seed)) == expected  # from the Parquet copy
+
+
+def test_engine_baseline_absent_and_empty() -> None:
+    records = [r for r in random_records(5, 10) if r.defender != "none"]
+    assert _dump(compute_metrics(records)) == _dump(reference_metrics(records))
+    assert compute_metrics([]).to_json_dict() == {}
+
+
+def _old_resume(records: list[Record], retry_errors: bool) -> tuple[set, dict, list, int, dict]:
+    done = {r.key for r in records if r.error is None or not retry_errors}
+    graded: dict[str, list[int]] = {}
+    clean: dict = {}
+    flips = [0, 0]
+    errors = 0
+    for r in sorted(records, key=lambda r: r.protocol != "clean"):
+        if r.key not in done:
+            continue
+        if r.error:
+            errors += 1
+            continue
+        g = graded.setdefault(r.protocol, [0, 0])
+        g[0] += int(bool(r.correct))
+        g[1] += 1
+        if r.protocol == "clean":
+            clean[(r.model, r.defender, r.item_key)] = bool(r.correct)
+        elif r.protocol == "type1" and clean.get((r.model, r.defender, r.item_key)):
+            flips[0] += int(not r.correct)
+            flips[1] += 1
+    return done, graded, flips, errors, clean
+
+
+@pytest.mark.parametrize("retry_errors", [False, True])
+def test_resume_scan_equals_read_records(tmp_path: Path, retry_errors: bool) -> None:
+    records = random_records(7)
+    path = tmp_path / "records.jsonl"
+    path.write_text("".join(r.model_dump_json() + "\n" for r in records) + '{"mod', "utf-8")
+    deduped = read_records(path)
+    done, graded, flips, errors, clean = _old_resume(deduped, retry_errors)
+    state = resume_state(path, retry_errors=retry_errors)
+    assert state.done == done
+    assert state.graded == graded and state.flips == flips and state.errors == errors
+    assert state.clean == clean
+    assert state.input_tokens == sum(r.usage.input_tokens for r in deduped if r.key in done)
+    assert count_records(path) == len(deduped)
+
+
+def test_resume_scan_reports_a_bad_middle_line(tmp_path: Path) -> None:
+    records = random_records(8, 5)
+    path = tmp_path / "records.jsonl"
+    lines = [r.model_dump_json() for r in records]
+    lines.insert(3, "{not json")
+    path.write_text("\n".join(lines) + "\n", "utf-8")
+    with pytest.raises(ValueError, match=r"records.jsonl:4"):
+        resume_state(path)
