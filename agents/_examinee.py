@@ -46,6 +46,7 @@ import json
 import random
 import threading
 import time
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal, cast
@@ -76,6 +77,9 @@ ExamineePolicy = Literal["examinee", "oracle", "random"]
 POLICIES: tuple[ExamineePolicy, ...] = ("examinee", "oracle", "random")
 
 DEFAULT_ANSWER_KEY = Path(__file__).resolve().parents[1] / "fixtures" / "medmisbench_sample.jsonl"
+
+_KNOWLEDGE: dict[int, Knowledge] = {}
+"""Each examinee's loaded answer key, by ``id(examinee)`` (dropped when the examinee goes)."""
 
 EXTRA_KEYS = frozenset({"answer_key", "seed", "clean_accuracy", "fault_rate", "latency_s"})
 
@@ -124,7 +128,6 @@ class SimulatedExaminee(BaseChatModel):
     items: list[Any] | None = None
 
     _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
-    _knowledge: Knowledge | None = PrivateAttr(default=None)
     _key_id: str | None = PrivateAttr(default=None)
     _failed: set[str] = PrivateAttr(default_factory=set)
 
@@ -167,16 +170,20 @@ class SimulatedExaminee(BaseChatModel):
 
     # -- knowledge --------------------------------------------------------------------------
     def knowledge(self) -> Knowledge:
-        """The questions it knows (loaded once)."""
+        """The questions it knows (loaded once, held outside the instance: a defender gets
+        this model as its role model, and walking its attributes must not lead to the
+        answer key's gold answers)."""
         with self._lock:
-            if self._knowledge is None:
+            found = _KNOWLEDGE.get(id(self))
+            if found is None:
                 known = (
                     known_from_items(self.items)
                     if self.items is not None
                     else load_knowledge(self._key_path())
                 )
-                self._knowledge = Knowledge(known)
-            return self._knowledge
+                found = _KNOWLEDGE[id(self)] = Knowledge(known)
+                weakref.finalize(self, _KNOWLEDGE.pop, id(self), None)
+            return found
 
     def belief(self, question: str, options: dict[str, str]) -> tuple[str, bool]:
         """(displayed key it believes without context, whether it is confident).

@@ -297,3 +297,20 @@ async def test_every_builtin_defender_answers_from_the_view_alone() -> None:
         ctx = DefenderContext(model=model, model_spec="mock/fake", tools=FakeToolset())
         answer = await create_defender(spec.name)(view, ctx)
         assert answer.error is None and answer.choice in item.options, spec.name
+
+
+def test_the_simulated_examinee_carries_no_answer_key_a_defender_could_walk_to() -> None:
+    # The offline demo hands defenders `mock/examinee` as their role model: once it has
+    # answered (its answer key loaded), nothing reachable from it may hold the key's answers.
+    from langchain_core.messages import HumanMessage
+
+    from medmis.agents._knowledge import Knowledge, Known
+    from medmis.agents._registry import ModelOptions, load_model
+
+    model = load_model("mock/examinee", ModelOptions())
+    model.invoke([HumanMessage("Question:\nWhich drug reverses opioid overdose?\n\nOptions:\n"
+                               "A: Naloxone\nB: Flumazenil\n\nFinal answer: <letter>")])
+    assert isinstance(model.knowledge(), Knowledge)  # the key is loaded
+    found, _ = reachable(model)
+    leaked = [type(o).__name__ for o in found if isinstance(o, Known | Knowledge)]
+    assert leaked == []

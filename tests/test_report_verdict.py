@@ -97,7 +97,7 @@ def test_a_point_estimate_alone_names_nobody(tmp_path: Path) -> None:
 def test_dollars_per_case_and_per_thousand(tmp_path: Path, grid: list[Record]) -> None:
     md = _run(tmp_path, grid, MANIFEST)
     # none: 300 in + 10 out tokens per case at $1 / $4 per million = $0.00034 per case
-    assert "| $0.0003 | $0.3400 |" in md
+    assert "| $0.000340 | $0.340 |" in md
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text("utf-8"))
     cost = metrics[MODEL]["none"]["cost"]
     assert cost["usd_per_case"] == pytest.approx(0.00034)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import re
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -112,3 +113,14 @@ def each_result(report: MetricsReport) -> Iterator[tuple[str, str, DefenderMetri
 
 def fmt_pct(x: float | None) -> str:
     return "—" if x is None else f"{100 * x:.1f}%"
+
+
+def fmt_usd(value: float | None) -> str:
+    """Dollars with three significant digits below $1 (``$0.0000555``), cents above; an em
+    dash when unpriced."""
+    if value is None:
+        return "—"
+    if value == 0 or value >= 1:
+        return f"${value:,.2f}"
+    decimals = max(2, 2 - math.floor(math.log10(value)))
+    return f"${value:.{decimals}f}"

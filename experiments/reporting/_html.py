@@ -23,6 +23,7 @@ from medmis.tools._redact import redact_obj
 
 from ._cases import MAX_ITEMS, case_data
 from ._cells import html_table, pct
+from ._format import fmt_usd
 from ._sensitivity import delivery_sensitivity, sensitivity_html
 
 # report.md's section is imported from here by _report
@@ -69,7 +70,7 @@ def headline_html(metrics: Mapping[str, Any], baseline: str = "none") -> str:
 
             def money(key: str, cost: Mapping[str, Any] = cost) -> str:
                 value = cost.get(key)
-                return "—" if value is None else f"${value:,.4f}"
+                return fmt_usd(value)
 
             rows.append([model, defender, *(pct(block.get(m)) for m, _ in HEADLINE), delta, p,
                          pct(block.get("unparsed_rate")).split(" ")[0],

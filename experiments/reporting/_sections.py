@@ -16,11 +16,11 @@ from ._format import (
     fmt_num,
     fmt_p,
     fmt_pct,
+    fmt_usd,
     md_table,
 )
 from ._run import RunData
 from ._verdict_text import (
-    fmt_usd,
     render_incomplete_line,
     render_verdict,
     run_prices,

@@ -172,10 +172,3 @@ def _finding_note(f: Finding, mv: ModelVerdict, base_name: str) -> str:
 def usd_rows(report: MetricsReport, prices: Prices) -> dict[tuple[str, str], dict[str, float | None]]:
     """Dollar figures per (model, defender): total, per case, per 1,000 cases."""
     return {(m, d): usd(dm.cost, prices.get(m)) for m, d, dm in each_result(report)}
-
-
-def fmt_usd(value: float | None) -> str:
-    """``$0.0123``; an em dash when unpriced."""
-    if value is None:
-        return "—"
-    return f"${value:,.4f}" if value < 100 else f"${value:,.0f}"
