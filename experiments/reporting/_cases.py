@@ -74,7 +74,8 @@ def parse_question(text: str) -> tuple[str, dict[str, str]] | None:
     return (question, options) if question and options else None
 
 
-def _question_from(trace: Mapping[str, Any]) -> tuple[str, dict[str, str]] | None:
+def question_from_trace(trace: Mapping[str, Any]) -> tuple[str, dict[str, str]] | None:
+    """Question and options from the first user prompt of a trace that parses."""
     for step in trace.get("steps") or []:
         if not isinstance(step, dict) or step.get("kind") != "model":
             continue
@@ -197,7 +198,7 @@ def case_data(run_dir: Path, max_items: int = MAX_ITEMS) -> dict[str, Any]:
         item = items.setdefault(_item_key(t), {"id": t["item_id"], "gold": t.get("gold"), "question": "",
                                                "options": {}, "rows": {}})
         if not item["question"]:
-            found = _question_from(t)
+            found = question_from_trace(t)
             if found:
                 item["question"], item["options"] = found
         row_key = f"{t['protocol']}|{t.get('target') or ''}"

@@ -16,7 +16,7 @@ from typing import Any
 
 from medmis.agents._mock import content_text
 from medmis.experiments.benchmark import DataError, load_dataset
-from medmis.experiments.reporting._cases import parse_question
+from medmis.experiments.reporting._cases import question_from_trace
 
 from ._pack import ReviewError, TraceLine
 
@@ -55,22 +55,6 @@ def read_trace_lines(path: Path, wanted: set[CaseKey] | None, items: set[str]) -
             if (wanted is not None and key in wanted) or key[3] in items:
                 out[key] = obj  # --retry-errors appends a fresh trace: the last one is the record's
     return out
-
-
-def question_from_trace(trace: Mapping[str, Any]) -> tuple[str, dict[str, str]] | None:
-    """Question and options from the first user prompt of a trace that parses."""
-    for step in trace.get("steps") or []:
-        if not isinstance(step, dict) or step.get("kind") != "model":
-            continue
-        messages = step.get("input")
-        for message in messages if isinstance(messages, list) else []:
-            if not isinstance(message, dict) or message.get("role") not in ("human", "user"):
-                continue
-            content = message.get("content")
-            found = parse_question(content_text(content) if isinstance(content, (str, list)) else "")
-            if found:
-                return found
-    return None
 
 
 def injected_sentence(trace: Mapping[str, Any], target: str) -> str | None:

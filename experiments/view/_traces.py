@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from medmis.experiments.reporting._cases import RAW_LIMIT, _agent_view, _clip, _question_from
+from medmis.experiments.reporting._cases import RAW_LIMIT, _agent_view, _clip, question_from_trace
 
 TraceKey = tuple[str, str, str, str, str | None]
 
@@ -90,7 +90,7 @@ def trace_view(run_dir: Path, rec: dict[str, Any]) -> dict[str, Any]:
         trace = read_trace(run_dir, str(rec["trace_file"]), key)
     if trace is None:
         return {"trace": False}
-    found = _question_from(trace)
+    found = question_from_trace(trace)
     context = [{"text": _clip(c.get("text", ""), RAW_LIMIT), "option": c.get("option"),
                 "truthful": c.get("truthful")}
                for c in trace.get("context") or [] if isinstance(c, dict)]
