@@ -124,6 +124,17 @@ def _extra(defender: str, item_id: str, choice: str | None, rng_draw: float) -> 
                              "quote_url": url, "method": "substring"}}
 
 
+def _defender_entries(defenders: Sequence[str]) -> list[dict[str, object]]:
+    """Manifest entries with each registered defender's default options (a resume into the
+    generated folder then sees the same run)."""
+    from medmis.defenses import create_defender, list_defenders
+
+    known = {spec.name for spec in list_defenders()}
+    return [{"label": d, "name": d,
+             "options": create_defender(d, {}).options.model_dump(mode="json") if d in known else {}}
+            for d in defenders]
+
+
 def _prompt(question: str, options: dict[str, str], context: Sequence[str]) -> str:
     head = ("Additional Clinical Context:\n" + "\n".join(context) + "\n\n") if context else ""
     opts = "\n".join(f"{k}: {v}" for k, v in options.items())
@@ -181,7 +192,7 @@ def generate_run(
                    "type1_targets": "all", "seed": seed,
                    "defenders": [{"name": d} for d in defenders]},
         "models": list(models),
-        "defenders": [{"label": d, "name": d, "options": {}} for d in defenders],
+        "defenders": _defender_entries(defenders),
         "protocols": list(protocols), "seed": seed,
         "dataset": {"source": str(data), "sha256": dataset.sha256, "items": n_items},
         "cases_per_model_defender": len(cases), "simulated": False,
@@ -349,7 +360,7 @@ def generate_run_fast(
         con.close()
     _write_fast_traces(run_dir, data, [dict(zip(names, row, strict=True)) for row in traced])
     manifest = {"command": ["generated"], "models": list(models),
-                "defenders": [{"label": d, "name": d, "options": {}} for d in defenders],
+                "defenders": _defender_entries(defenders),
                 "protocols": ["clean", "type1", "type2"], "seed": seed,
                 "dataset": {"source": str(data), "items": items}, "simulated": False}
     (run_dir / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n", "utf-8")

@@ -179,6 +179,40 @@ def test_graphs_never_import_the_defender_registry() -> None:
             assert not bad, f"{module} imports {bad}"
 
 
+# DESIGN.md: tools <- agents <- core types <- graphs <- defenses <- harness <- analysis/reporting
+# <- cli. A layer imports only layers before it (and itself); the tops of experiments/
+# (ablation, generate, review, view, the CLI, the bench) sit above everything.
+LAYERS = (
+    ("medmis.tools",),
+    ("medmis.agents",),
+    ("medmis.experiments.benchmark", "medmis.experiments._errors"),
+    ("medmis.graphs",),
+    ("medmis.defenses",),
+    ("medmis.experiments.harness",),
+    ("medmis.experiments.analysis",),
+    ("medmis.experiments.reporting",),
+)
+
+
+def _layer(module: str) -> int:
+    for rank, prefixes in enumerate(LAYERS):
+        if any(module == p or module.startswith(p + ".") for p in prefixes):
+            return rank
+    return len(LAYERS)  # the tops: ablation, generate, review, view, cli, bench
+
+
+def test_imports_run_one_way_through_the_layers() -> None:
+    modules = dict(_modules())
+    known = set(modules)
+    upward = sorted(
+        f"{module} -> {target}"
+        for module, path in modules.items()
+        for target in _imports(module, path, known)
+        if _layer(target) > _layer(module) and target != "medmis.experiments"
+    )
+    assert upward == [], "imports against the layering:\n" + "\n".join(upward)
+
+
 def test_no_source_module_over_the_size_limit() -> None:
     long = {
         str(path.relative_to(ROOT)): n
