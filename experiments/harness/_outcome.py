@@ -18,8 +18,8 @@ from pathlib import Path
 
 from medmis.experiments.benchmark._types import Record
 
-from ._io import read_records
 from ._manifest import mark_outcome
+from ._scan import error_texts
 
 __all__ = [
     "EXIT_CASE_ERRORS",
@@ -71,12 +71,19 @@ def run_outcome(
         stopped: Why the run stopped early, or None when it ran to the end.
         argv: The command as typed (``medmis run ...``), to suggest the ``--retry-errors`` rerun.
     """
+    return outcome_of(len(records), [r.error for r in records if r.error], stopped=stopped, argv=argv)
+
+
+def outcome_of(
+    n_records: int, errors: Sequence[str], *, stopped: str | None, argv: Sequence[str] = (),
+) -> Outcome:
+    """:func:`run_outcome` from the record count and the error texts of the failed keys."""
     if stopped:
         return Outcome(EXIT_STOPPED, f"stopped early: {stopped}; re-run the same command to resume")
-    failed = [r for r in records if r.error]
+    failed = list(errors)
     if not failed:
         return Outcome(EXIT_OK)
-    kinds = Counter(error_kind(r.error or "") for r in failed)
+    kinds = Counter(error_kind(e) for e in failed)
     by_kind = ", ".join(f"{n} {kind}" for kind, n in kinds.most_common(5))
     if len(kinds) > 5:
         by_kind += f", {sum(n for _, n in kinds.most_common()[5:])} other"
@@ -84,15 +91,16 @@ def run_outcome(
     redo = f"; redo them with: {shlex.join([*args, '--retry-errors'])}" if args else ""
     return Outcome(
         EXIT_CASE_ERRORS,
-        f"{len(failed)} of {len(records)} cases failed ({by_kind}){redo}",
+        f"{len(failed)} of {n_records} cases failed ({by_kind}){redo}",
     )
 
 
 def record_outcome(out: Path, records_path: Path, stopped: str | None,
-                   argv: Sequence[str]) -> tuple[list[Record], Outcome]:
-    """Decide the outcome from the folder's records and note it (and any early stop) in
-    ``out/manifest.json``."""
-    records = read_records(records_path)
-    outcome = run_outcome(records, stopped=stopped, argv=argv)
-    mark_outcome(out, outcome, stopped=stopped, errors=sum(1 for r in records if r.error))
-    return records, outcome
+                   argv: Sequence[str]) -> tuple[int, Outcome]:
+    """Decide the outcome from the folder's records (their keys and error texts, read
+    columnar) and note it (and any early stop) in ``out/manifest.json``; returns the number of
+    records and the outcome."""
+    n, errors = error_texts(records_path)
+    outcome = outcome_of(n, errors, stopped=stopped, argv=argv)
+    mark_outcome(out, outcome, stopped=stopped, errors=len(errors))
+    return n, outcome

@@ -313,8 +313,7 @@ class Harness:
             for fh in trace_handles.values():
                 fh.close()
             await self.aclose()
-        records = self._finish(records_path)
-        result = RunResult(self.out, len(records), new, self.stats, skipped_rows=skipped,
+        result = RunResult(self.out, self._finish(records_path), new, self.stats, skipped_rows=skipped,
                            outcome=self.outcome)
         return result
 
@@ -325,10 +324,10 @@ class Harness:
         return RunResult(self.out, n_records, 0, self.stats, skipped_rows=skipped, nothing_to_do=True,
                          outcome=self.outcome)
 
-    def _finish(self, records_path: Path) -> list[Record]:
-        records, self.outcome = record_outcome(self.out, records_path, self.stats.stopped_reason,
-                                               scrub_argv(self.argv))
-        return records
+    def _finish(self, records_path: Path) -> int:
+        n, self.outcome = record_outcome(self.out, records_path, self.stats.stopped_reason,
+                                         scrub_argv(self.argv))
+        return n
 
     async def _run_phase(
         self,

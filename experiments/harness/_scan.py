@@ -441,3 +441,24 @@ def count_records(path: str | Path) -> int:
         return load_records_table(con, p, columns=KEY)
     finally:
         con.close()
+
+
+def error_texts(path: str | Path) -> tuple[int, list[str]]:
+    """Distinct record keys and the error text of every key whose latest record is an error
+    (what the run's outcome needs), without a Python object per record."""
+    p = Path(path)
+    if not p.exists() or p.stat().st_size == 0:
+        return 0, []
+    con = connect()
+    try:
+        parquet = p.with_name(PARQUET_NAME)
+        if _fresh(con, parquet, p):
+            records_view(con, parquet)
+            row = con.execute("SELECT count(*) FROM records").fetchone()
+            n = int(row[0]) if row else 0
+        else:
+            n = load_records_table(con, p, columns=(*KEY, "error"))
+        errors = [str(e) for (e,) in con.execute("SELECT error FROM records WHERE error IS NOT NULL").fetchall()]
+    finally:
+        con.close()
+    return n, errors
