@@ -7,8 +7,7 @@ call, seeded provenance sampling, rows in the released schema, and the sensitivi
 (generator swap, cyclic provenance reassignment, stratified subset, paired comparison).
 """
 
-import importlib
-from typing import Any
+from medmis.tools._lazy import lazy_exports
 
 # Loaded on first use: `medmis --help` builds this package's parsers and must stay light
 # (the comparison pulls in the statistics stack).
@@ -38,14 +37,7 @@ _HOME = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _HOME.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
-
+__getattr__ = lazy_exports(__name__, _HOME, globals())
 
 __all__ = [
     "MERGED_VERSION",

@@ -1,6 +1,17 @@
 """``medmis view``: a local case browser over a run, on the DuckDB engine of the analysis."""
 
-from ._engine import FILTERS, OUTCOMES, Query, RunView
-from ._server import add_parser, make_server, run, serve_in_thread
+from typing import TYPE_CHECKING
+
+from medmis.tools._lazy import lazy_exports
+
+from ._args import add_parser
+
+if TYPE_CHECKING:
+    from ._engine import FILTERS, OUTCOMES, Query, RunView
+    from ._server import make_server, run, serve_in_thread
+
+_HOME = {"FILTERS": "_engine", "OUTCOMES": "_engine", "Query": "_engine", "RunView": "_engine",
+         "make_server": "_server", "run": "_server", "serve_in_thread": "_server"}
+__getattr__ = lazy_exports(__name__, _HOME, globals())
 
 __all__ = ["FILTERS", "OUTCOMES", "Query", "RunView", "add_parser", "make_server", "run", "serve_in_thread"]

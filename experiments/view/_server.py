@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from ._args import add_parser as add_parser
 from ._engine import Query, RunView
 from ._page import PAGE, SCRIPT
 
@@ -70,14 +71,6 @@ def make_server(view: RunView, port: int = 0) -> ThreadingHTTPServer:
                 self._json(400, {"error": str(exc)})
 
     return ThreadingHTTPServer(("127.0.0.1", port), Handler)
-
-
-def add_parser(sub: Any) -> None:
-    """Register ``medmis view``."""
-    p = sub.add_parser("view", help="browse a run's cases in the browser (local server)")
-    p.add_argument("run_dir", help="run folder holding records.jsonl")
-    p.add_argument("--port", type=int, default=7860, help="port on 127.0.0.1 (0: any free port)")
-    p.add_argument("--baseline", default="none", help="defender the 'differs' filter compares with")
 
 
 def run(args: argparse.Namespace) -> int:
