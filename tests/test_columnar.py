@@ -19,7 +19,7 @@ from medmis.experiments import Record, Usage
 from medmis.experiments.analysis import compute_metrics
 from medmis.experiments.analysis._columnar import run_metrics
 from medmis.experiments.harness._io import read_records
-from medmis.experiments.harness._scan import count_records, resume_state
+from medmis.experiments.harness._resume import count_records, resume_state
 
 SUBSETS = ["MEDMISQA", "MEDMISHLE", "MEDMISXPERTQA"]
 CONTENT = ["Cue Remapping", "Spurious Anchoring", "", None]

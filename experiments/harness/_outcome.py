@@ -19,7 +19,7 @@ from pathlib import Path
 from medmis.experiments.benchmark._types import Record
 
 from ._manifest import mark_outcome
-from ._scan import error_texts
+from ._resume import error_texts
 
 __all__ = [
     "EXIT_CASE_ERRORS",

@@ -48,7 +48,7 @@ from ._models import ModelPool
 from ._outcome import Outcome, record_outcome
 from ._prepare import ClaimedFolder, check_out_path, write_invalid_rows
 from ._progress import RunProgress
-from ._scan import resume_state
+from ._resume import resume_state
 
 # Re-exported: callers import the run's types from here as well as from the package.
 __all__ = [
