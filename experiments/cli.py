@@ -92,7 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--accept-change", action="append", default=[], metavar="FIELD[,FIELD]",
                      help="resume into an --out that holds a run with other settings, accepting "
                           "these differing fields (named by the refusal; recorded in manifest.json)")
-    run.add_argument("--max-connections", type=int_at_least(1), default=8, help="concurrent cases (default 8)")
+    run.add_argument("--max-connections", type=int_at_least(1), default=8,
+                     help="ceiling on concurrent cases and model calls; halved on 429s, regrown (default 8)")
     run.add_argument("--max-retries", type=int_at_least(0), default=4,
                      help="retries of a failed model request (default 4)")
     run.add_argument("--retry-errors", action="store_true", help="re-run only the keys whose record is an error")

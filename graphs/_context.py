@@ -26,6 +26,7 @@ from medmis.agents._capabilities import (
     accepts_structured_output,
     provider_family,
 )
+from medmis.agents._limiter import AdaptiveLimiter
 from medmis.agents._mock import message_text
 from medmis.agents._retry import RetryPolicy, retry_async
 from medmis.experiments.benchmark._extract import extract_answer
@@ -72,6 +73,7 @@ class DefenderContext:
     model_factory: Callable[[str], BaseChatModel] | None = None
     retry: RetryPolicy = field(default_factory=RetryPolicy.none)
     tool_timeout_s: float = 30.0
+    limiter: AdaptiveLimiter | None = None  # the run's shared limit on model calls in flight
     trace: list[TraceStep] = field(default_factory=list)
     usage: Usage = field(default_factory=Usage)
     llm_calls: int = 0
@@ -123,7 +125,14 @@ class DefenderContext:
         self.llm_calls += 1
         try:
             with cache_probe() as probe:
-                reply = await retry_async(lambda: runnable.ainvoke(list(messages)), self.retry)
+                limiter = self.limiter
+
+                async def call() -> Any:
+                    if limiter is None:
+                        return await runnable.ainvoke(list(messages))
+                    return await limiter.run(lambda: runnable.ainvoke(list(messages)))
+
+                reply = await retry_async(call, self.retry)
         except Exception as exc:
             step.error = redact(f"{type(exc).__name__}: {exc}")[:500]  # redact, then cut
             step.latency_s = time.perf_counter() - start

@@ -61,8 +61,12 @@ class RunProgress:
         self._bar.start()
         self._task = self._bar.add_task("", total=total)
 
-    def advance(self, description: str) -> None:
+    def advance(self, description: str, limiter: Any = None) -> None:
+        """Count one case; ``limiter`` (a ``LimiterState``) adds the current concurrency and
+        whether 429s are throttling the run."""
         self.done += 1
+        if limiter is not None:
+            description = f"{description} | {limiter.describe()}" if description else limiter.describe()
         if self._bar is not None:
             self._bar.update(self._task, advance=1, description=description)
         elif self._plain is not None:

@@ -23,6 +23,7 @@ from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 
+from medmis.agents._limiter import AdaptiveLimiter
 from medmis.agents._retry import RetryPolicy
 from medmis.defenses._base import Defender, DefenderContext, create_defender
 from medmis.experiments.benchmark._prompts import prompt_preset
@@ -89,6 +90,8 @@ class Harness:
             base_delay=config.retry_base_delay,
             deadline_s=config.retry_deadline_s,
         )
+        # every model call of the run (not each case) takes a slot; 429s lower the limit
+        self.limiter = AdaptiveLimiter(config.max_connections)
         # the models live apart from the harness: a defender's context reaches the pool's
         # factory, and through it nothing of the run's config, data or cases
         self._pool = ModelPool(
@@ -196,6 +199,7 @@ class Harness:
             model_factory=self._pool.get,
             retry=self.retry,
             tool_timeout_s=self.config.tool_timeout_s,
+            limiter=self.limiter,
         )
         start = time.perf_counter()
         try:
@@ -358,7 +362,7 @@ class Harness:
                 append_line(rec_fh, record)
                 written += 1
                 self.stats.add(record, clean_state)
-                progress.advance(self.stats.describe())
+                progress.advance(self.stats.describe(), self.limiter.state())
                 if self.stop_when is not None:
                     reason = self.stop_when(self.stats)
                     if reason:

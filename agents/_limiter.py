@@ -1,0 +1,228 @@
+"""Adaptive concurrency for model calls: a ceiling, AIMD back-off on 429s, and server waits.
+
+``--max-connections`` is the ceiling. Every model call of a run (every call a defender makes,
+not one per case) takes a slot from one :class:`AdaptiveLimiter`. On a rate-limit answer (HTTP
+429) the allowed concurrency is halved, once per congestion episode: the other calls that were
+already in flight when the first 429 came back belong to the same episode and do not halve it
+again. After a window of successes (by default as many as the current limit, i.e. about one
+round trip of the allowed calls) it grows by one, up to the ceiling. When the server says how
+long to wait (``Retry-After`` in seconds or as an HTTP date, ``retry-after-ms``, or an
+exhausted ``x-ratelimit-remaining-*`` / ``anthropic-ratelimit-*-remaining`` with its reset),
+no new call starts before then. Retrying the failed call is the retry policy's business
+(``medmis.agents._retry``); the limiter only decides when calls may start.
+
+The clock and the sleep are injectable so that tests drive the limiter deterministically.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+from typing import TypeVar
+
+import httpx
+
+from ._retry import _status_and_headers
+
+T = TypeVar("T")
+
+RATE_LIMIT_STATUS = 429
+
+# OpenAI writes resets as Go durations ("1s", "6m0s", "20ms"); others send seconds or a date.
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
+_UNIT_S = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+
+
+def _reset_seconds(value: str, wall: Callable[[], float]) -> float | None:
+    value = value.strip()
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    parts = _DURATION.findall(value)
+    if parts and "".join(n + u for n, u in parts) == value:
+        return sum(float(n) * _UNIT_S[u] for n, u in parts)
+    try:  # RFC 3339 (Anthropic's resets)
+        when = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        if when.tzinfo is None:
+            return None  # a local time of unknown zone is no wait we can honour
+    except ValueError:
+        try:  # an HTTP date (Retry-After)
+            when = parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        if when.tzinfo is None:  # RFC 5322 "-0000": UTC
+            when = when.replace(tzinfo=UTC)
+    return max(0.0, when.timestamp() - wall())
+
+
+def server_wait(headers: httpx.Headers | None, wall: Callable[[], float] = time.time) -> float | None:
+    """Seconds the server asks us to wait, from ``Retry-After`` or exhausted rate-limit headers.
+
+    Args:
+        headers: Response headers of the failed call (None when the error carries none).
+        wall: Wall-clock time, for resets given as dates.
+
+    Returns:
+        The longest wait any header asks for, or None when no header names one.
+    """
+    if headers is None:
+        return None
+    waits: list[float] = []
+    ms = headers.get("retry-after-ms")  # OpenAI's, more precise than Retry-After
+    try:
+        retry_after = max(0.0, float(ms) / 1000.0) if ms else None
+    except ValueError:
+        retry_after = None
+    if retry_after is None and headers.get("retry-after"):
+        retry_after = _reset_seconds(headers["retry-after"], wall)
+    if retry_after is not None:
+        waits.append(retry_after)
+    for name, value in headers.items():
+        name = name.lower()
+        if not name.endswith("remaining") and "-remaining-" not in name:
+            continue
+        try:
+            exhausted = float(value) <= 0
+        except ValueError:
+            continue
+        if not exhausted:
+            continue
+        reset = headers.get(name.replace("remaining", "reset"))
+        seconds = _reset_seconds(reset, wall) if reset else None
+        if seconds is not None:
+            waits.append(seconds)
+    return max(waits) if waits else None
+
+
+@dataclass(frozen=True)
+class LimiterState:
+    """A snapshot for progress lines: the current limit, its ceiling and throttling."""
+
+    limit: int
+    ceiling: int
+    in_flight: int
+    paused_s: float
+    rate_limited: int
+
+    @property
+    def throttled(self) -> bool:
+        return self.limit < self.ceiling or self.paused_s > 0
+
+    def describe(self) -> str:
+        text = f"conc {self.limit}/{self.ceiling}"
+        if self.paused_s > 0:
+            text += f" paused {self.paused_s:.0f}s"
+        if self.throttled:
+            text += f" throttled ({self.rate_limited} x 429)"
+        return text
+
+
+class AdaptiveLimiter:
+    """At most ``limit`` model calls in flight; the limit adapts to 429s (AIMD) in [1, ceiling].
+
+    Args:
+        ceiling: The most calls ever in flight (``--max-connections``).
+        window: Successes before the limit grows by one; None means the current limit.
+        clock: Monotonic seconds (injectable for tests).
+        sleep: Awaitable sleep (injectable for tests).
+        wall: Wall-clock seconds, for rate-limit resets given as dates.
+    """
+
+    def __init__(
+        self,
+        ceiling: int,
+        *,
+        window: int | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        if ceiling < 1:
+            raise ValueError(f"ceiling must be at least 1, got {ceiling}")
+        self.ceiling = ceiling
+        self.limit = ceiling
+        self.window = window
+        self.in_flight = 0
+        self.rate_limited = 0  # 429s seen
+        self.decreases = 0
+        self.lowest = ceiling
+        self.waited_s = 0.0  # time new calls were held back on the server's word
+        self._epoch = 0  # bumped at each decrease; calls started before it do not halve again
+        self._successes = 0
+        self._resume_at = 0.0
+        self._clock = clock
+        self._sleep = sleep
+        self._wall = wall
+        self._changed: asyncio.Event | None = None
+
+    def _event(self) -> asyncio.Event:
+        if self._changed is None:  # made on first use, inside the running loop
+            self._changed = asyncio.Event()
+        return self._changed
+
+    def _wake(self) -> None:
+        # waiters hold the old event; setting it wakes them all and a fresh one is kept
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = None
+
+    def state(self) -> LimiterState:
+        paused = max(0.0, self._resume_at - self._clock())
+        return LimiterState(self.limit, self.ceiling, self.in_flight, paused, self.rate_limited)
+
+    async def acquire(self) -> int:
+        """Wait for a slot; returns the episode the call starts in (pass it to :meth:`release`)."""
+        while True:
+            wait = self._resume_at - self._clock()
+            if wait > 0:
+                self.waited_s += wait
+                await self._sleep(wait)
+                continue
+            if self.in_flight < self.limit:
+                self.in_flight += 1
+                return self._epoch
+            await self._event().wait()
+
+    def release(self, epoch: int, *, ok: bool = True, rate_limited: bool = False,
+                wait: float | None = None) -> None:
+        """Give the slot back and adapt: halve on a 429 of the current episode, grow after a
+        window of successes; other failures (``ok=False``) neither shrink nor grow the limit."""
+        self.in_flight -= 1
+        if rate_limited:
+            self.rate_limited += 1
+            if wait is not None:
+                self._resume_at = max(self._resume_at, self._clock() + wait)
+            if epoch == self._epoch:
+                self.limit = max(1, self.limit // 2)
+                self.lowest = min(self.lowest, self.limit)
+                self.decreases += 1
+                self._epoch += 1
+                self._successes = 0
+        elif ok:
+            self._successes += 1
+            if self.limit < self.ceiling and self._successes >= (self.window or self.limit):
+                self.limit += 1
+                self._successes = 0
+        self._wake()
+
+    async def run(self, fn: Callable[[], Awaitable[T]]) -> T:
+        """Call ``fn`` within a slot; a 429 it raises adapts the limit and is re-raised."""
+        epoch = await self.acquire()
+        try:
+            result = await fn()
+        except BaseException as exc:
+            status, headers = _status_and_headers(exc)
+            limited = status == RATE_LIMIT_STATUS
+            self.release(epoch, ok=False, rate_limited=limited,
+                         wait=server_wait(headers, self._wall) if limited else None)
+            raise
+        self.release(epoch)
+        return result
