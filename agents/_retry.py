@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -62,32 +63,29 @@ def _retry_after(headers: httpx.Headers) -> float | None:
     return _parse_retry_after(headers.get("retry-after"))
 
 
+# Transport/timeout errors of the provider SDKs besides httpx's: httpx2 (the default transport
+# of openai>=3 and google-genai>=3, whose exceptions do not subclass httpx's), openai, anthropic.
+_SDK_TRANSPORT_ERRORS = (
+    ("httpx2", ("TimeoutException", "TransportError")),
+    ("openai", ("APITimeoutError", "APIConnectionError")),
+    ("anthropic", ("APITimeoutError", "APIConnectionError")),
+)
+
+
 def _transport_error_types() -> tuple[type[BaseException], ...]:
-    """Transport/timeouts of httpx and of httpx2 (the default transport of openai>=3 and
-    google-genai>=3, whose exceptions do not subclass httpx's)."""
+    """Transport/timeout exception types of httpx and of the SDKs already imported.
+
+    Only loaded modules are asked: an SDK that was never imported raised nothing, and
+    importing one here (anthropic takes seconds) would block the event loop mid-run.
+    """
     types: list[type[BaseException]] = [httpx.TimeoutException, httpx.TransportError, asyncio.TimeoutError]
-    try:
-        import httpx2  # type: ignore[import-not-found]
-
-        types += [httpx2.TimeoutException, httpx2.TransportError]
-    except ImportError:
-        pass
-    try:
-        import openai
-
-        types += [openai.APITimeoutError, openai.APIConnectionError]
-    except ImportError:  # pragma: no cover - openai is a core dependency
-        pass
-    try:
-        import anthropic
-
-        types += [anthropic.APITimeoutError, anthropic.APIConnectionError]
-    except ImportError:  # pragma: no cover - anthropic is a core dependency
-        pass
+    for module_name, names in _SDK_TRANSPORT_ERRORS:
+        module = sys.modules.get(module_name)
+        for name in names:
+            found = getattr(module, name, None) if module is not None else None
+            if isinstance(found, type) and issubclass(found, BaseException):
+                types.append(found)
     return tuple(types)
-
-
-_TRANSPORT_ERRORS: tuple[type[BaseException], ...] | None = None
 
 
 def _status_and_headers(exc: BaseException) -> tuple[int | None, httpx.Headers | None]:
@@ -114,10 +112,7 @@ def classify(exc: BaseException) -> tuple[bool, float | None]:
         return True, exc.retry_after
     if isinstance(exc, MalformedResponseError):
         return True, None
-    global _TRANSPORT_ERRORS
-    if _TRANSPORT_ERRORS is None:
-        _TRANSPORT_ERRORS = _transport_error_types()
-    if isinstance(exc, _TRANSPORT_ERRORS):
+    if isinstance(exc, _transport_error_types()):
         return True, None
     status, headers = _status_and_headers(exc)
     if status is not None and status in RETRY_STATUS:

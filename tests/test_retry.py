@@ -271,3 +271,15 @@ async def test_cancellation_is_not_retried() -> None:
     with pytest.raises(asyncio.CancelledError):
         await retry_async(fn, RetryPolicy(max_retries=3), sleep=sleep)
     assert fn.calls == 1
+
+
+def test_classifying_an_error_imports_no_sdk() -> None:
+    # anthropic takes seconds to import: classifying the first retryable error mid-run must
+    # not import it (an SDK never imported raised nothing).
+    import subprocess
+    import sys
+
+    probe = ("import sys, httpx; from medmis.agents._retry import classify; "
+             "classify(httpx.ConnectError('down')); print('anthropic' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
