@@ -20,6 +20,7 @@ import re
 
 import httpx
 
+from ._lazy_client import LazyClient
 from ._redact import scrub_url
 from ._types import Page, ToolError
 
@@ -70,9 +71,7 @@ class JinaReader:
         self.base_url = base.rstrip("/") + "/" if base else JINA_DEFAULT_BASE_URL
         self.timeout = timeout
         self._key = key
-        # created on first use: a backend that fails to configure holds no connections
-        self._client = client
-        self._own_client: httpx.AsyncClient | None = None
+        self._http = LazyClient(client, timeout=timeout)
 
     @property
     def cache_id(self) -> str:
@@ -100,7 +99,7 @@ class JinaReader:
                 not load the page, unreachable reader), ``timeout``, ``content`` (no text).
         """
         try:
-            response = await self._http().get(
+            response = await self._http.get().get(
                 f"{self.base_url}{url}", headers=self.request_headers(goal), timeout=self.timeout
             )
         except httpx.TimeoutException as exc:
@@ -128,17 +127,8 @@ class JinaReader:
             truncated=len(text) > limit,
         )
 
-    def _http(self) -> httpx.AsyncClient:
-        if self._client is not None:
-            return self._client
-        if self._own_client is None:
-            self._own_client = httpx.AsyncClient(timeout=self.timeout, follow_redirects=True)
-        return self._own_client
-
     async def aclose(self) -> None:
-        client, self._own_client = self._own_client, None
-        if client is not None:
-            await client.aclose()
+        await self._http.aclose()
 
 
 def _status_error(response: httpx.Response, url: str) -> ToolError:

@@ -20,6 +20,7 @@ from typing import Any
 
 import httpx
 
+from ._lazy_client import LazyClient
 from ._redact import scrub_url
 from ._types import SearchResponse, SearchResult, SerpResult, ToolError
 
@@ -88,9 +89,7 @@ class SerperSearch:
         self.default_country = default_country.lower()
         self.default_language = default_language.lower()
         self._key = key
-        # created on first use: a backend that fails to configure holds no connections
-        self._client = client
-        self._own_client: httpx.AsyncClient | None = None
+        self._http = LazyClient(client, timeout=timeout)
 
     @property
     def cache_id(self) -> str:
@@ -142,7 +141,7 @@ class SerperSearch:
         payload = {"q": query, "num": num, "gl": gl, "hl": hl}
         headers = {"X-API-KEY": self._key, "Content-Type": "application/json"}
         try:
-            response = await self._http().post(
+            response = await self._http.get().post(
                 f"{self.base_url}/search", json=payload, headers=headers, timeout=self.timeout
             )
         except httpx.TimeoutException as exc:
@@ -161,17 +160,8 @@ class SerperSearch:
             raise ToolError("web search failed: Serper sent an unreadable response", kind="http")
         return read_response(data, query, num)
 
-    def _http(self) -> httpx.AsyncClient:
-        if self._client is not None:
-            return self._client
-        if self._own_client is None:
-            self._own_client = httpx.AsyncClient(timeout=self.timeout, follow_redirects=True)
-        return self._own_client
-
     async def aclose(self) -> None:
-        client, self._own_client = self._own_client, None
-        if client is not None:
-            await client.aclose()
+        await self._http.aclose()
 
 
 
