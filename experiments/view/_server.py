@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+from medmis.experiments._errors import CliError
 
 from ._args import add_parser as add_parser
 from ._engine import Query, RunView
@@ -77,8 +78,7 @@ def run(args: argparse.Namespace) -> int:
     """Serve until interrupted."""
     run_dir = Path(args.run_dir)
     if not (run_dir / "records.jsonl").exists():
-        print(f"error: no records.jsonl in {run_dir}", file=sys.stderr)
-        return 2
+        raise CliError(f"{run_dir}: no records.jsonl here")
     view = RunView(run_dir, baseline=args.baseline)
     server = make_server(view, args.port)
     print(f"medmis view: http://127.0.0.1:{server.server_address[1]}/  (Ctrl-C to stop)", flush=True)
