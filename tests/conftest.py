@@ -5,9 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import respx.mocks
 
 from medmis.defenses import testing as defenses_testing
 from medmis.experiments import Item
+
+# The toolkit's SDK clients are httpx clients on an aiohttp transport (agents/_transport.py),
+# which respx's default httpcore patch never sees: patch at the httpx client instead.
+respx.mocks.DEFAULT_MOCKER = "httpx"
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "fixtures"
