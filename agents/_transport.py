@@ -85,6 +85,10 @@ class LoopLocalAiohttpTransport(httpx.AsyncBaseTransport):
         return inner
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.userinfo:
+            # httpx has already turned ``user:pass@`` into an Authorization header; aiohttp
+            # refuses a URL with credentials next to one
+            request.url = request.url.copy_with(userinfo=b"")
         try:
             response: httpx.Response = await self._for_loop().handle_async_request(request)
         except httpx.TransportError as exc:

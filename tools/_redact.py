@@ -9,6 +9,7 @@ Redaction is by pattern (the shapes of the providers' keys and auth headers) and
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -105,7 +106,13 @@ def scrub_url(url: str) -> str:
 
 def is_secret_name(name: object) -> bool:
     """Whether a field name says its value is a credential (``api_key``, ``auth_token``, …)."""
-    return isinstance(name, str) and bool(_SECRET_NAME.search(name))
+    return isinstance(name, str) and _secret_name(name)
+
+
+@functools.lru_cache(maxsize=4096)
+def _secret_name(name: str) -> bool:
+    # field names come from a small vocabulary (record and trace keys), so one search each
+    return bool(_SECRET_NAME.search(name))
 
 
 def redact_obj(obj: Any, secrets: Iterable[str] | None = None) -> Any:
@@ -114,14 +121,17 @@ def redact_obj(obj: Any, secrets: Iterable[str] | None = None) -> Any:
     A text value under a credential-like name (:func:`is_secret_name`) is masked whole,
     whatever its shape: ``--model-option api_key=…`` lands in the manifest as ``{"api_key": …}``.
     """
-    values = list(configured_secrets() if secrets is None else secrets)
+    return _redact_tree(obj, list(configured_secrets() if secrets is None else secrets))
+
+
+def _redact_tree(obj: Any, values: list[str]) -> Any:
     if isinstance(obj, str):
         return redact(obj, values)
     if isinstance(obj, Mapping):
         return {
-            k: MASK if isinstance(v, str) and v and is_secret_name(k) else redact_obj(v, values)
+            k: MASK if isinstance(v, str) and v and is_secret_name(k) else _redact_tree(v, values)
             for k, v in obj.items()
         }
     if isinstance(obj, list | tuple):
-        return [redact_obj(v, values) for v in obj]
+        return [_redact_tree(v, values) for v in obj]
     return obj

@@ -332,7 +332,7 @@ class Harness:
 
     def _finish(self, records_path: Path) -> int:
         n, self.outcome = record_outcome(self.out, records_path, self.stats.stopped_reason,
-                                         scrub_argv(self.argv))
+                                         scrub_argv(self.argv), self.limiter.summary())
         return n
 
     async def _run_phase(
