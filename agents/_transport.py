@@ -136,9 +136,31 @@ def _proxied() -> bool:
     return any(os.environ.get(name) for name in _PROXY_VARIABLES)
 
 
+class _LazySyncTransport(httpx.BaseTransport):
+    """httpx's own transport, made on the first request.
+
+    The SDKs want a synchronous client next to the asynchronous one, which a run never uses;
+    making it eagerly costs every process httpcore's import and a TLS context.
+    """
+
+    def __init__(self) -> None:
+        self._inner: httpx.HTTPTransport | None = None
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if self._inner is None:
+            self._inner = httpx.HTTPTransport(limits=httpx.Limits(**HTTP_LIMITS))
+        return self._inner.handle_request(request)
+
+    def close(self) -> None:
+        if self._inner is not None:
+            self._inner.close()
+
+
 def sync_client(timeout_s: float) -> httpx.Client:
-    """An ``httpx.Client`` for an SDK's synchronous calls (httpx's own transport)."""
-    return httpx.Client(timeout=timeout_s, limits=httpx.Limits(**HTTP_LIMITS))
+    """An ``httpx.Client`` for an SDK's synchronous calls (httpx's own transport, made lazily)."""
+    if _proxied():
+        return httpx.Client(timeout=timeout_s, limits=httpx.Limits(**HTTP_LIMITS))
+    return httpx.Client(timeout=timeout_s, transport=_LazySyncTransport())
 
 
 async def aclose_transports() -> None:

@@ -70,10 +70,25 @@ def _timed(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, f
     return wall, cpu, done.stdout
 
 
+def _compile_package() -> None:
+    """Byte-compile the toolkit as ``pip install`` does, so that neither process pays compilation.
+
+    An editable install (or ``PYTHONDONTWRITEBYTECODE``) leaves the toolkit's modules to be
+    compiled at every start; the lean client's httpx arrives compiled from its wheel.
+    """
+    import compileall
+    import importlib
+
+    for name in ("agents", "tools", "graphs", "defenses", "experiments"):
+        for path in importlib.import_module(f"medmis.{name}").__path__:
+            compileall.compile_dir(path, quiet=1)
+
+
 def bench_throughput(calls: int = 1224, connections: int = 32, latency: float = 0.1) -> dict[str, Any]:
     """Figures for the lean client and a whole ``medmis run`` process on the same server."""
     from medmis.experiments.bench import _write_items
 
+    _compile_package()
     server = subprocess.Popen(
         [sys.executable, "-m", "medmis.experiments._fake_openai", "--latency", str(latency)],
         stdout=subprocess.PIPE, text=True,
