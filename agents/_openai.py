@@ -38,7 +38,6 @@ from langchain_core.language_models import BaseChatModel, LanguageModelInput
 from langchain_core.messages import BaseMessage
 from langchain_core.outputs import ChatResult
 from langchain_openai import ChatOpenAI
-from openai.types.chat import ChatCompletion
 from pydantic import SecretStr
 
 from ._capabilities import STRUCTURED_OUTPUT_KWARG, StructuredOutput, check_structured_output
@@ -146,8 +145,10 @@ class OpenAIChat(ChatOpenAI):
             if not _plain_chat_payload(payload):
                 return await super()._agenerate(messages, stop, run_manager, **kwargs)
             options: Any = {"timeout": payload["timeout"]} if payload.get("timeout") is not None else {}
+            # cast_to=object: the JSON as it came, which _create_chat_result reads as a dict
+            # (building the SDK's ChatCompletion only to dump it again cost 0.7 ms a call)
             response = await self.root_async_client.post(
-                "/chat/completions", body=_wire_body(payload), cast_to=ChatCompletion, options=options
+                "/chat/completions", body=_wire_body(payload), cast_to=object, options=options
             )
         except _BODY_ERRORS as exc:
             raise MalformedResponseError(f"openai response could not be parsed: {exc}"[:300]) from exc
@@ -165,6 +166,10 @@ class OpenAIChat(ChatOpenAI):
             raise MalformedResponseError(f"openai response could not be parsed: {exc}"[:300]) from exc
         if not result.generations:
             raise MalformedResponseError("openai response has no choices")
+        if isinstance(response, dict):  # LangChain keeps a refusal only from SDK objects
+            refusal = ((response.get("choices") or [{}])[0].get("message") or {}).get("refusal")
+            if refusal:
+                result.generations[0].message.additional_kwargs["refusal"] = refusal
         info = result.generations[0].generation_info or {}
         if info.get("finish_reason") == "content_filter":
             raise BlockedResponseError("openai stopped the answer: finish_reason=content_filter")

@@ -6,8 +6,11 @@ socket is readable, which rebuilds the socket's attribute table each time). Meas
 2-core bench machine, 1,224 chat completions at 32 connections through the openai SDK cost
 10.8 ms CPU per call on httpcore and 3.3 ms on aiohttp; a bare POST costs 5.8 ms and 1.0 ms.
 So the clients stay ``httpx`` clients (the SDKs, ``classify``, the record/replay layer and
-respx all speak httpx) and only the transport underneath is aiohttp's, through
-``httpx_aiohttp`` (the package behind the openai SDK's own ``DefaultAioHttpClient``).
+respx all speak httpx) and only the transport underneath is aiohttp's. The transport is
+written here rather than taken from ``httpx_aiohttp`` (behind the openai SDK's own
+``DefaultAioHttpClient``) because that one hands aiohttp httpx's header object, whose
+lookups rescan every header (a quarter of a millisecond per request with the SDKs' dozen
+headers), and reports a refused connection or an unknown host as a connect *timeout*.
 
 An aiohttp session belongs to the event loop it was opened in, while a chat model may be used
 from several loops (``asyncio.run`` per test, the CLI's model check and then its run), so the
@@ -25,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import os
 import weakref
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -53,6 +57,12 @@ def transport_kind() -> str:
 class LoopLocalAiohttpTransport(httpx.AsyncBaseTransport):
     """An httpx transport that sends through one aiohttp session per running event loop.
 
+    Requests are handed to aiohttp as they are (method, URL, header pairs, body bytes,
+    httpx's timeouts); the response comes back as an httpx response whose body streams from
+    aiohttp's. Compression is left to httpx (aiohttp's own decoding is off) so that
+    ``Content-Encoding`` is decoded once. aiohttp's errors become the httpx errors httpx's
+    own transport raises for the same failure, which ``classify`` and the SDKs understand.
+
     Args:
         limits: Connection limits; ``max_connections`` caps the aiohttp connector
             (``None``: unlimited) and ``keepalive_expiry`` becomes its keep-alive timeout.
@@ -66,61 +76,97 @@ class LoopLocalAiohttpTransport(httpx.AsyncBaseTransport):
     def _session(self) -> Any:
         import aiohttp
 
-        connector = aiohttp.TCPConnector(
-            limit=self._limits.max_connections or 0,
-            keepalive_timeout=self._limits.keepalive_expiry or 15.0,
-        )
-        # no trust_env: it reads ~/.netrc in a worker thread on every request; a process with
-        # proxy variables gets httpx's own transport instead (see async_client)
-        return aiohttp.ClientSession(connector=connector)
-
-    def _for_loop(self) -> Any:
-        from httpx_aiohttp import AiohttpTransport
-
         loop = asyncio.get_running_loop()
-        inner = self._per_loop.get(loop)
-        if inner is None:
-            inner = AiohttpTransport(client=self._session())
-            self._per_loop[loop] = inner
-        return inner
+        session = self._per_loop.get(loop)
+        if session is None or session.closed:
+            connector = aiohttp.TCPConnector(
+                limit=self._limits.max_connections or 0,
+                keepalive_timeout=self._limits.keepalive_expiry or 15.0,
+            )
+            # no trust_env: it reads ~/.netrc in a worker thread on every request; a process
+            # with proxy variables gets httpx's own transport instead (see async_client)
+            session = aiohttp.ClientSession(connector=connector, auto_decompress=False)
+            self._per_loop[loop] = session
+        return session
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        if request.url.userinfo:
+        import aiohttp
+
+        url = request.url
+        if url.userinfo:
             # httpx has already turned ``user:pass@`` into an Authorization header; aiohttp
             # refuses a URL with credentials next to one
-            request.url = request.url.copy_with(userinfo=b"")
+            url = url.copy_with(userinfo=b"")
+        timeout = request.extensions.get("timeout", {})
         try:
-            response: httpx.Response = await self._for_loop().handle_async_request(request)
-        except httpx.TransportError as exc:
-            raise _remapped(exc, request) from exc.__cause__
-        return response
+            body = await request.aread()
+            response = await self._session().request(
+                request.method,
+                str(url),
+                headers=[(k.decode("latin-1"), v.decode("latin-1")) for k, v in request.headers.raw],
+                data=body or None,
+                allow_redirects=False,
+                compress=None,
+                skip_auto_headers=("Accept-Encoding", "User-Agent", "Content-Type"),
+                timeout=aiohttp.ClientTimeout(
+                    connect=timeout.get("pool"), sock_connect=timeout.get("connect"),
+                    sock_read=timeout.get("read"),
+                ),
+            )
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise _as_httpx_error(exc, request) from exc
+        return httpx.Response(
+            status_code=response.status,
+            headers=list(response.raw_headers),
+            stream=_ResponseStream(response, request),
+            request=request,
+            extensions={"http_version": b"HTTP/1.1",
+                        "reason_phrase": (response.reason or "").encode("latin-1")},
+        )
 
     async def aclose(self) -> None:
         """Close this loop's session (sessions of loops that are gone cannot be awaited)."""
-        inner = self._per_loop.pop(asyncio.get_running_loop(), None)
-        if inner is not None:
-            await inner.aclose()
+        session = self._per_loop.pop(asyncio.get_running_loop(), None)
+        if session is not None:
+            await session.close()
 
 
-def _remapped(exc: httpx.TransportError, request: httpx.Request) -> httpx.TransportError:
-    """The httpx error httpx's own transport would raise for the aiohttp error behind ``exc``.
+class _ResponseStream(httpx.AsyncByteStream):
+    """An aiohttp response body as httpx reads it; releases the connection when closed."""
 
-    ``httpx_aiohttp`` maps every ``ClientConnectionError`` (a refused connection, an unknown
-    host, a server that hung up) to ``ConnectTimeout``, so a typo in a base URL would read
-    "Request timed out". Timeouts keep their mapping.
-    """
+    def __init__(self, response: Any, request: httpx.Request) -> None:
+        self._response = response
+        self._request = request
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        import aiohttp
+
+        try:
+            async for chunk in self._response.content.iter_any():
+                yield chunk
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise _as_httpx_error(exc, self._request) from exc
+
+    async def aclose(self) -> None:
+        self._response.release()
+
+
+def _as_httpx_error(exc: BaseException, request: httpx.Request) -> httpx.TransportError:
+    """The httpx error httpx's own transport raises for the failure behind an aiohttp error."""
     import aiohttp
 
-    cause = exc.__cause__
-    message = str(cause) if cause is not None else str(exc)
-    remapped: httpx.TransportError = exc
-    if isinstance(cause, aiohttp.ClientConnectorError) and not isinstance(cause, TimeoutError):
-        remapped = httpx.ConnectError(message, request=request)
-    elif isinstance(cause, aiohttp.ServerDisconnectedError):
-        remapped = httpx.RemoteProtocolError(message, request=request)
-    elif isinstance(cause, (aiohttp.ClientOSError, aiohttp.ClientPayloadError)):
-        remapped = httpx.ReadError(message, request=request)
-    return remapped
+    message = str(exc) or type(exc).__name__
+    if isinstance(exc, aiohttp.ConnectionTimeoutError):
+        return httpx.ConnectTimeout(message, request=request)
+    if isinstance(exc, TimeoutError):  # aiohttp's socket-read timeout and asyncio's
+        return httpx.ReadTimeout(message, request=request)
+    if isinstance(exc, aiohttp.ClientConnectorError):  # refused, unknown host, TLS set-up
+        return httpx.ConnectError(message, request=request)
+    if isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError):
+        return httpx.RemoteProtocolError(message, request=request)
+    if isinstance(exc, aiohttp.InvalidURL):
+        return httpx.UnsupportedProtocol(message, request=request)
+    return httpx.ReadError(message, request=request)  # a reset connection and the rest
 
 
 def async_client(timeout_s: float, *, limits: httpx.Limits | None = None) -> httpx.AsyncClient:

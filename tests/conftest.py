@@ -10,12 +10,20 @@ import respx.mocks
 from medmis.defenses import testing as defenses_testing
 from medmis.experiments import Item
 
-# The toolkit's SDK clients are httpx clients on an aiohttp transport (agents/_transport.py),
-# which respx's default httpcore patch never sees: patch at the httpx client instead.
-respx.mocks.DEFAULT_MOCKER = "httpx"
-
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "fixtures"
+
+
+@pytest.fixture(autouse=True)
+def _respx_at_the_client(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In modules marked ``sdk_http``, respx patches httpx clients rather than httpcore.
+
+    The provider SDKs' clients are httpx clients on an aiohttp transport
+    (agents/_transport.py), which respx's default httpcore patch never sees. The web tools
+    keep httpx's own transport and the default patch.
+    """
+    if request.node.get_closest_marker("sdk_http"):
+        monkeypatch.setattr(respx.mocks, "DEFAULT_MOCKER", "httpx")
 
 
 @pytest.fixture

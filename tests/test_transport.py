@@ -61,7 +61,7 @@ def test_one_session_per_event_loop_and_closed_at_the_end() -> None:
     async def serve_and_ask(client: httpx.AsyncClient) -> tuple[str, Any]:
         async with FakeOpenAIServer(latency_s=0.0, reply="Final answer: C") as server:
             response = await client.post(f"{server.base_url}/chat/completions", json={"model": "m", "messages": []})
-            session = _transport(client)._per_loop[asyncio.get_running_loop()].client
+            session = _transport(client)._per_loop[asyncio.get_running_loop()]
             await aclose_transports()
             assert session.closed
             return response.json()["choices"][0]["message"]["content"], session
@@ -171,3 +171,70 @@ def test_fast_path_body_equals_the_sdk_create_body(payload: dict[str, Any]) -> N
 
     via_create, via_post = asyncio.run(bodies())
     assert via_post == via_create
+
+
+class _RawServer:
+    """A 127.0.0.1 server answering every request with fixed bytes (or hanging up, or stalling)."""
+
+    def __init__(self, reply: bytes | None, *, stall_s: float = 0.0) -> None:
+        self.reply, self.stall_s, self.requests = reply, stall_s, []  # type: ignore[var-annotated]
+
+    async def __aenter__(self) -> str:
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        return f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._server.close()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                       if line.lower().startswith(b"content-length:")), 0)
+        self.requests.append(head + await reader.readexactly(length))
+        await asyncio.sleep(self.stall_s)
+        if self.reply is not None:
+            writer.write(self.reply)
+            await writer.drain()
+        writer.close()
+
+
+def _exchange(reply: bytes | None, *, stall_s: float = 0.0, timeout_s: float = 5) -> tuple[Any, list[bytes]]:
+    async def go() -> tuple[Any, list[bytes]]:
+        server = _RawServer(reply, stall_s=stall_s)
+        async with server as url:
+            client = async_client(timeout_s)
+            try:
+                response = await client.post(f"{url}/v1/x", json={"q": "é"}, headers={"X-Trace": "1"})
+                return response, server.requests
+            except httpx.TransportError as exc:
+                return exc, server.requests
+            finally:
+                await aclose_transports()
+
+    return asyncio.run(go())
+
+
+def test_request_goes_out_as_httpx_built_it_and_gzip_is_decoded_once() -> None:
+    import gzip
+
+    body = gzip.compress(json.dumps({"ok": "ü"}).encode())
+    reply = (b"HTTP/1.1 201 Created\r\nContent-Type: application/json\r\nContent-Encoding: gzip\r\n"
+             b"Content-Length: " + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n" + body)
+    response, requests = _exchange(reply)
+    assert response.status_code == 201 and response.reason_phrase == "Created"
+    assert response.json() == {"ok": "ü"}
+    sent = requests[0]
+    head, _, payload = sent.partition(b"\r\n\r\n")
+    assert json.loads(payload) == {"q": "é"}
+    lines = head.lower().split(b"\r\n")
+    assert b"x-trace: 1" in lines and b"content-type: application/json" in lines
+    assert sum(line.startswith(b"content-length:") for line in lines) == 1
+    assert not any(b"aiohttp" in line for line in lines)  # httpx's User-Agent, not aiohttp's
+
+
+def test_a_hang_up_is_a_remote_protocol_error_and_a_stall_a_read_timeout() -> None:
+    hung_up, _ = _exchange(None)
+    assert type(hung_up) is httpx.RemoteProtocolError
+    stalled, _ = _exchange(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}", stall_s=1.0, timeout_s=0.2)
+    assert type(stalled) is httpx.ReadTimeout
+    assert classify(hung_up)[0] and classify(stalled)[0]
