@@ -231,7 +231,6 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         accept_changes=accept_change_fields(args.accept_change),
     )
     from medmis.experiments.benchmark._dataset import DataError
-
     from medmis.experiments.reporting import _worker
 
     # the reporting stack loads in a second process while this one runs
