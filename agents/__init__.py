@@ -17,6 +17,7 @@ from ._errors import (
 from ._mock import ScriptedChatModel, cycle, estimate_tokens, message_text
 from ._registry import PROVIDERS, REASONING_EFFORTS, ModelOptions, load_model, parse_spec
 from ._retry import RetryPolicy, classify, retry_async
+from ._transport import aclose_transports
 
 __all__ = [
     "PROVIDERS",
@@ -30,6 +31,7 @@ __all__ = [
     "RetryPolicy",
     "ScriptedChatModel",
     "TransientModelError",
+    "aclose_transports",
     "classify",
     "cycle",
     "estimate_tokens",

@@ -43,7 +43,6 @@ from functools import cached_property
 from typing import Any, ClassVar, Literal
 
 import anthropic
-import httpx
 import httpx2
 import pydantic
 from langchain_anthropic import ChatAnthropic
@@ -57,7 +56,8 @@ from ._capabilities import STRUCTURED_OUTPUT_KWARG, StructuredOutput, check_stru
 from ._errors import BlockedResponseError, MalformedResponseError, MissingKeyError, ModelConfigError
 from ._httpx_bridge import AsyncHttpxBridge, HttpxBridge
 from ._mock import content_text
-from ._registry import HTTP_LIMITS, ModelOptions
+from ._registry import ModelOptions
+from ._transport import async_client, sync_client
 
 KEY_VARIABLE = "ANTHROPIC_API_KEY"
 BASE_URL_VARIABLE = "ANTHROPIC_BASE_URL"
@@ -120,14 +120,12 @@ class AnthropicChat(ChatAnthropic):
 
     @cached_property
     def _client(self) -> anthropic.Client:
-        bridge = HttpxBridge(httpx.Client(timeout=self.http_timeout_s, limits=httpx.Limits(**HTTP_LIMITS)))
+        bridge = HttpxBridge(sync_client(self.http_timeout_s))
         return anthropic.Client(**self._client_params, http_client=httpx2.Client(transport=bridge))
 
     @cached_property
     def _async_client(self) -> anthropic.AsyncClient:
-        bridge = AsyncHttpxBridge(
-            httpx.AsyncClient(timeout=self.http_timeout_s, limits=httpx.Limits(**HTTP_LIMITS))
-        )
+        bridge = AsyncHttpxBridge(async_client(self.http_timeout_s))
         return anthropic.AsyncClient(**self._client_params, http_client=httpx2.AsyncClient(transport=bridge))
 
     def _get_request_payload(

@@ -3,10 +3,11 @@
 We do not use langchain-google-genai because this toolkit needs control over four things
 that wrapper hides:
 
-* **Transport.** Every call goes through httpx (never aiohttp), so respx-mocked tests and the
-  record/replay layer see every request. google-genai silently prefers aiohttp for async
-  calls whenever aiohttp is importable; handing it our own ``httpx.AsyncClient`` through
-  ``HttpOptions.httpx_async_client`` switches that off (see ``BaseApiClient._use_aiohttp``).
+* **Transport.** Every call goes through the toolkit's httpx clients (:mod:`._transport`,
+  aiohttp underneath), so respx-mocked tests and the record/replay layer see every request.
+  google-genai silently uses its own aiohttp session for async calls whenever aiohttp is
+  importable; handing it our ``httpx.AsyncClient`` through ``HttpOptions.httpx_async_client``
+  switches that off (see ``BaseApiClient._use_aiohttp``).
 * **Retries.** The SDK's own retries are disabled (``HttpRetryOptions(attempts=1)``); the
   run's :class:`~medmis.agents._retry.RetryPolicy` retries in ``DefenderContext.generate``, so
   attempts and deadlines are counted once.
@@ -38,7 +39,6 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Literal
 
-import httpx
 import pydantic
 from google import genai
 from google.genai import errors as genai_errors
@@ -63,7 +63,8 @@ from ._gemini_wire import (
     to_gemini_contents,
     usage_from_gemini,
 )
-from ._registry import HTTP_LIMITS, ModelOptions
+from ._registry import ModelOptions
+from ._transport import async_client, sync_client
 
 # Re-exported: the wire conversions have always been importable from here.
 __all__ = [
@@ -174,10 +175,8 @@ class GeminiChat(BaseChatModel):
             base_url=self.base_url,
             timeout=int(self.timeout_s * 1000),  # the SDK takes milliseconds
             retry_options=types.HttpRetryOptions(attempts=1),
-            httpx_client=httpx.Client(timeout=self.timeout_s, limits=httpx.Limits(**HTTP_LIMITS)),
-            httpx_async_client=httpx.AsyncClient(
-                timeout=self.timeout_s, limits=httpx.Limits(**HTTP_LIMITS)
-            ),
+            httpx_client=sync_client(self.timeout_s),
+            httpx_async_client=async_client(self.timeout_s),
         )
         return genai.Client(api_key=self.api_key.get_secret_value(), http_options=options)
 

@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import httpx
 
@@ -177,6 +177,17 @@ class AdaptiveLimiter:
     def state(self) -> LimiterState:
         paused = max(0.0, self._resume_at - self._clock())
         return LimiterState(self.limit, self.ceiling, self.in_flight, paused, self.rate_limited)
+
+    def summary(self) -> dict[str, Any]:
+        """What the limiter did over a run (written to the run's manifest)."""
+        return {
+            "ceiling": self.ceiling,
+            "final": self.limit,
+            "lowest": self.lowest,
+            "rate_limited": self.rate_limited,
+            "decreases": self.decreases,
+            "waited_s": round(self.waited_s, 3),
+        }
 
     async def acquire(self) -> int:
         """Wait for a slot; returns the episode the call starts in (pass it to :meth:`release`)."""

@@ -5,6 +5,9 @@ Sections (each with its target):
   over 3,000 cases (target <= 2 ms/case);
 - ``concurrency``: 1,200 calls at 32 connections to a local OpenAI-compatible server with
   100 ms latency, through the real openai client (target wall <= 1.15 x 1,200 x 0.1 s / 32);
+- ``throughput``: a whole ``medmis run`` process (start-up, run, report) against a lean async
+  httpx client on the same work, 1,224 calls at 32 connections to a local server with 100 ms
+  latency (target <= 1.3 x the lean client's wall), see :mod:`._bench_throughput`;
 - ``store_lookup``: warm record/replay store lookup latency (target p50 <= 1 ms);
 - ``extraction``: trafilatura main-text extraction on a ~200 KB page;
 - ``scale``: ``medmis report`` (cold and warm), a resume with nothing to do and ``medmis view``
@@ -198,12 +201,14 @@ def bench_extraction(repeats: int = 5) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", action="append", default=None,
-                        choices=["harness_overhead", "concurrency", "store_lookup", "extraction", "scale"])
+                        choices=["harness_overhead", "concurrency", "throughput", "store_lookup", "extraction",
+                                 "scale"])
     parser.add_argument("--quick", action="store_true", help="smaller sizes (smoke run, not the targets)")
     parser.add_argument("--scale-run", type=Path, default=None,
                         help="reuse a run folder from medmis.experiments._scale.generate_run for 'scale'")
     args = parser.parse_args(argv)
-    wanted = set(args.only or ["harness_overhead", "concurrency", "store_lookup", "extraction", "scale"])
+    wanted = set(args.only or ["harness_overhead", "concurrency", "throughput", "store_lookup", "extraction",
+                               "scale"])
     out: dict[str, Any] = {
         "machine": {"python": platform.python_version(), "platform": platform.platform(),
                     "processor": platform.processor() or platform.machine(),
@@ -213,6 +218,10 @@ def main(argv: list[str] | None = None) -> int:
         out["harness_overhead"] = asyncio.run(bench_harness(100 if args.quick else 1000))
     if "concurrency" in wanted:
         out["concurrency"] = asyncio.run(bench_concurrency(120 if args.quick else 1200))
+    if "throughput" in wanted:
+        from medmis.experiments._bench_throughput import bench_throughput
+
+        out["throughput"] = bench_throughput(123 if args.quick else 1224)
     if "store_lookup" in wanted:
         out["store_lookup"] = asyncio.run(bench_store(200 if args.quick else 2000))
     if "extraction" in wanted:

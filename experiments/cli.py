@@ -231,18 +231,20 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         accept_changes=accept_change_fields(args.accept_change),
     )
     from medmis.experiments.benchmark._dataset import DataError
+    from medmis.experiments.reporting import _worker
 
-    try:
-        result = asyncio.run(run_experiment(config, argv=["medmis", *argv], notice=_notice))
-    except DataError as exc:
-        if not exc.issues:
-            raise
-        raise CliError(f"{exc.summary()}; `medmis data validate` lists them all, "
-                       "--on-invalid skip runs the valid rows") from None
-    if config.write_report and not (result.nothing_to_do and (result.out / "report.md").exists()):
-        from medmis.experiments.reporting._report import write_report
-
-        result.report = write_report(result.out)
+    # the reporting stack loads in a second process while this one runs
+    worker = _worker.ReportWorker.start() if config.write_report and _worker.enabled() else _worker.ReportWorker(None)
+    with worker:
+        try:
+            result = asyncio.run(run_experiment(config, argv=["medmis", *argv], notice=_notice))
+        except DataError as exc:
+            if not exc.issues:
+                raise
+            raise CliError(f"{exc.summary()}; `medmis data validate` lists them all, "
+                           "--on-invalid skip runs the valid rows") from None
+        if config.write_report and not (result.nothing_to_do and (result.out / "report.md").exists()):
+            result.report = worker.write(result.out)
     if result.nothing_to_do:
         print(f"nothing to do: {result.records} records complete in {result.out}")
     else:

@@ -129,6 +129,11 @@ def test_a_429_burst_lowers_concurrency_honours_retry_after_and_recovers(
     assert result.new_records == len(records) == 90 and all(r.error is None for r in records)
     limiter = harness.limiter
     assert (limiter.rate_limited, limiter.decreases, limiter.lowest, limiter.limit) == (CEILING, 1, CEILING // 2, CEILING)
+    # the manifest keeps what the limiter did
+    figures = json.loads((out / "manifest.json").read_text(encoding="utf-8"))["concurrency"]
+    assert figures["ceiling"] == figures["final"] == CEILING
+    assert (figures["lowest"], figures["rate_limited"], figures["decreases"]) == (CEILING // 2, CEILING, 1)
+    assert figures["waited_s"] >= 0  # how long new calls were held back depends on timing
 
     # the whole first wave was refused; nothing was sent again before the server's second
     assert len(model.limited) == CEILING

@@ -9,6 +9,7 @@ Redaction is by pattern (the shapes of the providers' keys and auth headers) and
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -46,6 +47,9 @@ _SECRET_NAME = re.compile(
     r"authorization|credentials?)$|^(?:auth|key|pwd)$"
 )
 _USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)[^/\s@:]+(?::[^/\s@]*)?@")
+# Every pattern above needs one of these substrings; a text with none of them (most model
+# replies) skips the eight substitutions.
+_TRIGGER = re.compile(r"(?i)sk-|aiza|tvly-|jina_|bearer|key|authorization|token|@")
 
 
 def configured_secrets(environ: Mapping[str, str] | None = None) -> list[str]:
@@ -67,6 +71,8 @@ def redact(text: str, secrets: Iterable[str] | None = None) -> str:
     for value in configured_secrets() if secrets is None else secrets:
         if value and len(value) >= 8:
             text = text.replace(value, MASK)
+    if _TRIGGER.search(text) is None:
+        return text
     text = _USERINFO.sub(lambda m: m.group(1) + MASK + "@", text)
     for pattern in _PATTERNS:
         if pattern.groups == 2:
@@ -100,7 +106,13 @@ def scrub_url(url: str) -> str:
 
 def is_secret_name(name: object) -> bool:
     """Whether a field name says its value is a credential (``api_key``, ``auth_token``, …)."""
-    return isinstance(name, str) and bool(_SECRET_NAME.search(name))
+    return isinstance(name, str) and _secret_name(name)
+
+
+@functools.lru_cache(maxsize=4096)
+def _secret_name(name: str) -> bool:
+    # field names come from a small vocabulary (record and trace keys), so one search each
+    return bool(_SECRET_NAME.search(name))
 
 
 def redact_obj(obj: Any, secrets: Iterable[str] | None = None) -> Any:
@@ -109,14 +121,17 @@ def redact_obj(obj: Any, secrets: Iterable[str] | None = None) -> Any:
     A text value under a credential-like name (:func:`is_secret_name`) is masked whole,
     whatever its shape: ``--model-option api_key=…`` lands in the manifest as ``{"api_key": …}``.
     """
-    values = list(configured_secrets() if secrets is None else secrets)
+    return _redact_tree(obj, list(configured_secrets() if secrets is None else secrets))
+
+
+def _redact_tree(obj: Any, values: list[str]) -> Any:
     if isinstance(obj, str):
         return redact(obj, values)
     if isinstance(obj, Mapping):
         return {
-            k: MASK if isinstance(v, str) and v and is_secret_name(k) else redact_obj(v, values)
+            k: MASK if isinstance(v, str) and v and is_secret_name(k) else _redact_tree(v, values)
             for k, v in obj.items()
         }
     if isinstance(obj, list | tuple):
-        return [redact_obj(v, values) for v in obj]
+        return [_redact_tree(v, values) for v in obj]
     return obj

@@ -240,7 +240,12 @@ async def _run_jobs(cfg: GenerateConfig, pipeline: Pipeline, todo: list[Job], sp
         _record(cfg, outcome)
         errors += outcome.status in ("error", "malformed")
 
-    await asyncio.gather(*(one(j) for j in todo))
+    try:
+        await asyncio.gather(*(one(j) for j in todo))
+    finally:
+        from medmis.agents import aclose_transports
+
+        await aclose_transports()
     return errors, stopped
 
 

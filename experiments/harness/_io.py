@@ -22,7 +22,10 @@ def scrub_outputs(record: Record, trace: dict[str, Any]) -> tuple[Record, dict[s
     ``user:pass@`` or a key-shaped string in a reply never reaches records or traces.
     """
     secrets = configured_secrets()
-    clean = Record.model_validate(redact_obj(record.model_dump(mode="json"), secrets))
+    dumped = record.model_dump(mode="json")
+    scrubbed = redact_obj(dumped, secrets)
+    # nearly every record has nothing to mask: keep it rather than validating a copy
+    clean = record if scrubbed == dumped else Record.model_validate(scrubbed)
     # the trace may hold objects json.dumps only knows through str(): redact those texts too
     plain = json.loads(json.dumps(trace, ensure_ascii=False, default=str))
     return clean, redact_obj(plain, secrets)

@@ -160,9 +160,11 @@ def mark_stopped(out: Path, reason: str) -> None:
 _STATUS = {0: "finished", 1: "finished with case errors", 3: "stopped early"}
 
 
-def mark_outcome(out: Path, outcome: Any, *, stopped: str | None, errors: int) -> None:
-    """Record how the invocation ended: ``stopped`` (why it stopped early, when it did) and
-    ``outcome`` (``status``, ``exit_code``, ``case_errors``, ``message``)."""
+def mark_outcome(out: Path, outcome: Any, *, stopped: str | None, errors: int,
+                 concurrency: dict[str, Any] | None = None) -> None:
+    """Record how the invocation ended: ``stopped`` (why it stopped early, when it did),
+    ``outcome`` (``status``, ``exit_code``, ``case_errors``, ``message``) and, when given,
+    ``concurrency`` (the adaptive limiter's figures for this invocation)."""
     path = out / "manifest.json"
     manifest = json.loads(path.read_text(encoding="utf-8"))
     manifest.pop("stopped", None)
@@ -174,4 +176,6 @@ def mark_outcome(out: Path, outcome: Any, *, stopped: str | None, errors: int) -
         "case_errors": errors,
         "message": outcome.message,
     }
+    if concurrency is not None:
+        manifest["concurrency"] = concurrency
     path.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")

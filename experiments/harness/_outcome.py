@@ -15,6 +15,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from medmis.experiments.benchmark._types import Record
 
@@ -96,11 +97,11 @@ def outcome_of(
 
 
 def record_outcome(out: Path, records_path: Path, stopped: str | None,
-                   argv: Sequence[str]) -> tuple[int, Outcome]:
+                   argv: Sequence[str], concurrency: dict[str, Any] | None = None) -> tuple[int, Outcome]:
     """Decide the outcome from the folder's records (their keys and error texts, read
-    columnar) and note it (and any early stop) in ``out/manifest.json``; returns the number of
-    records and the outcome."""
+    columnar) and note it (and any early stop, and how the run's concurrency adapted) in
+    ``out/manifest.json``; returns the number of records and the outcome."""
     n, errors = error_texts(records_path)
     outcome = outcome_of(n, errors, stopped=stopped, argv=argv)
-    mark_outcome(out, outcome, stopped=stopped, errors=len(errors))
+    mark_outcome(out, outcome, stopped=stopped, errors=len(errors), concurrency=concurrency)
     return n, outcome

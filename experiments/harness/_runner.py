@@ -25,6 +25,7 @@ from langchain_core.language_models import BaseChatModel
 
 from medmis.agents._limiter import AdaptiveLimiter
 from medmis.agents._retry import RetryPolicy
+from medmis.agents._transport import aclose_transports
 from medmis.defenses._base import Defender, DefenderContext, create_defender
 from medmis.experiments.benchmark._prompts import prompt_preset
 from medmis.experiments.benchmark._protocols import build_cases
@@ -151,6 +152,7 @@ class Harness:
         if closer is not None:
             await closer()
         self._pool.close()
+        await aclose_transports()  # the models' HTTP sessions opened in this loop
 
     # -- run ---------------------------------------------------------------------------------
     def load_cases(self) -> tuple[list[Case], Any]:
@@ -330,7 +332,7 @@ class Harness:
 
     def _finish(self, records_path: Path) -> int:
         n, self.outcome = record_outcome(self.out, records_path, self.stats.stopped_reason,
-                                         scrub_argv(self.argv))
+                                         scrub_argv(self.argv), self.limiter.summary())
         return n
 
     async def _run_phase(

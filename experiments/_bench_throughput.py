@@ -1,0 +1,128 @@
+"""The ``throughput`` section of the bench: a whole ``medmis run`` process against a lean client.
+
+Workload (issue "Throughput, and beyond one machine"): 1,224 chat completions at 32
+connections against a local OpenAI-compatible server with 100 ms latency, served from its
+own process. Two clients do the same work, one after the other, against the same server:
+
+- the lean reference: a plain async ``httpx`` client posting the same chat-completion bodies
+  (a semaphore of 32, nothing else), started as its own interpreter;
+- ``medmis run`` as a user runs it (``--defender none``, one case per call), whole process:
+  start-up, imports, the model check, the run, records, the report and plots.
+
+Both walls include interpreter start-up. Target: ``medmis run`` <= 1.3 x the lean client.
+CPU seconds of each process are printed too, since on a shared machine they move less than
+walls do.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+_LEAN = r"""
+import asyncio, json, resource, sys, time
+import httpx
+
+async def main(url, items, connections):
+    sem = asyncio.Semaphore(connections)
+    bodies = []
+    for row in items:
+        options = "\n".join(f"{k[-1].upper()}. {row[k]}" for k in ("opa", "opb", "opc", "opd"))
+        for context in ("", row["injectb"] + "\n\n", row["injecta"] + " " + row["injectb"] + "\n\n"):
+            text = f"{context}Question: {row['question']}\n{options}\nAnswer with the letter."
+            bodies.append({"model": "bench", "messages": [{"role": "user", "content": text}],
+                           "temperature": 0, "stream": False})
+    async with httpx.AsyncClient(base_url=url, timeout=120,
+                                 limits=httpx.Limits(max_connections=connections)) as client:
+        async def one(body):
+            async with sem:
+                response = await client.post("/chat/completions", json=body)
+                response.raise_for_status()
+                return response.json()["choices"][0]["message"]["content"]
+        replies = await asyncio.gather(*(one(b) for b in bodies))
+    return len(replies)
+
+start = time.perf_counter()
+items = [json.loads(line) for line in open(sys.argv[2], encoding="utf-8")]
+calls = asyncio.run(main(sys.argv[1], items, int(sys.argv[3])))
+print(json.dumps({"calls": calls, "in_process_s": round(time.perf_counter() - start, 3)}))
+"""
+
+
+def _timed(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, float, str]:
+    """Wall and CPU seconds (user + system) of one child process, and its stdout."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    done = subprocess.run(argv, capture_output=True, text=True, check=False, env=env)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode:
+        raise RuntimeError(f"bench child failed ({done.returncode}): {' '.join(argv[:4])} …\n{done.stderr[-3000:]}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu, done.stdout
+
+
+def _compile_package() -> None:
+    """Byte-compile the toolkit as ``pip install`` does, so that neither process pays compilation.
+
+    An editable install (or ``PYTHONDONTWRITEBYTECODE``) leaves the toolkit's modules to be
+    compiled at every start; the lean client's httpx arrives compiled from its wheel.
+    """
+    import compileall
+    import importlib
+
+    for name in ("agents", "tools", "graphs", "defenses", "experiments"):
+        for path in importlib.import_module(f"medmis.{name}").__path__:
+            compileall.compile_dir(path, quiet=1)
+
+
+def bench_throughput(calls: int = 1224, connections: int = 32, latency: float = 0.1) -> dict[str, Any]:
+    """Figures for the lean client and a whole ``medmis run`` process on the same server."""
+    from medmis.experiments.bench import _write_items
+
+    _compile_package()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "medmis.experiments._fake_openai", "--latency", str(latency)],
+        stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        base_url = server.stdout.readline().strip()  # type: ignore[union-attr]
+        with tempfile.TemporaryDirectory() as tmp:
+            data = Path(tmp) / "items.jsonl"
+            _write_items(data, calls // 3)
+            lean_wall, lean_cpu, out = _timed([sys.executable, "-c", _LEAN, base_url, str(data), str(connections)])
+            lean = json.loads(out.strip().splitlines()[-1])
+            env = {**os.environ, "OPENAI_API_KEY": "sk-bench-placeholder-key"}
+            env.pop("MEDMIS_HTTP_TRANSPORT", None)
+            run_argv = [sys.executable, "-m", "medmis.experiments.cli", "run", "--data", str(data),
+                        "--model", "openai/bench", "--model-base-url", base_url, "--defender", "none",
+                        "--max-connections", str(connections), "--max-retries", "0", "--no-progress",
+                        "--out", str(Path(tmp) / "run")]
+            run_wall, run_cpu, _ = _timed(run_argv, env)
+            records = sum(1 for _ in (Path(tmp) / "run" / "records.jsonl").open(encoding="utf-8"))
+    finally:
+        server.send_signal(signal.SIGINT)
+        tail = server.communicate(timeout=10)[0].strip().splitlines()
+    served = dict(kv.split("=") for kv in tail[-1].split()) if tail else {}
+    ratio = run_wall / lean_wall
+    return {
+        "calls_served": int(served.get("requests", -1)),
+        "connections": connections,
+        "latency_s": latency,
+        "ideal_s": round(calls * latency / connections, 3),
+        "lean_client": {"calls": lean["calls"], "wall_s": round(lean_wall, 3), "cpu_s": round(lean_cpu, 2),
+                        "in_process_s": lean["in_process_s"]},
+        "medmis_run": {"records": records, "wall_s": round(run_wall, 3), "cpu_s": round(run_cpu, 2)},
+        "x_lean_wall": round(ratio, 3),
+        "x_lean_cpu": round(run_cpu / max(lean_cpu, 1e-9), 3),
+        "target_x_lean_wall": 1.3,
+        "meets_target": ratio <= 1.3,
+    }

@@ -1,0 +1,125 @@
+"""Writing a run's report from a second process that has loaded the reporting stack meanwhile.
+
+``medmis run`` starts this worker before it starts its own work. While the run imports its
+model SDKs and sends its calls, the worker imports DuckDB, the statistics and matplotlib on
+the other core; when the run ends, the report is written from the records on disk by a
+process that is already warm. The report is the one :func:`write_report` writes in-process,
+byte for byte; only the waiting moves.
+
+Protocol: one JSON line per request on the worker's stdin (``{"run_dir": …}``), one JSON line
+per answer on its stdout (``{"paths": {name: path}}`` or ``{"error": "Type: message"}``). The
+worker exits at the end of its stdin, so a parent that dies takes it along. Ctrl-C belongs to
+the parent (which may still write the report of a stopped run): the worker ignores SIGINT.
+
+Anything the worker cannot do (it failed to start, died, or answered an error) is done again
+in-process by :meth:`ReportWorker.write`, which then raises as ``write_report`` would:
+a failure is never hidden. ``MEDMIS_REPORT_WORKER=0`` turns the worker off.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import IO, Any
+
+ENV_VARIABLE = "MEDMIS_REPORT_WORKER"
+
+
+def enabled() -> bool:
+    """Whether ``medmis run`` should start a worker (``MEDMIS_REPORT_WORKER`` is not ``0``)."""
+    return os.environ.get(ENV_VARIABLE, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+class ReportWorker:
+    """A started worker process; :meth:`write` falls back to writing in-process."""
+
+    def __init__(self, process: subprocess.Popen[str] | None) -> None:
+        self._process = process
+
+    @classmethod
+    def start(cls) -> ReportWorker:
+        """Start the worker (it begins importing at once); never raises."""
+        try:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "medmis.experiments.reporting._worker"],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, encoding="utf-8",
+            )
+        except OSError:
+            process = None
+        return cls(process)
+
+    def write(self, run_dir: str | Path) -> dict[str, Path]:
+        """The report's paths, written by the worker if it can, otherwise in this process."""
+        answer = self._ask(str(run_dir))
+        if answer is not None and isinstance(answer.get("paths"), dict):
+            return {name: Path(path) for name, path in answer["paths"].items()}
+        from ._report import write_report
+
+        return write_report(run_dir)
+
+    def _ask(self, run_dir: str) -> dict[str, Any] | None:
+        process = self._process
+        if process is None or process.stdin is None or process.stdout is None or process.poll() is not None:
+            return None
+        try:
+            process.stdin.write(json.dumps({"run_dir": run_dir}) + "\n")
+            process.stdin.flush()
+            line = process.stdout.readline()
+        except (OSError, ValueError):
+            return None
+        try:
+            answer = json.loads(line) if line else None
+        except json.JSONDecodeError:
+            return None
+        return answer if isinstance(answer, dict) else None
+
+    def close(self) -> None:
+        """End the worker (closing its stdin); wait briefly, then kill it."""
+        process, self._process = self._process, None
+        if process is None:
+            return
+        try:
+            if process.stdin is not None:
+                process.stdin.close()
+            process.wait(timeout=5)
+        except (OSError, subprocess.TimeoutExpired):
+            process.kill()
+            process.wait()
+        finally:
+            if process.stdout is not None:
+                process.stdout.close()
+
+    def __enter__(self) -> ReportWorker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _serve(requests: IO[str], answers: IO[str]) -> None:
+    from ._report import write_report  # the import this process exists to do early
+
+    for line in requests:
+        try:
+            run_dir = json.loads(line)["run_dir"]
+            paths = write_report(run_dir)
+            answer: dict[str, Any] = {"paths": {name: str(path) for name, path in paths.items()}}
+        except Exception as exc:  # reported to the parent, which redoes it in-process
+            answer = {"error": f"{type(exc).__name__}: {exc}"}
+        answers.write(json.dumps(answer) + "\n")
+        answers.flush()
+
+
+def main() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    answers = sys.stdout
+    sys.stdout = sys.stderr  # whatever the report code prints stays out of the answers
+    _serve(sys.stdin, answers)
+
+
+if __name__ == "__main__":
+    main()
