@@ -36,6 +36,8 @@ from langchain_core.outputs import ChatResult
 from langchain_core.runnables import RunnableBinding
 from pydantic import ConfigDict, PrivateAttr, model_validator
 
+from medmis.tools._redact import scrub_url
+
 from ._capabilities import accepts_structured_output, provider_family
 from ._errors import ModelConfigError
 from ._limiter import RATE_LIMIT_STATUS, AdaptiveLimiter
@@ -228,7 +230,7 @@ class ReplicaChatModel(BaseChatModel):
             replica.streak += 1
             wait = min(self.max_cooldown_s, self.cooldown_s * 2 ** (replica.streak - 1))
             replica.down_until = now + wait
-        log.warning("replica %s out for %.0f s after %s", replica.url, wait, type(exc).__name__)
+        log.warning("replica %s out for %.1f s after %s", scrub_url(replica.url), wait, type(exc).__name__)
         return True
 
     # -- calling ----------------------------------------------------------------------------------

@@ -31,6 +31,12 @@ class FakeOpenAIServer:
     capacity: int | None = None
     """Requests processed at once at most (None: no limit); the others queue."""
     backlog: int = 4096
+    status: int = 200
+    """The HTTP status of every answer; tests set 429 or 5xx to play a failing server."""
+    headers: dict[str, str] = field(default_factory=dict)
+    """Extra response headers (e.g. ``Retry-After`` with a 429)."""
+    bodies: list[dict] | None = None
+    """When a list, each request's JSON body is appended to it."""
     _in_flight: int = 0
     _slots: asyncio.Semaphore | None = field(default=None, repr=False)
     _server: asyncio.base_events.Server | None = field(default=None, repr=False)
@@ -62,6 +68,24 @@ class FakeOpenAIServer:
         finally:
             self._in_flight -= 1
 
+    def _answer(self, payload: dict) -> dict:
+        if self.status != 200:
+            return {"error": {"message": f"fake server answering {self.status}", "type": "server_error"}}
+        return {
+            "id": f"chatcmpl-{self.requests}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": payload.get("model", "fake"),
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": self.reply},
+                    "finish_reason": "stop",
+                }
+            ],
+            "usage": {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110},
+        }
+
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._writers.add(writer)
         try:
@@ -79,29 +103,18 @@ class FakeOpenAIServer:
                 body = await reader.readexactly(int(headers.get("content-length", "0") or 0))
                 payload = json.loads(body or b"{}")
                 self.requests += 1
+                if self.bodies is not None:
+                    self.bodies.append(payload)
                 if self._slots is not None:
                     async with self._slots:
                         await self._work()
                 else:
                     await self._work()
-                data = json.dumps(
-                    {
-                        "id": f"chatcmpl-{self.requests}",
-                        "object": "chat.completion",
-                        "created": int(time.time()),
-                        "model": payload.get("model", "fake"),
-                        "choices": [
-                            {
-                                "index": 0,
-                                "message": {"role": "assistant", "content": self.reply},
-                                "finish_reason": "stop",
-                            }
-                        ],
-                        "usage": {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110},
-                    }
-                ).encode()
+                data = json.dumps(self._answer(payload)).encode()
+                reason = "OK" if self.status == 200 else "Error"
+                extra = "".join(f"{k}: {v}\r\n" for k, v in self.headers.items())
                 writer.write(
-                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                    f"HTTP/1.1 {self.status} {reason}\r\nContent-Type: application/json\r\n{extra}".encode()
                     + f"Content-Length: {len(data)}\r\n\r\n".encode()
                     + data
                 )
