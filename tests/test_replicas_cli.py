@@ -125,3 +125,35 @@ def test_every_replica_down_gives_error_records_and_exit_1(
     assert len(records) == 8
     assert all(r.error and "ConnectionError" in r.error and r.choice is None for r in records)
     assert "error" in capsys.readouterr().err
+
+
+def test_synchronous_calls_fail_over_too() -> None:
+    from langchain_core.messages import HumanMessage
+
+    from medmis.agents import ModelOptions, load_model
+
+    with servers(1) as (up,):
+        model = load_model("openai/served-model", ModelOptions(base_urls=(dead_url(), up.base_url)))
+        replies = [model.invoke([HumanMessage(content=f"q{i}")]) for i in range(4)]
+    assert all("Final answer" in str(r.content) for r in replies)
+    assert up.requests == 4
+    dead, alive = model.replicas  # type: ignore[attr-defined]
+    assert dead.failures == 1 and dead.served == 0 and alive.served == 4
+
+
+def test_an_ablation_config_takes_a_list_of_base_urls(tmp_path: Path) -> None:
+    from medmis.agents import ModelOptions
+    from medmis.experiments.ablation._config import load_config
+
+    config = tmp_path / "grid.toml"
+    config.write_text(
+        'data = "fixtures/medmisbench_sample.jsonl"\n'
+        '[model_options]\nbase_url = ["http://10.0.0.1:30000/v1", "http://10.0.0.2:30000/v1"]\n'
+        '[[models]]\nspec = "openai/served-model"\n'
+        '[[defenders]]\nname = "none"\n'
+    )
+    loaded = load_config(config)
+    options = ModelOptions(**loaded.model_options)
+    assert options.base_urls == ("http://10.0.0.1:30000/v1", "http://10.0.0.2:30000/v1")
+    overridden = load_config(config, ['model_options.base_url=["http://10.0.0.3:30000/v1", "http://10.0.0.4:30000/v1"]'])
+    assert ModelOptions(**overridden.model_options).base_url == "http://10.0.0.3:30000/v1"
