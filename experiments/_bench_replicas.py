@@ -96,7 +96,7 @@ async def _harness(urls: list[str], calls: int, connections: int, tmp: Path) -> 
             "cpu_ms_per_call": 1000 * (_cpu_s() - cpu) / max(1, result.new_records)}
 
 
-def bench_replicas(calls: int = 360, connections: int = 64, latency: float = 0.1,
+def bench_replicas(calls: int = 480, connections: int = 64, latency: float = 0.1,
                    capacity: int = 2) -> dict[str, Any]:
     """Throughput of the harness and of the lean client with one replica and with two.
 

@@ -232,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     if "replicas" in wanted:
         from medmis.experiments._bench_replicas import bench_replicas
 
-        out["replicas"] = bench_replicas(120 if args.quick else 360, capacity=args.replica_capacity)
+        out["replicas"] = bench_replicas(120 if args.quick else 480, capacity=args.replica_capacity)
     out["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     print(json.dumps(out, indent=2))
     return 0
