@@ -68,7 +68,7 @@ def replica_failure(exc: BaseException) -> str | None:
     return None
 
 
-@dataclass
+@dataclass(eq=False)  # identity: a replica is itself, whatever its counters say
 class ReplicaState:
     """One replica's member model and its standing (counters for tests and reports)."""
 
