@@ -220,3 +220,17 @@ async def test_record_replay_key_does_not_depend_on_the_replica(tmp_path) -> Non
             assert "Final answer" in str((await again.ainvoke(message)).content)
         with pytest.raises(ReplayMissError):
             await again.ainvoke([HumanMessage(content="never recorded")])
+
+
+def test_the_run_pool_caps_each_replica_at_the_runs_ceiling(tmp_path) -> None:
+    from medmis.experiments.harness._models import ModelPool
+
+    opts = ModelOptions(base_urls=("http://10.0.0.1:30000/v1", "http://10.0.0.2:30000/v1"))
+    pool = ModelPool(None, opts, cache_mode="live", cache_dir=tmp_path, max_connections=12)
+    model = pool.raw("openai/served-model")
+    assert isinstance(model, ReplicaChatModel)
+    assert [(r.limiter.ceiling, r.limiter.limit) for r in model.replicas] == [(12, 12), (12, 12)]
+    # a single server's model is left alone
+    single = ModelPool(None, ModelOptions(base_url="http://10.0.0.1:30000/v1"), cache_mode="live",
+                       cache_dir=tmp_path, max_connections=12).raw("openai/served-model")
+    assert not isinstance(single, ReplicaChatModel)

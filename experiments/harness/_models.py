@@ -15,7 +15,6 @@ from typing import Any
 from langchain_core.language_models import BaseChatModel
 
 from medmis.agents._registry import ModelOptions, load_model
-from medmis.agents._replicas import ReplicaChatModel
 
 from ._config import CacheMode
 
@@ -68,8 +67,10 @@ class ModelPool:
         """The chat model for ``spec`` without the store (built once; sends nothing)."""
         if spec not in self._raw:
             chat = self._factory(spec) if self._factory is not None else load_model(spec, self._options)
-            if isinstance(chat, ReplicaChatModel) and self._max_connections:
-                chat.set_replica_ceiling(self._max_connections)
+            # a ReplicaChatModel (asked by name: its module is imported only when replicas are used)
+            cap = getattr(chat, "set_replica_ceiling", None)
+            if cap is not None and self._max_connections:
+                cap(self._max_connections)
             self._raw[spec] = chat
         return self._raw[spec]
 
