@@ -10,7 +10,7 @@ import importlib
 from typing import Any, Literal
 
 from langchain_core.language_models import BaseChatModel
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 
 # provider prefix -> "module:function"; the module is imported only when the provider is used
 PROVIDERS: dict[str, str] = {
@@ -34,6 +34,10 @@ class ModelOptions(BaseModel):
     temperature: float | None = 0.0
     max_output_tokens: int | None = None
     base_url: str | None = None
+    """The server's base URL; with replicas, the first of ``base_urls``."""
+    base_urls: tuple[str, ...] = ()
+    """Replicas of one model (vLLM/SGLang servers): calls are spread over them (see
+    :mod:`medmis.agents._replicas`). ``base_url`` may also be given as a list, which sets both."""
     thinking_level: Literal["minimal", "low", "medium", "high"] | None = None
     """Gemini thinking level."""
     reasoning_effort: ReasoningEffort | None = None
@@ -45,6 +49,32 @@ class ModelOptions(BaseModel):
     timeout_s: float = 120.0
     seed: int | None = None
     extra: dict[str, Any] = {}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _replica_list(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        given = data.get("base_url")
+        if isinstance(given, (list, tuple)):  # an ablation config's `base_url = [...]`
+            if data.get("base_urls") and tuple(data["base_urls"]) != tuple(given):
+                raise ValueError("base_url (a list) and base_urls disagree; give one of them")
+            data["base_urls"] = tuple(given)
+            data["base_url"] = given[0] if given else None
+        urls = tuple(data.get("base_urls") or ())
+        if not urls:
+            return data
+        if any(not isinstance(u, str) or not u.strip() for u in urls):
+            raise ValueError(f"base_urls must be non-empty strings, got {list(urls)!r}")
+        if len(set(urls)) != len(urls):
+            raise ValueError(f"base_urls lists a server twice: {list(urls)!r}")
+        if data.get("base_url") is None:
+            data["base_url"] = urls[0]
+        elif data["base_url"] != urls[0]:
+            raise ValueError("base_url must be the first of base_urls when both are given")
+        data["base_urls"] = urls if len(urls) > 1 else ()
+        return data
 
 
 # httpx keeps only 20 idle connections by default; with more concurrent cases than that, every
@@ -74,9 +104,18 @@ def parse_spec(spec: str) -> tuple[str, str]:
 
 def load_model(spec: str, options: ModelOptions | None = None, **kwargs: Any) -> BaseChatModel:
     """Build the chat model for ``spec`` (``google/<id>``, ``openai/<id>``,
-    ``anthropic/<id>``, ``langchain:<provider>:<model>``, ``mock/<name>``)."""
+    ``anthropic/<id>``, ``langchain:<provider>:<model>``, ``mock/<name>``).
+
+    With several ``options.base_urls`` it builds one model per replica and returns a
+    :class:`~medmis.agents._replicas.ReplicaChatModel` over them."""
     provider, model_id = parse_spec(spec)
     opts = options or ModelOptions(**kwargs)
     module_name, func = PROVIDERS[provider].split(":")
     build = getattr(importlib.import_module(module_name), func)
+    if len(opts.base_urls) > 1:
+        from ._replicas import ReplicaChatModel
+
+        urls = list(opts.base_urls)
+        members = [build(model_id, opts.model_copy(update={"base_url": u, "base_urls": ()})) for u in urls]
+        return ReplicaChatModel(members=members, urls=urls)
     return build(model_id, opts)

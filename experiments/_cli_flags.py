@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from medmis.experiments._errors import CliError
@@ -96,3 +97,34 @@ def thinking_budget(value: str) -> int | str:
         return int(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number of tokens or 'adaptive', got {value!r}") from None
+
+
+def base_url_list(values: Sequence[str] | None) -> list[str]:
+    """``--model-base-url`` values: URLs, or ``@FILE`` naming a file of URLs (one a line,
+    ``#`` comments and blank lines ignored). Replicas of one model; a URL listed twice is an
+    error.
+
+    Raises:
+        CliError: An unreadable or empty file, or a repeated URL.
+    """
+    urls: list[str] = []
+    for value in values or []:
+        if not value.startswith("@"):
+            urls.append(value.strip())
+            continue
+        path = value[1:]
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise CliError(f"--model-base-url {value}: cannot read the file ({exc.strerror})") from None
+        found = [line.split("#", 1)[0].strip() for line in text.splitlines()]
+        found = [u for u in found if u]
+        if not found:
+            raise CliError(f"--model-base-url {value}: no URL in the file")
+        urls.extend(found)
+    seen = {u for u in urls if urls.count(u) > 1}
+    if seen:
+        raise CliError(f"--model-base-url lists {', '.join(sorted(seen))} more than once")
+    if any(not u for u in urls):
+        raise CliError("--model-base-url: empty URL")
+    return urls

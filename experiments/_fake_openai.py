@@ -6,7 +6,10 @@ framework; HTTP/1.1 keep-alive is supported because the openai client reuses con
 
 ``python -m medmis.experiments._fake_openai --latency 0.1`` serves it from a separate process (it
 prints its base URL and the request count on exit), so a benchmark does not charge the
-server's CPU to the harness it measures.
+server's CPU to the harness it measures. ``--capacity N`` lets it work on at most N requests
+at once, the rest waiting their turn, like an inference server's batch limit: N / latency
+requests per second at most. Its listen backlog is large so that many concurrent connects
+are queued rather than refused.
 """
 
 from __future__ import annotations
@@ -25,7 +28,17 @@ class FakeOpenAIServer:
     port: int = 0
     requests: int = 0
     max_in_flight: int = 0
+    capacity: int | None = None
+    """Requests processed at once at most (None: no limit); the others queue."""
+    backlog: int = 4096
+    status: int = 200
+    """The HTTP status of every answer; tests set 429 or 5xx to play a failing server."""
+    headers: dict[str, str] = field(default_factory=dict)
+    """Extra response headers (e.g. ``Retry-After`` with a 429)."""
+    bodies: list[dict] | None = None
+    """When a list, each request's JSON body is appended to it."""
     _in_flight: int = 0
+    _slots: asyncio.Semaphore | None = field(default=None, repr=False)
     _server: asyncio.base_events.Server | None = field(default=None, repr=False)
     _writers: set[asyncio.StreamWriter] = field(default_factory=set, repr=False)
 
@@ -34,7 +47,9 @@ class FakeOpenAIServer:
         return f"http://{self.host}:{self.port}/v1"
 
     async def __aenter__(self) -> FakeOpenAIServer:
-        self._server = await asyncio.start_server(self._handle, self.host, self.port)
+        if self.capacity is not None:
+            self._slots = asyncio.Semaphore(self.capacity)
+        self._server = await asyncio.start_server(self._handle, self.host, self.port, backlog=self.backlog)
         self.port = self._server.sockets[0].getsockname()[1]
         return self
 
@@ -44,6 +59,32 @@ class FakeOpenAIServer:
             for writer in list(self._writers):  # idle keep-alive connections
                 writer.close()
             await self._server.wait_closed()
+
+    async def _work(self) -> None:
+        self._in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self._in_flight)
+        try:
+            await asyncio.sleep(self.latency_s)
+        finally:
+            self._in_flight -= 1
+
+    def _answer(self, payload: dict) -> dict:
+        if self.status != 200:
+            return {"error": {"message": f"fake server answering {self.status}", "type": "server_error"}}
+        return {
+            "id": f"chatcmpl-{self.requests}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": payload.get("model", "fake"),
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": self.reply},
+                    "finish_reason": "stop",
+                }
+            ],
+            "usage": {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110},
+        }
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._writers.add(writer)
@@ -62,28 +103,18 @@ class FakeOpenAIServer:
                 body = await reader.readexactly(int(headers.get("content-length", "0") or 0))
                 payload = json.loads(body or b"{}")
                 self.requests += 1
-                self._in_flight += 1
-                self.max_in_flight = max(self.max_in_flight, self._in_flight)
-                await asyncio.sleep(self.latency_s)
-                self._in_flight -= 1
-                data = json.dumps(
-                    {
-                        "id": f"chatcmpl-{self.requests}",
-                        "object": "chat.completion",
-                        "created": int(time.time()),
-                        "model": payload.get("model", "fake"),
-                        "choices": [
-                            {
-                                "index": 0,
-                                "message": {"role": "assistant", "content": self.reply},
-                                "finish_reason": "stop",
-                            }
-                        ],
-                        "usage": {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110},
-                    }
-                ).encode()
+                if self.bodies is not None:
+                    self.bodies.append(payload)
+                if self._slots is not None:
+                    async with self._slots:
+                        await self._work()
+                else:
+                    await self._work()
+                data = json.dumps(self._answer(payload)).encode()
+                reason = "OK" if self.status == 200 else "Error"
+                extra = "".join(f"{k}: {v}\r\n" for k, v in self.headers.items())
                 writer.write(
-                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                    f"HTTP/1.1 {self.status} {reason}\r\nContent-Type: application/json\r\n{extra}".encode()
                     + f"Content-Length: {len(data)}\r\n\r\n".encode()
                     + data
                 )
@@ -95,8 +126,8 @@ class FakeOpenAIServer:
             writer.close()
 
 
-async def _serve(latency: float, port: int) -> None:
-    async with FakeOpenAIServer(latency_s=latency, port=port) as server:
+async def _serve(latency: float, port: int, capacity: int | None = None) -> None:
+    async with FakeOpenAIServer(latency_s=latency, port=port, capacity=capacity) as server:
         print(server.base_url, flush=True)
         try:
             await asyncio.Event().wait()
@@ -111,9 +142,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description="OpenAI-compatible test server on 127.0.0.1")
     parser.add_argument("--latency", type=float, default=0.1)
     parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--capacity", type=int, default=None,
+                        help="requests processed at once (the rest queue), as a GPU server's batch limit")
     args = parser.parse_args()
+    if args.capacity is not None and args.capacity < 1:
+        parser.error("--capacity must be at least 1")
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_serve(args.latency, args.port))
+        asyncio.run(_serve(args.latency, args.port, args.capacity))
 
 
 if __name__ == "__main__":

@@ -14,6 +14,10 @@ Sections (each with its target):
   page queries on the release grid (10,932 items, every Type 1 target, 2 models x 9
   defenders: 1.67 million records), each in its own process, against a plain DuckDB count
   (targets: report <= 60 s and 2 GB, resume <= 10 s and 1 GB, view p50 <= 300 ms);
+- ``replicas``: the same calls through the harness with one replica and with two (fake servers
+  in their own processes, 100 ms latency, a fixed capacity each so that a replica is the
+  bottleneck, 64 connections), beside the lean client (target: two >= 1.8x one; see
+  ``_bench_replicas``);
 - ``peak_rss_mb``: peak resident memory of this process.
 """
 
@@ -202,13 +206,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", action="append", default=None,
                         choices=["harness_overhead", "concurrency", "throughput", "store_lookup", "extraction",
-                                 "scale"])
+                                 "scale", "replicas"])
     parser.add_argument("--quick", action="store_true", help="smaller sizes (smoke run, not the targets)")
     parser.add_argument("--scale-run", type=Path, default=None,
                         help="reuse a run folder from medmis.experiments._scale.generate_run for 'scale'")
+    parser.add_argument("--replica-capacity", type=int, default=2,
+                        help="'replicas': requests each fake server processes at once (default 2)")
     args = parser.parse_args(argv)
     wanted = set(args.only or ["harness_overhead", "concurrency", "throughput", "store_lookup", "extraction",
-                               "scale"])
+                               "scale", "replicas"])
     out: dict[str, Any] = {
         "machine": {"python": platform.python_version(), "platform": platform.platform(),
                     "processor": platform.processor() or platform.machine(),
@@ -230,6 +236,10 @@ def main(argv: list[str] | None = None) -> int:
         from medmis.experiments._bench_scale import bench_scale
 
         out["scale"] = bench_scale(args.scale_run, quick=args.quick)
+    if "replicas" in wanted:
+        from medmis.experiments._bench_replicas import bench_replicas
+
+        out["replicas"] = bench_replicas(120 if args.quick else 480, capacity=args.replica_capacity)
     out["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     print(json.dumps(out, indent=2))
     return 0

@@ -24,6 +24,7 @@ from medmis.experiments._argtypes import (
 from medmis.experiments._cli_flags import (
     add_cache_flags,
     add_hub_repo_flag,
+    base_url_list,
     parse_flat,
     parse_kv,
     parse_prices,
@@ -60,8 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--model", required=True, action="append",
                      help="google/<id>, openai/<id>, anthropic/<id>, langchain:<provider>:<model> or "
                           "mock/<name>; repeat or comma-separate for several")
-    run.add_argument("--model-base-url", default=None,
-                     help="base URL of the provider's API (gateway, proxy or local server)")
+    run.add_argument("--model-base-url", action="append", default=None, metavar="URL|@FILE",
+                     help="base URL of the provider's API (gateway, proxy or local server); repeat "
+                          "it, or give @FILE (one URL a line), to spread calls over replicas")
     run.add_argument("--temperature", type=float, default=0.0)
     run.add_argument("--max-output-tokens", type=int, default=None)
     run.add_argument("--thinking-level", choices=["minimal", "low", "medium", "high"], default=None,
@@ -201,7 +203,7 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         model_options=ModelOptions(
             temperature=args.temperature,
             max_output_tokens=args.max_output_tokens,
-            base_url=args.model_base_url,
+            base_urls=tuple(base_url_list(args.model_base_url)),
             thinking_level=args.thinking_level,
             reasoning_effort=args.reasoning_effort,
             thinking_budget=args.thinking_budget,

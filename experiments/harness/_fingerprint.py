@@ -33,8 +33,9 @@ ITEM_FIELDS = (
 
 ACCEPTABLE_CHANGES = (*ITEM_FIELDS, "defenders")
 
-# Options that change how a request is sent, never what it asks for.
-_TRANSPORT_OPTIONS = ("timeout_s",)
+# Options that change how a request is sent, never what it asks for. Replicas serve the same
+# model: the first URL (``base_url``) names the server, the list may change between runs.
+_TRANSPORT_OPTIONS = ("timeout_s", "base_urls")
 
 
 def _bare_url(url: str | None) -> str | None:

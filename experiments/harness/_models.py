@@ -28,9 +28,12 @@ class ModelPool:
         options: Model options for ``load_model``.
         cache_mode: ``live`` (no store), ``record``, ``replay`` or ``refresh``.
         cache_dir: Where the store lives (used unless ``cache_mode`` is ``live``).
+        max_connections: The run's ceiling on calls in flight, also each replica's ceiling
+            when a model spreads over replicas (None leaves the replicas' default).
     """
 
-    __slots__ = ("_cache_dir", "_cache_mode", "_factory", "_models", "_options", "_raw", "_store")
+    __slots__ = ("_cache_dir", "_cache_mode", "_factory", "_max_connections", "_models", "_options",
+                 "_raw", "_store")
 
     def __init__(
         self,
@@ -39,6 +42,7 @@ class ModelPool:
         *,
         cache_mode: CacheMode,
         cache_dir: Path,
+        max_connections: int | None = None,
     ) -> None:
         self._factory = factory
         self._options = options
@@ -47,6 +51,7 @@ class ModelPool:
         self._models: dict[str, BaseChatModel] = {}
         self._raw: dict[str, BaseChatModel] = {}
         self._store: Any = None
+        self._max_connections = max_connections
 
     def store(self) -> Any:
         """The record/replay store (None in ``live`` mode), opened on first use."""
@@ -61,8 +66,12 @@ class ModelPool:
     def raw(self, spec: str) -> BaseChatModel:
         """The chat model for ``spec`` without the store (built once; sends nothing)."""
         if spec not in self._raw:
-            self._raw[spec] = (self._factory(spec) if self._factory is not None
-                               else load_model(spec, self._options))
+            chat = self._factory(spec) if self._factory is not None else load_model(spec, self._options)
+            # a ReplicaChatModel (asked by name: its module is imported only when replicas are used)
+            cap = getattr(chat, "set_replica_ceiling", None)
+            if cap is not None and self._max_connections:
+                cap(self._max_connections)
+            self._raw[spec] = chat
         return self._raw[spec]
 
     def get(self, spec: str) -> BaseChatModel:

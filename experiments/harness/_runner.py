@@ -96,7 +96,8 @@ class Harness:
         # the models live apart from the harness: a defender's context reaches the pool's
         # factory, and through it nothing of the run's config, data or cases
         self._pool = ModelPool(
-            model_factory, config.model_options, cache_mode=config.cache, cache_dir=self._cache_dir()
+            model_factory, config.model_options, cache_mode=config.cache, cache_dir=self._cache_dir(),
+            max_connections=config.max_connections,
         )
         self.defenders: list[Defender] = [
             create_defender(d.name, d.options, label=d.label) for d in config.defenders
