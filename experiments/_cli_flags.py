@@ -25,6 +25,20 @@ def add_cache_flags(p: argparse.ArgumentParser, *, search: bool = True) -> None:
                    help="extra contamination patterns (one per line) added to the default blocklist")
 
 
+def add_batch_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--batch", action="store_true",
+                   help="submit the cases as provider batch jobs (openai/ and google/ models, "
+                        "single-call defenders); job ids go to OUT/batches.json, and re-running "
+                        "the same command polls them again (never resubmits)")
+    p.add_argument("--batch-poll", type=float, default=30.0, metavar="S",
+                   help="seconds between polls of the batch jobs (default 30)")
+    p.add_argument("--batch-cancel", action="store_true",
+                   help="with --batch: cancel the run folder's unfinished batch jobs and stop")
+    p.add_argument("--batch-discount", type=float, default=0.5, metavar="F",
+                   help="share taken off --price for batch runs (default 0.5, the providers' "
+                        "batch discount; 0 when the prices given are batch prices)")
+
+
 def add_search_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--search", choices=["tavily", "serper", "local"], default="local",
                    help="search backend: tavily (needs TAVILY_API_KEY), serper (the paper's; needs "

@@ -1,0 +1,374 @@
+"""``medmis run --batch`` through the real openai and google-genai clients against mocked batch
+endpoints (respx): submit, poll (running, then done), results as ordinary graded records, a
+run killed after submitting that resumes by polling the stored job (no second create), a
+failed line that becomes an error record and is resubmitted alone by ``--retry-errors``,
+cancelling, refusals, batch prices, and request bodies equal to the interactive ones.
+
+The wire shapes follow the providers' documentation as the SDKs read them: OpenAI's batch
+object, file upload and JSONL output/error files (``{id, custom_id, response: {status_code,
+body}, error}``); Gemini's ``batchGenerateContent`` operation with ``metadata.state``
+``BATCH_STATE_*`` and ``metadata.output.inlinedResponses.inlinedResponses``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import respx
+from conftest import clear_provider_env
+
+from medmis.experiments import Item, load_dataset
+from medmis.experiments.cli import main
+from medmis.experiments.harness import read_records
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "fixtures" / "medmisbench_sample.jsonl"
+SUBSET = "MEDMISHLE"
+N_ITEMS = 2
+Json = dict[str, Any]
+
+
+@pytest.fixture(autouse=True)
+def fake_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    clear_provider_env(monkeypatch, "google", "openai", "anthropic")
+    monkeypatch.setenv("GOOGLE_API_KEY", "test-google-key")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+
+
+@pytest.fixture(scope="module")
+def items() -> list[Item]:
+    return load_dataset(DATA, subset=SUBSET, limit=N_ITEMS).items
+
+
+def reply_for(items: list[Item], user_text: str) -> tuple[str, str]:
+    """The model's JSON answer for the case a prompt shows, and that case's protocol.
+
+    The first item is answered right everywhere; the second follows a single false sentence
+    (type1 goes to the injected option), so grading must tell right from wrong."""
+    item = next(i for i in items if f"Question:\n{i.question}\n" in user_text)
+    shown = [k for k, s in item.contexts.items() if s in user_text]
+    protocol = "clean" if not shown else "type1" if len(shown) == 1 else "type2"
+    choice = shown[0] if protocol == "type1" and item is items[1] else item.gold
+    return json.dumps({"thinking_process": "weighed the options", "answer_letter": choice}), protocol
+
+
+def openai_completion(text: str) -> Json:
+    return {
+        "id": "chatcmpl-1", "object": "chat.completion", "created": 1_760_000_000, "model": "gpt-test",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text, "refusal": None},
+                     "logprobs": None, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 300, "completion_tokens": 60, "total_tokens": 360},
+    }  # fmt: skip
+
+
+def gemini_response(text: str) -> Json:
+    return {
+        "candidates": [{"content": {"role": "model", "parts": [{"text": text}]}, "finishReason": "STOP", "index": 0}],
+        "usageMetadata": {"promptTokenCount": 300, "candidatesTokenCount": 60, "totalTokenCount": 360},
+        "modelVersion": "gemini-test-001",
+    }
+
+
+def user_text(body: Json) -> str:
+    if "messages" in body:
+        return next(m["content"] for m in body["messages"] if m["role"] == "user")
+    return "".join(p["text"] for c in body["contents"] for p in c["parts"])
+
+
+class FakeBatches:
+    """One provider's batch endpoints. ``running`` polls answer "running" before "done";
+    ``interrupt_first_poll`` raises KeyboardInterrupt from the first poll (a killed run);
+    requests for which ``fail(body)`` holds come back as failed lines."""
+
+    def __init__(self, provider: str, items: list[Item]) -> None:
+        self.provider = provider
+        self.items = items
+        self.jobs: dict[str, list[tuple[str, Json]]] = {}  # job id -> [(custom_id, request body)]
+        self.polls: dict[str, int] = {}
+        self.cancelled: list[str] = []
+        self.running = 1
+        self.interrupt_first_poll = False
+        self.fail: Callable[[Json], bool] = lambda body: False
+        self.interactive: list[Json] = []
+
+    def state(self, job_id: str) -> str:
+        if job_id in self.cancelled:
+            return "cancelled"
+        return "running" if self.polls[job_id] <= self.running else "done"
+
+    def poll(self, job_id: str) -> str:
+        if self.interrupt_first_poll:
+            self.interrupt_first_poll = False
+            raise KeyboardInterrupt
+        self.polls[job_id] += 1
+        return self.state(job_id)
+
+    def answer(self, body: Json) -> str:
+        return reply_for(self.items, user_text(body))[0]
+
+    def bodies(self) -> list[Json]:
+        return [body for lines in self.jobs.values() for _, body in lines]
+
+
+def mount_openai(fake: FakeBatches, router: respx.MockRouter) -> None:
+    base = "https://api.openai.com/v1"
+    files: dict[str, bytes] = {}
+
+    def upload(request: httpx.Request) -> httpx.Response:
+        file_id = f"file-in-{len(files)}"
+        files[file_id] = request.content
+        return httpx.Response(200, json={"id": file_id, "object": "file", "bytes": len(request.content),
+                                         "created_at": 1, "filename": "medmis-batch.jsonl",
+                                         "purpose": "batch", "status": "processed"})
+
+    def batch(job_id: str, status: str) -> Json:
+        lines = fake.jobs[job_id]
+        failed = sum(fake.fail(body) for _, body in lines)
+        done = status == "completed"
+        return {"id": job_id, "object": "batch", "endpoint": "/v1/chat/completions", "errors": None,
+                "input_file_id": "file-in", "completion_window": "24h", "status": status, "created_at": 1,
+                "output_file_id": f"out-{job_id}" if done else None,
+                "error_file_id": f"err-{job_id}" if done and failed else None,
+                "request_counts": {"total": len(lines), "completed": len(lines) - failed if done else 0,
+                                   "failed": failed if done else 0}}
+
+    def create(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        assert body["endpoint"] == "/v1/chat/completions" and body["completion_window"] == "24h"
+        raw = files[body["input_file_id"]].decode()
+        lines = [json.loads(x) for x in raw.splitlines() if x.startswith('{"custom_id"')]
+        assert lines and all(x["method"] == "POST" and x["url"] == "/v1/chat/completions" for x in lines)
+        job_id = f"batch_{len(fake.jobs) + 1}"
+        fake.jobs[job_id] = [(x["custom_id"], x["body"]) for x in lines]
+        fake.polls[job_id] = 0
+        return httpx.Response(200, json=batch(job_id, "validating"))
+
+    def retrieve(request: httpx.Request, job_id: str) -> httpx.Response:
+        state = fake.poll(job_id)
+        return httpx.Response(200, json=batch(job_id, {"running": "in_progress", "done": "completed"}.get(state, state)))
+
+    def content(request: httpx.Request, kind: str, job_id: str) -> httpx.Response:
+        out = []
+        for n, (cid, body) in enumerate(fake.jobs[job_id]):
+            if fake.fail(body) != (kind == "err"):
+                continue
+            if kind == "err":
+                response = {"status_code": 500, "request_id": f"req-{n}",
+                            "body": {"error": {"message": "The server had an error", "type": "server_error"}}}
+            else:
+                response = {"status_code": 200, "request_id": f"req-{n}", "body": openai_completion(fake.answer(body))}
+            out.append(json.dumps({"id": f"batch_req_{n}", "custom_id": cid, "response": response, "error": None}))
+        return httpx.Response(200, content=("\n".join(out) + "\n").encode())
+
+    def cancel(request: httpx.Request, job_id: str) -> httpx.Response:
+        fake.cancelled.append(job_id)
+        return httpx.Response(200, json=batch(job_id, "cancelling"))
+
+    def chat(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        fake.interactive.append(body)
+        return httpx.Response(200, json=openai_completion(fake.answer(body)))
+
+    router.post(f"{base}/files").mock(side_effect=upload)
+    router.post(f"{base}/batches").mock(side_effect=create)
+    router.post(url__regex=rf"{base}/batches/(?P<job_id>[^/]+)/cancel").mock(side_effect=cancel)
+    router.get(url__regex=rf"{base}/batches/(?P<job_id>[^/]+)$").mock(side_effect=retrieve)
+    router.get(url__regex=rf"{base}/files/(?P<kind>out|err)-(?P<job_id>[^/]+)/content").mock(side_effect=content)
+    router.post(f"{base}/chat/completions").mock(side_effect=chat)
+
+
+def mount_gemini(fake: FakeBatches, router: respx.MockRouter) -> None:
+    base = r"https://gemini\.test/v1(?:beta)?"
+    states = {"running": "BATCH_STATE_RUNNING", "done": "BATCH_STATE_SUCCEEDED", "cancelled": "BATCH_STATE_CANCELLED"}
+
+    def operation(job_id: str, state: str) -> Json:
+        meta: Json = {"@type": "type.googleapis.com/google.ai.generativelanguage.v1main.GenerateContentBatch",
+                      "model": "models/gemini-test", "name": f"batches/{job_id}", "state": state}
+        if state == "BATCH_STATE_SUCCEEDED":
+            responses = []
+            for cid, body in fake.jobs[job_id]:
+                line: Json = {"metadata": {"custom_id": cid}}
+                if fake.fail(body):
+                    line["error"] = {"code": 13, "message": "Internal error encountered."}
+                else:
+                    line["response"] = gemini_response(fake.answer(body))
+                responses.append(line)
+            meta["output"] = {"inlinedResponses": {"inlinedResponses": responses}}
+        return {"name": f"batches/{job_id}", "metadata": meta, "done": state != "BATCH_STATE_RUNNING"}
+
+    def create(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        requests = body["batch"]["inputConfig"]["requests"]["requests"]
+        job_id = f"job{len(fake.jobs) + 1}"
+        fake.jobs[job_id] = [(r["metadata"]["custom_id"], r["request"]) for r in requests]
+        fake.polls[job_id] = 0
+        return httpx.Response(200, json=operation(job_id, "BATCH_STATE_PENDING"))
+
+    def get(request: httpx.Request, job_id: str) -> httpx.Response:
+        return httpx.Response(200, json=operation(job_id, states[fake.poll(job_id)]))
+
+    def cancel(request: httpx.Request, job_id: str) -> httpx.Response:
+        fake.cancelled.append(job_id)
+        return httpx.Response(200, json={})
+
+    def generate(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        fake.interactive.append(body)
+        return httpx.Response(200, json=gemini_response(fake.answer(body)))
+
+    router.post(url__regex=rf"{base}/models/gemini-test:batchGenerateContent").mock(side_effect=create)
+    router.post(url__regex=rf"{base}/batches/(?P<job_id>[^/:]+):cancel").mock(side_effect=cancel)
+    router.get(url__regex=rf"{base}/batches/(?P<job_id>[^/:]+)$").mock(side_effect=get)
+    router.post(url__regex=rf"{base}/models/gemini-test:generateContent").mock(side_effect=generate)
+
+
+SPECS = {"openai": ("openai/gpt-test", ()), "google": ("google/gemini-test", ("--model-base-url", "https://gemini.test"))}
+
+
+@pytest.fixture(params=sorted(SPECS))
+def fake(request: pytest.FixtureRequest, items: list[Item], respx_mock: respx.MockRouter) -> FakeBatches:
+    fake = FakeBatches(request.param, items)
+    (mount_openai if request.param == "openai" else mount_gemini)(fake, respx_mock)
+    return fake
+
+
+def run(fake: FakeBatches, out: Path, *extra: str, batch: bool = True, defender: str = "none") -> int:
+    spec, flags = SPECS[fake.provider]
+    argv = ["run", "--data", str(DATA), "--subset", SUBSET, "--limit", str(N_ITEMS), "--model", spec,
+            *flags, "--defender", defender, "--out", str(out), "--no-progress", "--max-retries", "0",
+            *extra]  # fmt: skip
+    if batch:
+        argv += ["--batch", "--batch-poll", "0.001"]
+    return main(argv)
+
+
+def check_graded(records: list[Any], items: list[Item]) -> None:
+    assert len(records) == 3 * N_ITEMS
+    for r in records:
+        assert r.error is None and r.usage.input_tokens == 300 and r.usage.output_tokens == 60
+        wrong = r.item_id == items[1].id and r.protocol == "type1"
+        assert r.choice == (r.target if wrong else r.gold) and r.correct is (not wrong), r
+        assert r.llm_calls == 1 and r.method == ("structured" if "gemini" in r.model and r.protocol == "clean" else r.method)
+
+
+def stored(out: Path) -> list[Json]:
+    return json.loads((out / "batches.json").read_text())["jobs"]
+
+
+def test_submit_poll_results(fake: FakeBatches, items: list[Item], tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    assert run(fake, out, "--price", f"{SPECS[fake.provider][0]}=2,8") == 0
+    assert len(fake.jobs) == 1 and len(fake.bodies()) == 3 * N_ITEMS
+    (job_id,) = fake.jobs
+    assert fake.polls[job_id] == 2  # running, then done
+    check_graded(read_records(out / "records.jsonl"), items)
+    (job,) = stored(out)
+    assert job["provider"] == fake.provider and job["model"] == SPECS[fake.provider][0]
+    assert job["job_id"].endswith(job_id) and job["ended"] and job["collected"] and job["submitted_at"]
+    assert sorted(job["requests"]) == sorted(cid for cid, _ in fake.jobs[job_id])
+    # batch prices: the list prices given, halved, and said so
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["batch"] == {"enabled": True, "discount": 0.5} and manifest["config"]["batch"] is True
+    cost = json.loads((out / "metrics.json").read_text())[SPECS[fake.provider][0]]["none"]["cost"]
+    assert cost["batch_discount"] == 0.5 and (cost["usd_in_per_mtok"], cost["usd_out_per_mtok"]) == (1.0, 4.0)
+    assert cost["usd"] == pytest.approx(3 * N_ITEMS * (300 * 1.0 + 60 * 4.0) / 1e6)
+    assert "list prices less the 50% batch discount" in (out / "report.md").read_text()
+
+
+def test_killed_after_submit_resumes_by_polling(fake: FakeBatches, items: list[Item], tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    fake.interrupt_first_poll = True
+    assert run(fake, out) == 3
+    assert len(fake.jobs) == 1 and len(stored(out)) == 1 and not (out / "records.jsonl").read_text()
+    assert run(fake, out) == 0
+    assert len(fake.jobs) == 1  # polled the stored job; nothing created twice
+    check_graded(read_records(out / "records.jsonl"), items)
+    assert run(fake, out) == 0 and len(fake.jobs) == 1  # complete: nothing to do
+
+
+def test_failed_line_is_an_error_record_and_only_it_is_resubmitted(
+    fake: FakeBatches, items: list[Item], tmp_path: Path
+) -> None:
+    out = tmp_path / "run"
+
+    def type2_of_first_item(body: Json) -> bool:
+        text = user_text(body)
+        return items[0].question in text and reply_for(items, text)[1] == "type2"
+
+    fake.fail = type2_of_first_item
+    assert run(fake, out) == 1
+    records = read_records(out / "records.jsonl")
+    errors = [r for r in records if r.error]
+    assert len(errors) == 1 and "batch line failed" in errors[0].error
+    assert (errors[0].item_id, errors[0].protocol) == (items[0].id, "type2")
+    assert run(fake, out) == 1 and len(fake.jobs) == 1  # a plain resume leaves the error alone
+    fake.fail = lambda body: False
+    assert run(fake, out, "--retry-errors") == 0
+    assert len(fake.jobs) == 2
+    (resubmitted,) = list(fake.jobs.values())[1]
+    assert type2_of_first_item(resubmitted[1])
+    check_graded(read_records(out / "records.jsonl"), items)
+
+
+def test_cancel_then_resume_writes_error_records(fake: FakeBatches, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    fake.interrupt_first_poll = True
+    assert run(fake, out) == 3
+    assert run(fake, out, "--batch-cancel") == 3
+    (job_id,) = fake.jobs
+    assert fake.cancelled == [job_id]
+    assert run(fake, out) == 1
+    records = read_records(out / "records.jsonl")
+    assert len(records) == 3 * N_ITEMS and all(r.error and "without a result" in r.error for r in records)
+    assert len(fake.jobs) == 1
+
+
+def test_batch_bodies_equal_interactive_bodies(fake: FakeBatches, tmp_path: Path) -> None:
+    assert run(fake, tmp_path / "live", batch=False) == 0
+    assert run(fake, tmp_path / "batch") == 0
+    interactive = fake.interactive
+    assert len(interactive) == 3 * N_ITEMS
+
+    submitted = {user_text(b): b for b in fake.bodies()}
+    assert len(submitted) == len(interactive)
+    for body in interactive:
+        assert submitted[user_text(body)] == body
+    live = {(r.item_id, r.protocol, r.target): (r.choice, r.correct, r.usage, r.method)
+            for r in read_records(tmp_path / "live" / "records.jsonl")}
+    batch = {(r.item_id, r.protocol, r.target): (r.choice, r.correct, r.usage, r.method)
+             for r in read_records(tmp_path / "batch" / "records.jsonl")}
+    assert batch == live
+
+
+@pytest.mark.parametrize(
+    ("spec", "defender", "message"),
+    [
+        ("openai/gpt-test", "search_agent", "several model calls per case"),
+        ("anthropic/claude-test", "none", "has no batch API"),
+        ("mock/examinee", "none", "has no batch API"),
+        ("langchain:openai:gpt-test", "none", "has no batch API"),
+    ],
+)
+def test_refused_with_one_line(spec: str, defender: str, message: str, tmp_path: Path,
+                               capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
+    out = tmp_path / "run"
+    argv = ["run", "--data", str(DATA), "--subset", SUBSET, "--limit", "1", "--model", spec,
+            "--defender", defender, "--out", str(out), "--batch"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0] and err[0].startswith("medmis: --batch")
+    assert not out.exists()
+
+
+def test_batch_cancel_needs_batch(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["run", "--data", str(DATA), "--model", "openai/gpt-test", "--defender", "none",
+            "--out", str(tmp_path / "run"), "--batch-cancel"]
+    assert main(argv) == 2
+    assert re.search(r"--batch-cancel goes with --batch", capsys.readouterr().err)
