@@ -50,8 +50,9 @@ def check_batchable(models: list[str], defenders: list[Defender], cache: str) ->
 
     Raises:
         RunSetupError: A model whose provider has no batch API here, a defender that is not
-            declared single-call (agentic defenders need several rounds), or a cache mode
-            other than ``live``.
+            declared single-call (agentic defenders need several rounds), or ``--cache
+            replay``. (Other cache modes are accepted; a batch run's model calls bypass the
+            store, which only web tools would use.)
     """
     for spec in models:
         provider, _ = parse_spec(spec)
@@ -61,8 +62,8 @@ def check_batchable(models: list[str], defenders: list[Defender], cache: str) ->
     if multi:
         raise RunSetupError(f"--batch: defender(s) {', '.join(multi)} make several model calls per case; "
                             "batch runs take single-call defenders only (none, warning, context_blind, ...)")
-    if cache != "live":
-        raise RunSetupError("--batch works with --cache live only (batch results are kept by the provider)")
+    if cache == "replay":
+        raise RunSetupError("--batch submits its requests; it cannot answer them from the store (--cache replay)")
 
 
 def _key(spec: str, d: Defender, case: Case) -> CaseKey:
