@@ -12,6 +12,7 @@ body}, error}``); Gemini's ``batchGenerateContent`` operation with ``metadata.st
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from collections.abc import Callable
@@ -96,6 +97,14 @@ class FakeBatches:
         self.interrupt_first_poll = False
         self.fail: Callable[[Json], bool] = lambda body: False
         self.interactive: list[Json] = []
+        self.poll_errors: list[int] = []  # HTTP statuses the next polls answer with
+
+    def poll_error(self) -> httpx.Response | None:
+        if not self.poll_errors:
+            return None
+        status = self.poll_errors.pop(0)
+        return httpx.Response(status, json={"error": {"code": status, "message": f"status {status}",
+                                                      "status": "UNAVAILABLE", "type": "server_error"}})
 
     def state(self, job_id: str) -> str:
         if job_id in self.cancelled:
@@ -150,6 +159,8 @@ def mount_openai(fake: FakeBatches, router: respx.MockRouter) -> None:
         return httpx.Response(200, json=batch(job_id, "validating"))
 
     def retrieve(request: httpx.Request, job_id: str) -> httpx.Response:
+        if (error := fake.poll_error()) is not None:
+            return error
         state = fake.poll(job_id)
         return httpx.Response(200, json=batch(job_id, {"running": "in_progress", "done": "completed"}.get(state, state)))
 
@@ -211,6 +222,8 @@ def mount_gemini(fake: FakeBatches, router: respx.MockRouter) -> None:
         return httpx.Response(200, json=operation(job_id, "BATCH_STATE_PENDING"))
 
     def get(request: httpx.Request, job_id: str) -> httpx.Response:
+        if (error := fake.poll_error()) is not None:
+            return error
         return httpx.Response(200, json=operation(job_id, states[fake.poll(job_id)]))
 
     def cancel(request: httpx.Request, job_id: str) -> httpx.Response:
@@ -325,6 +338,25 @@ def test_failed_line_is_an_error_record_and_only_it_is_resubmitted(
     check_graded(read_records(out / "records.jsonl"), items)
 
 
+def test_poll_failures_are_retried_then_stop_in_one_line(
+    fake: FakeBatches, items: list[Item], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "run"
+    fake.poll_errors = [503]  # retried under the run's policy
+    assert run(fake, out, "--max-retries", "1") == 0
+    assert len(fake.jobs) == 1 and not fake.poll_errors
+    check_graded(read_records(out / "records.jsonl"), items)
+
+    out2 = tmp_path / "run2"
+    fake.poll_errors = [401]  # not retryable: one line, exit 2, the job kept for the next run
+    assert run(fake, out2) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--batch: polling" in err[0] and "re-run the same command" in err[0]
+    assert len(stored(out2)) == 1 and len(fake.jobs) == 2
+    assert run(fake, out2) == 0 and len(fake.jobs) == 2
+    check_graded(read_records(out2 / "records.jsonl"), items)
+
+
 def test_cancel_then_resume_writes_error_records(fake: FakeBatches, tmp_path: Path) -> None:
     out = tmp_path / "run"
     fake.interrupt_first_poll = True
@@ -428,3 +460,47 @@ def test_ablation_config_batch_key(fake: FakeBatches, items: list[Item], tmp_pat
     assert all(r.error is None for r in records)
     manifest = json.loads((tmp_path / "grid" / "manifest.json").read_text())
     assert manifest["batch"] == {"enabled": True, "discount": 0.5}
+
+
+@pytest.fixture
+def plugin_defenders() -> Any:
+    """Two plug-in defenders declared single-call: one honest, one that calls twice."""
+    from medmis.defenses import answer_from_reply, defender
+    from medmis.defenses._base import _REGISTRY
+    from medmis.experiments.benchmark._prompts import render_prompt
+    from medmis.experiments.benchmark._types import Answer
+
+    @defender("batch_test_once", single_call=True)
+    def once(opts: Any) -> Any:
+        async def solve(case: Any, ctx: Any) -> Answer:
+            return answer_from_reply(await ctx.generate(render_prompt(case, context=[])), case, ctx)
+        return solve
+
+    @defender("batch_test_twice", single_call=True)
+    def twice(opts: Any) -> Any:
+        async def solve(case: Any, ctx: Any) -> Answer:
+            with contextlib.suppress(Exception):  # a defender that swallows a failure, asks again
+                await ctx.generate(render_prompt(case))
+            return answer_from_reply(await ctx.generate(render_prompt(case)), case, ctx)
+        return solve
+
+    yield
+    for name in ("batch_test_once", "batch_test_twice"):
+        _REGISTRY.pop(name, None)
+
+
+def test_plugin_declares_single_call(plugin_defenders: Any, fake: FakeBatches, tmp_path: Path,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["defenders"]) == 0
+    listing = capsys.readouterr().out
+    assert "batch_test_once  [single call: --batch]" in listing and "none  [single call: --batch]" in listing
+    assert "search_agent  [uses web tools]" in listing
+    assert run(fake, tmp_path / "ok", "--defender", "batch_test_once") == 0
+    # context withheld by the plug-in: every protocol sends one request, submitted once
+    assert len(fake.jobs) == 1 and len(fake.bodies()) == N_ITEMS
+    assert len(read_records(tmp_path / "ok" / "records.jsonl")) == 3 * N_ITEMS
+    capsys.readouterr()
+    assert run(fake, tmp_path / "bad", "--defender", "batch_test_twice") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "did not make exactly one model call" in err[0]
+    assert len(fake.jobs) == 1

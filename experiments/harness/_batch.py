@@ -21,13 +21,16 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from medmis.agents._registry import ModelOptions, parse_spec
-from medmis.agents._retry import RetryPolicy
+from medmis.agents._retry import RetryPolicy, retry_async
 from medmis.defenses._base import Defender, DefenderContext
 from medmis.experiments.benchmark._types import Case
+from medmis.tools._redact import redact
 
 from ._batch_model import BatchChat, BatchRequest, RequestCollected
 from ._batch_providers import BatchDriver, JobStatus, driver_for
@@ -43,6 +46,7 @@ from ._runner import Harness
 BATCH_PROVIDERS = ("openai", "google")
 
 Job = tuple[str, Defender, Case]
+T = TypeVar("T")
 
 
 def check_batchable(models: list[str], defenders: list[Defender], cache: str) -> None:
@@ -66,6 +70,11 @@ def check_batchable(models: list[str], defenders: list[Defender], cache: str) ->
         raise RunSetupError("--batch submits its requests; it cannot answer them from the store (--cache replay)")
 
 
+class BatchApiError(RunSetupError):
+    """A batch API call failed (after the run's retries, for the calls that are safe to
+    repeat); the stored jobs stay in ``batches.json`` for the next run."""
+
+
 def _key(spec: str, d: Defender, case: Case) -> CaseKey:
     return (spec, d.label, case.protocol, case.item.key, case.target)
 
@@ -82,6 +91,7 @@ class BatchHarness(Harness):
 
     def __init__(self, config: Any, *, cancel: bool = False, **kwargs: Any) -> None:
         super().__init__(config, **kwargs)
+        self._api_retry = self.retry  # kept: pass 2 turns the run's retries off for its cases
         self.cancel = cancel
         self._drivers: dict[str, BatchDriver] = {}
 
@@ -93,6 +103,16 @@ class BatchHarness(Harness):
         if spec not in self._drivers:
             self._drivers[spec] = driver_for(self._pool.raw(spec))
         return self._drivers[spec]
+
+    async def _api(self, what: str, call: Callable[[], Awaitable[T]], *, repeat: bool = True) -> T:
+        """A batch API call, retried by the run's policy when ``repeat`` (polls and reads;
+        never a submission, which a lost reply could otherwise duplicate)."""
+        try:
+            return await (retry_async(call, self._api_retry) if repeat else call())
+        except Exception as exc:
+            text = redact(f"{type(exc).__name__}: {exc}").splitlines()[0][:300] if str(exc) else type(exc).__name__
+            raise BatchApiError(f"--batch: {what} failed: {text}; re-run the same command to "
+                                "resume (stored jobs are polled, not resubmitted)") from exc
 
     def _say(self, text: str) -> None:
         if self.config.progress:
@@ -131,7 +151,9 @@ class BatchHarness(Harness):
         for spec, grouped in by_spec.items():
             driver = self._driver(spec)
             for chunk in driver.chunks([r for r, _ in grouped.values()]):
-                job_id, state = await driver.submit(chunk, f"medmis {self.out.name} {spec}")
+                job_id, state = await self._api(
+                    f"submitting {len(chunk)} requests for {spec}",
+                    partial(driver.submit, chunk, f"medmis {self.out.name} {spec}"), repeat=False)
                 submitted.append(book.add(driver.provider, spec, job_id, state,
                                           {r.custom_id: grouped[r.custom_id][1] for r in chunk}))
                 book.save(self.out)  # at once: a kill from here on never resubmits this job
@@ -205,7 +227,8 @@ class BatchHarness(Harness):
             statuses: dict[str, JobStatus] = {}
             for job in open_jobs:
                 if not job.ended:
-                    status = await self._driver(job.model).status(job.job_id)
+                    driver = self._driver(job.model)
+                    status = await self._api(f"polling {job.job_id}", partial(driver.status, job.job_id))
                     statuses[job.job_id] = status
                     job.state, job.ended = status.state, status.ended
                     book.save(self.out)
@@ -228,7 +251,8 @@ class BatchHarness(Harness):
         jobs = [by_key[k] for cid in order for k in job.keys(cid) if k in by_key]
         if not jobs:
             return 0
-        results = await self._driver(job.model).results(job.job_id, order)
+        driver = self._driver(job.model)
+        results = await self._api(f"reading the results of {job.job_id}", partial(driver.results, job.job_id, order))
         real = self._pool.raw(job.model)
         answerer = BatchChat(real=real, results=results)
         interactive, retry = self._pool, self.retry
@@ -249,7 +273,8 @@ class BatchHarness(Harness):
     async def _cancel(self, book: BatchBook, records_path: Path, skipped: int) -> RunResult:
         open_jobs = [j for j in book.open_jobs() if not j.ended]
         for job in open_jobs:
-            await self._driver(job.model).cancel(job.job_id)
+            driver = self._driver(job.model)
+            await self._api(f"cancelling {job.job_id}", partial(driver.cancel, job.job_id))
             job.state = "cancelling"
             book.save(self.out)
             self._say(f"cancelled {job.job_id}")
