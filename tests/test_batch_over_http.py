@@ -42,6 +42,18 @@ def fake_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
 
 
+REPORT_TESTS = {"test_submit_poll_results"}
+
+
+@pytest.fixture(autouse=True)
+def skip_reports(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The report (plots, HTML) takes seconds per run; only the tests that read it write it."""
+    if request.node.originalname not in REPORT_TESTS:
+        from medmis.experiments.reporting import _report
+
+        monkeypatch.setattr(_report, "write_report", lambda out, **kwargs: {})
+
+
 @pytest.fixture(scope="module")
 def items() -> list[Item]:
     return load_dataset(DATA, subset=SUBSET, limit=N_ITEMS).items

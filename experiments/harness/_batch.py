@@ -59,7 +59,10 @@ def check_batchable(models: list[str], defenders: list[Defender], cache: str) ->
             store, which only web tools would use.)
     """
     for spec in models:
-        provider, _ = parse_spec(spec)
+        try:
+            provider, _ = parse_spec(spec)
+        except ValueError as exc:
+            raise RunSetupError(f"--model {spec}: {exc}") from None
         if provider not in BATCH_PROVIDERS:
             raise RunSetupError(f"--batch: {spec} has no batch API here (batch providers: openai/, google/)")
     multi = [d.label for d in defenders if not d.single_call]
@@ -96,8 +99,9 @@ class BatchHarness(Harness):
         self._drivers: dict[str, BatchDriver] = {}
 
     def check_models(self) -> None:
-        super().check_models()
+        # first: a provider without a batch API is refused before its SDK is even imported
         check_batchable(self.config.models, self.defenders, self.config.cache)
+        super().check_models()
 
     def _driver(self, spec: str) -> BatchDriver:
         if spec not in self._drivers:
