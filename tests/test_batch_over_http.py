@@ -303,6 +303,7 @@ def test_submit_poll_results(
     assert job["provider"] == fake.provider and job["model"] == SPECS[fake.provider][0]
     assert job["job_id"].endswith(job_id) and job["ended"] and job["collected"] and job["submitted_at"]
     assert sorted(job["requests"]) == sorted(cid for cid, _ in fake.jobs[job_id])
+    assert {r.extra["batch_job"] for r in read_records(out / "records.jsonl")} == {job["job_id"]}
     # batch prices: the list prices given, halved, and said so
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["batch"] == {"enabled": True, "discount": 0.5} and manifest["config"]["batch"] is True

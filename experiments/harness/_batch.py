@@ -96,6 +96,7 @@ class BatchHarness(Harness):
         super().__init__(config, **kwargs)
         self._api_retry = self.retry  # kept: pass 2 turns the run's retries off for its cases
         self.cancel = cancel
+        self._answering: str | None = None  # the job whose results pass 2 is writing
         self._drivers: dict[str, BatchDriver] = {}
 
     def check_models(self) -> None:
@@ -117,6 +118,14 @@ class BatchHarness(Harness):
             text = redact(f"{type(exc).__name__}: {exc}").splitlines()[0][:300] if str(exc) else type(exc).__name__
             raise BatchApiError(f"--batch: {what} failed: {text}; re-run the same command to "
                                 "resume (stored jobs are polled, not resubmitted)") from exc
+
+    async def run_case(self, spec: str, defender: Defender, case: Case) -> tuple[Any, dict[str, Any]]:
+        """The ordinary case path; the record and trace also name the batch job that answered."""
+        record, trace = await super().run_case(spec, defender, case)
+        if self._answering is not None:
+            record = record.model_copy(update={"extra": {**record.extra, "batch_job": self._answering}})
+            trace["batch_job"] = self._answering
+        return record, trace
 
     def _say(self, text: str) -> None:
         if self.config.progress:
@@ -264,13 +273,14 @@ class BatchHarness(Harness):
         # answer is what it is; asking again would give the same)
         self._pool = ModelPool(lambda spec: answerer, ModelOptions(), cache_mode="live", cache_dir=self.out)
         self.retry = RetryPolicy.none()
+        self._answering = job.job_id
         jobs.sort(key=lambda j: j[2].protocol != "clean")  # clean first, as the harness does
         progress = RunProgress(len(jobs), enabled=self.config.progress)
         try:
             written = await self._run_phase(jobs, rec_fh, trace_handles, clean_state, progress)
         finally:
             progress.close()
-            self._pool, self.retry = interactive, retry
+            self._pool, self.retry, self._answering = interactive, retry, None
         self._say(f"{job.job_id} {job.state}: {written} record(s) written")
         return written
 
