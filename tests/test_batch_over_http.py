@@ -517,3 +517,22 @@ def test_plugin_declares_single_call(plugin_defenders: Any, fake: FakeBatches, t
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "did not make exactly one model call" in err[0]
     assert len(fake.jobs) == 1
+
+
+def test_openai_result_lines_in_the_documented_shapes() -> None:
+    from medmis.experiments.harness._batch_providers import _openai_line
+
+    ok = {"id": "batch_req_1", "custom_id": "a", "error": None,
+          "response": {"status_code": 200, "request_id": "r1", "body": openai_completion("{}")}}
+    expired = {"id": "batch_req_2", "custom_id": "b", "response": None,
+               "error": {"code": "batch_expired",
+                         "message": "This request could not be executed before the completion window expired."}}
+    refused = {"id": "batch_req_3", "custom_id": "c", "error": None,
+               "response": {"status_code": 400, "request_id": "r3",
+                            "body": {"error": {"message": "Invalid 'messages'", "type": "invalid_request_error"}}}}
+    assert _openai_line(ok) == ("a", _openai_line(ok)[1]) and _openai_line(ok)[1].response["id"] == "chatcmpl-1"
+    cid, line = _openai_line(expired)
+    assert cid == "b" and line.response is None and line.error == (
+        "batch line failed: batch_expired: This request could not be executed before the completion window expired.")
+    cid, line = _openai_line(refused)
+    assert cid == "c" and line.error == "batch line failed: HTTP 400: Invalid 'messages'"

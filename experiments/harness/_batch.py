@@ -193,6 +193,8 @@ class BatchHarness(Harness):
         if not todo:
             return await self._nothing_to_do(records_path, resumed.records, skipped)
         requests = await self._collect(todo)
+        self._say(f"{len(todo)} case(s) to answer, {len({r.custom_id for r in requests.values()})} "
+                  "distinct request(s)")
         waiting = book.waiting_for({k: r.custom_id for k, r in requests.items()})
         active = list({id(j): j for j in waiting.values()}.values())
         pairs = {(spec, d.label) for spec in cfg.models for d in self.defenders}
