@@ -383,11 +383,25 @@ def test_cancel_then_resume_writes_error_records(fake: FakeBatches, tmp_path: Pa
     assert len(fake.jobs) == 1
 
 
-def test_batch_bodies_equal_interactive_bodies(fake: FakeBatches, tmp_path: Path) -> None:
-    assert run(fake, tmp_path / "live", batch=False) == 0
-    assert run(fake, tmp_path / "batch") == 0
+# generation options that change the body, per provider (extra_body for OpenAI, thinking for Gemini)
+BODY_FLAGS = {
+    "openai": ("--max-output-tokens", "512", "--reasoning-effort", "low", "--model-option", "top_k=3",
+               "--temperature", "0.3"),
+    "google": ("--max-output-tokens", "512", "--thinking-level", "low", "--model-option", "top_p=0.9",
+               "--temperature", "0.3"),
+}
+
+
+@pytest.mark.parametrize("flags", [(), ("options",)], ids=["defaults", "options"])
+def test_batch_bodies_equal_interactive_bodies(fake: FakeBatches, flags: tuple[str, ...], tmp_path: Path) -> None:
+    extra = (*BODY_FLAGS[fake.provider], "--defender", "warning", "--prompt", "toolkit") if flags else ()
+    assert run(fake, tmp_path / "live", *extra, batch=False) == 0
+    assert run(fake, tmp_path / "batch", *extra) == 0
     interactive = fake.interactive
     assert len(interactive) == 3 * N_ITEMS
+    if flags:  # the options reached the wire
+        sent = json.dumps(interactive[0])
+        assert "512" in sent and ("top_k" in sent if fake.provider == "openai" else "topP" in sent)
 
     submitted = {user_text(b): b for b in fake.bodies()}
     assert len(submitted) == len(interactive)
