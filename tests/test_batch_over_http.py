@@ -366,6 +366,7 @@ def test_poll_failures_are_retried_then_stop_in_one_line(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--batch: polling" in err[0] and "re-run the same command" in err[0]
     assert len(stored(out2)) == 1 and len(fake.jobs) == 2
+    assert json.loads((out2 / "manifest.json").read_text())["stopped"] == "batch API error"
     assert run(fake, out2) == 0 and len(fake.jobs) == 2
     check_graded(read_records(out2 / "records.jsonl"), items)
 

@@ -192,12 +192,41 @@ class BatchHarness(Harness):
                 if _key(spec, d, case) not in resumed.done]
         if not todo:
             return await self._nothing_to_do(records_path, resumed.records, skipped)
+        new = 0
+        trace_handles: dict[Path, Any] = {}
+        try:
+            active, by_key = await self._prepare_jobs(book, todo)
+            with records_path.open("a", encoding="utf-8") as rec_fh:
+                new = await self._wait_and_write(book, active, by_key, rec_fh, trace_handles, clean_state)
+                rec_fh.flush()
+                os.fsync(rec_fh.fileno())
+        except (KeyboardInterrupt, asyncio.CancelledError):
+            self.stats.stopped_reason = "interrupted"
+            self._finish(records_path)
+            if self.notice is not None and book.open_jobs():
+                self.notice("the batch jobs keep running at the provider (OUT/batches.json); re-run the "
+                            "same command to collect their results, nothing is submitted twice")
+            raise
+        except BatchApiError:
+            self.stats.stopped_reason = "batch API error"
+            self._finish(records_path)
+            raise
+        finally:
+            for fh in trace_handles.values():
+                fh.close()
+            await self.aclose()
+        return RunResult(self.out, self._finish(records_path), new, self.stats, skipped_rows=skipped,
+                         outcome=self.outcome)
+
+    async def _prepare_jobs(self, book: BatchBook, todo: list[Job]) -> tuple[list[BatchJob], dict[CaseKey, Job]]:
+        """Build every pending case's request; find the stored jobs that hold them and submit
+        the rest. Returns the jobs to wait on and the pending cases by key."""
         requests = await self._collect(todo)
         self._say(f"{len(todo)} case(s) to answer, {len({r.custom_id for r in requests.values()})} "
                   "distinct request(s)")
         waiting = book.waiting_for({k: r.custom_id for k, r in requests.items()})
         active = list({id(j): j for j in waiting.values()}.values())
-        pairs = {(spec, d.label) for spec in cfg.models for d in self.defenders}
+        pairs = {(spec, d.label) for spec in self.config.models for d in self.defenders}
         for job in book.open_jobs():
             # a job of this run's models and defenders that answers no pending case any more
             # (its cases are recorded, or their requests changed) has nothing left to give
@@ -209,27 +238,7 @@ class BatchHarness(Harness):
             self._say(f"{len(todo) - len(fresh)} case(s) wait on stored batch jobs (not resubmitted)")
         active += await self._submit(book, fresh, requests)
         book.save(self.out)
-        by_key = {_key(*j): j for j in todo}
-        new = 0
-        trace_handles: dict[Path, Any] = {}
-        try:
-            with records_path.open("a", encoding="utf-8") as rec_fh:
-                new = await self._wait_and_write(book, active, by_key, rec_fh, trace_handles, clean_state)
-                rec_fh.flush()
-                os.fsync(rec_fh.fileno())
-        except (KeyboardInterrupt, asyncio.CancelledError):
-            self.stats.stopped_reason = "interrupted"
-            self._finish(records_path)
-            if self.notice is not None:
-                self.notice("the batch jobs keep running at the provider (OUT/batches.json); re-run the "
-                            "same command to collect their results, nothing is submitted twice")
-            raise
-        finally:
-            for fh in trace_handles.values():
-                fh.close()
-            await self.aclose()
-        return RunResult(self.out, self._finish(records_path), new, self.stats, skipped_rows=skipped,
-                         outcome=self.outcome)
+        return active, {_key(*j): j for j in todo}
 
     async def _wait_and_write(self, book: BatchBook, active: list[BatchJob], by_key: dict[CaseKey, Job],
                               rec_fh: Any, trace_handles: dict[Path, Any],
