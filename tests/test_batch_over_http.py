@@ -532,6 +532,14 @@ def test_plugin_declares_single_call(plugin_defenders: Any, fake: FakeBatches, t
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "did not make exactly one model call" in err[0]
     assert len(fake.jobs) == 1
+    # the public contract test catches the false declaration before any run does
+    import asyncio
+
+    from medmis.defenses.testing import check_defender
+
+    asyncio.run(check_defender("batch_test_once"))
+    with pytest.raises(AssertionError, match="declared single_call"):
+        asyncio.run(check_defender("batch_test_twice"))
 
 
 def test_openai_result_lines_in_the_documented_shapes() -> None:
