@@ -559,3 +559,15 @@ def test_openai_result_lines_in_the_documented_shapes() -> None:
         "batch line failed: batch_expired: This request could not be executed before the completion window expired.")
     cid, line = _openai_line(refused)
     assert cid == "c" and line.error == "batch line failed: HTTP 400: Invalid 'messages'"
+
+
+@pytest.mark.parametrize(("flag", "value"), [("--batch-poll", "0"), ("--batch-discount", "1"),
+                                             ("--batch-discount", "-0.1"), ("--batch-poll", "x")])
+def test_batch_flag_values_are_checked(flag: str, value: str, tmp_path: Path,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["run", "--data", str(DATA), "--model", "openai/gpt-test", "--defender", "none",
+            "--out", str(tmp_path / "run"), "--batch", flag, value]
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    assert stop.value.code == 2 and flag in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
