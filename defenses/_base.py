@@ -49,6 +49,7 @@ class DefenderSpec:
     description: str
     uses_tools: bool = False
     control: bool = False  # a reference point (e.g. context_blind), never a candidate mitigation
+    single_call: bool = False  # exactly one model call per case (batch APIs can serve it)
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,7 @@ class Defender:
     solve: SolveFn
     label: str
     uses_tools: bool = False
+    single_call: bool = False
 
     async def __call__(self, case: CaseView | Case, ctx: DefenderContext) -> Answer:
         """Answer one case. A full :class:`Case` is accepted from the caller's side and
@@ -86,8 +88,12 @@ def defender(
     description: str | None = None,
     uses_tools: bool = False,
     control: bool = False,
+    single_call: bool = False,
 ) -> Callable[[Factory], Factory]:
     """Register a defender factory ``factory(options) -> solve``.
+
+    ``single_call=True`` declares that every case makes exactly one model call and no tool
+    call, whatever the options: ``medmis run --batch`` accepts only such defenders.
 
     Example::
 
@@ -109,7 +115,7 @@ def defender(
         # factory; a different factory under a taken name is a real conflict
         if existing is not None and existing.factory.__qualname__ != factory.__qualname__:
             raise DefenderConfigError(f"defender {name!r} is already registered")
-        _REGISTRY[name] = DefenderSpec(name, factory, options, text, uses_tools, control)
+        _REGISTRY[name] = DefenderSpec(name, factory, options, text, uses_tools, control, single_call)
         return factory
 
     return register
@@ -169,4 +175,4 @@ def create_defender(
             errors = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
             raise DefenderConfigError(f"invalid options for defender {name!r}: {errors}") from exc
     solve = spec.factory(opts)
-    return Defender(name, opts, solve, label or _label(name, opts), spec.uses_tools)
+    return Defender(name, opts, solve, label or _label(name, opts), spec.uses_tools, spec.single_call)

@@ -22,7 +22,7 @@ DEFAULT_WARNING = (
 )
 
 
-@defender("none", description="Baseline: the paper's prompt, context shown as given.")
+@defender("none", single_call=True, description="Baseline: the paper's prompt, context shown as given.")
 def none_defender(opts: DefenderOptions) -> SolveFn:
     async def solve(case: CaseView, ctx: DefenderContext) -> Answer:
         reply = await ctx.generate(render_prompt(case), name="answer")
@@ -39,6 +39,7 @@ class WarningOptions(DefenderOptions):
 @defender(
     "warning",
     options=WarningOptions,
+    single_call=True,
     description="Defensive prompt: warns that added context may be false, outdated, irrelevant or misleading.",
 )
 def warning_defender(opts: WarningOptions) -> SolveFn:
@@ -59,6 +60,7 @@ def warning_defender(opts: WarningOptions) -> SolveFn:
 @defender(
     "context_blind",
     control=True,
+    single_call=True,
     description="Control: withholds all added context. Near-zero ASR while learning nothing; shows why ASR alone misleads.",
 )
 def context_blind_defender(opts: DefenderOptions) -> SolveFn:

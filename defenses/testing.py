@@ -33,7 +33,7 @@ from medmis.agents._mock import ScriptedChatModel, message_text
 from medmis.experiments.benchmark._types import Answer, Case, CaseView, ContextSentence, Item
 from medmis.tools._types import Page, SearchResult, ToolError
 
-from ._base import DefenderContext, create_defender
+from ._base import DefenderContext, create_defender, get_spec
 
 
 @dataclass(frozen=True)
@@ -348,7 +348,8 @@ async def check_defender(
 
     Every case must end in a parsed, traced Answer whose call and token counts match its
     trace, with working tools, with tools that always fail, and with no tools; a provider
-    error must stop the case instead of becoming an answer. The defender is given each
+    error must stop the case instead of becoming an answer; a defender declared
+    ``single_call`` must make exactly one model call and no tool call. The defender is given each
     case's :class:`CaseView`, as in a run.
     """
     item = item or toy_item()
@@ -371,6 +372,8 @@ async def check_defender(
             assert answer.llm_calls == sum(1 for s in answer.trace if s.kind == "model"), f"{where}: trace"
             assert answer.tool_calls == sum(1 for s in answer.trace if s.kind == "tool"), f"{where}: trace"
             assert answer.usage.input_tokens > 0, f"{where}: usage not counted"
+            if get_spec(name).single_call:  # what `medmis run --batch` relies on
+                assert (answer.llm_calls, answer.tool_calls) == (1, 0), f"{where}: declared single_call"
             json.loads(answer.model_dump_json())
             answers.append(answer)
     blocked = ScriptedChatModel(outputs=lambda m, t: BlockedResponseError("safety block"))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,36 @@ def add_cache_flags(p: argparse.ArgumentParser, *, search: bool = True) -> None:
                    help="let visit_web reach this host even if it resolves to a private address")
     p.add_argument("--blocklist", default=None, metavar="FILE",
                    help="extra contamination patterns (one per line) added to the default blocklist")
+
+
+def add_batch_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--batch", action="store_true",
+                   help="submit the cases as provider batch jobs (openai/ and google/ models, "
+                        "single-call defenders); job ids go to OUT/batches.json, and re-running "
+                        "the same command polls them again (never resubmits)")
+    p.add_argument("--batch-poll", type=_float_range(0.0, None, "a number of seconds above 0"),
+                   default=30.0, metavar="S",
+                   help="seconds between polls of the batch jobs (default 30)")
+    p.add_argument("--batch-cancel", action="store_true",
+                   help="with --batch: cancel the run folder's unfinished batch jobs and stop")
+    p.add_argument("--batch-discount", type=_float_range(None, 1.0, "a share from 0 up to (not incl.) 1"),
+                   default=0.5, metavar="F",
+                   help="share taken off --price for batch runs (default 0.5, the providers' "
+                        "batch discount; 0 when the prices given are batch prices)")
+
+
+def _float_range(above: float | None, below: float | None, what: str) -> Callable[[str], float]:
+    def parse(value: str) -> float:
+        try:
+            number = float(value)
+        except ValueError:
+            number = float("nan")
+        low_ok = number > above if above is not None else number >= 0
+        if not (low_ok and (below is None or number < below)):
+            raise argparse.ArgumentTypeError(f"expected {what}, got {value!r}")
+        return number
+
+    return parse
 
 
 def add_search_flags(p: argparse.ArgumentParser) -> None:

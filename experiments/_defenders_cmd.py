@@ -99,7 +99,8 @@ def run() -> int:
     from medmis.defenses import list_defenders
 
     for spec in list_defenders():
-        tags = [t for t, on in (("uses web tools", spec.uses_tools), ("control", spec.control)) if on]
+        tags = [t for t, on in (("uses web tools", spec.uses_tools), ("control", spec.control),
+                                ("single call: --batch", spec.single_call)) if on]
         print(spec.name + (f"  [{', '.join(tags)}]" if tags else ""))
         if spec.description:
             print(f"    {spec.description}")

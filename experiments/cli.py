@@ -22,6 +22,7 @@ from medmis.experiments._argtypes import (
     int_at_least,
 )
 from medmis.experiments._cli_flags import (
+    add_batch_flags,
     add_cache_flags,
     add_hub_repo_flag,
     base_url_list,
@@ -104,6 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
                           "report then shows dollar cost per case and per 1,000 cases")
     run.add_argument("--no-progress", action="store_true")
     add_cache_flags(run)
+    add_batch_flags(run)
 
     rep = sub.add_parser("report", help="(re)write DIR/metrics.json, metrics.csv, report.md (and plots/HTML)")
     rep.add_argument("dir")
@@ -229,17 +231,23 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         blocklist=args.blocklist,
         retry_errors=args.retry_errors,
         prices=parse_prices(args.price),
+        batch=args.batch,
+        batch_poll_s=args.batch_poll,
+        batch_discount=args.batch_discount,
         progress=not args.no_progress,
         accept_changes=accept_change_fields(args.accept_change),
     )
     from medmis.experiments.benchmark._dataset import DataError
     from medmis.experiments.reporting import _worker
 
+    if args.batch_cancel and not args.batch:
+        raise CliError("--batch-cancel goes with --batch (and the run's other flags)")
+    extra = {"batch_cancel": True} if args.batch_cancel else {}
     # the reporting stack loads in a second process while this one runs
     worker = _worker.ReportWorker.start() if config.write_report and _worker.enabled() else _worker.ReportWorker(None)
     with worker:
         try:
-            result = asyncio.run(run_experiment(config, argv=["medmis", *argv], notice=_notice))
+            result = asyncio.run(run_experiment(config, argv=["medmis", *argv], notice=_notice, **extra))
         except DataError as exc:
             if not exc.issues:
                 raise

@@ -20,7 +20,7 @@ def test_defenders_lists_every_builtin(capsys: pytest.CaptureFixture[str]) -> No
                  "prior_reconcile", "isolate_vote", "escalate"):
         assert f"\n{name}" in "\n" + out
     assert "--defender-option search_agent.max_iterations=" in out
-    assert "context_blind  [control]" in out
+    assert "context_blind  [control, single call: --batch]" in out
 
 
 def test_data_validate_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

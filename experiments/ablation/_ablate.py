@@ -132,6 +132,7 @@ def estimate(config: AblationConfig, cases: Sequence[Case], out: Path) -> list[C
                 totals[2] += tin
                 totals[3] += tout
             cost = totals[2] / 1e6 * model.price_in_per_mtok + totals[3] / 1e6 * model.price_out_per_mtok
+            cost *= _billed_share(config)
             basis = "earlier records" if calibrated == len(cases) and cases else (
                 "heuristic" if not calibrated else f"mixed ({calibrated}/{len(cases)} calibrated)")
             cells.append(CellEstimate(
@@ -157,13 +158,18 @@ def format_estimates(cells: Sequence[CellEstimate]) -> str:
     return "\n".join(lines)
 
 
-def spent_usd(stats: RunStats, prices: dict[str, ModelEntry]) -> float:
+def _billed_share(config: AblationConfig) -> float:
+    """The share of the list prices a run is billed: less the batch discount for a batch run."""
+    return 1.0 - config.batch_discount if config.batch else 1.0
+
+
+def spent_usd(stats: RunStats, prices: dict[str, ModelEntry], share: float = 1.0) -> float:
     total = 0.0
     for spec, (tin, tout) in stats.by_model_tokens.items():
         m = prices.get(spec)
         if m is not None:
             total += tin / 1e6 * m.price_in_per_mtok + tout / 1e6 * m.price_out_per_mtok
-    return total
+    return total * share
 
 
 def _run_config(config: AblationConfig, out: Path, *, progress: bool, shuffled: bool,
@@ -196,6 +202,9 @@ def _run_config(config: AblationConfig, out: Path, *, progress: bool, shuffled: 
         blocklist=config.resolve(config.blocklist) if config.blocklist else None,
         progress=progress,
         accept_changes=list(accept_changes),
+        batch=config.batch,
+        batch_poll_s=config.batch_poll_s,
+        batch_discount=config.batch_discount,
     )
 
 
@@ -241,7 +250,7 @@ async def run_ablation(config: AblationConfig, *, out: Path, progress: bool = Tr
     def budget_stop(stats: RunStats) -> str | None:
         if config.budget_usd is None:
             return None
-        spent = spent_usd(stats, prices)
+        spent = spent_usd(stats, prices, _billed_share(config))
         return f"budget cap ${config.budget_usd:.2f} reached (${spent:.4f} spent)" if spent >= config.budget_usd else None
 
     main_cfg = _run_config(config, out, progress=progress, shuffled=False, accept_changes=accept_changes)

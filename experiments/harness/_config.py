@@ -18,6 +18,9 @@ CacheMode = Literal["live", "record", "replay", "refresh"]
 SearchBackendName = Literal["tavily", "serper", "local"]
 VisitBackendName = Literal["direct", "jina"]
 
+BATCH_DISCOUNT = 0.5
+"""The OpenAI Batch API and Gemini batch mode bill 50% of the interactive list price."""
+
 INVALID_ROWS_FILE = "invalid_rows.txt"
 """Written into the run folder under ``on_invalid="skip"``: one line per problem in the data."""
 
@@ -72,6 +75,13 @@ class RunConfig(BaseModel):
     write_report: bool = True
     prices: dict[str, tuple[float, float]] = Field(default_factory=dict)
     """USD per million input and output tokens by model spec (recorded in manifest.json)."""
+    batch: bool = False
+    """Submit the cases as provider batch jobs (OpenAI Batch API, Gemini batches)."""
+    batch_poll_s: float = Field(default=30.0, gt=0)
+    """Seconds between two polls of the run's pending batch jobs."""
+    batch_discount: float = Field(default=BATCH_DISCOUNT, ge=0, lt=1)
+    """Share taken off the ``prices`` for a batch run: they are list prices and the batch APIs
+    bill half (0 when the prices given are batch prices already)."""
     accept_changes: list[str] = Field(default_factory=list)
     """Fingerprint fields allowed to differ from the run already in ``out`` (see
     ``_fingerprint.ACCEPTABLE_CHANGES``); each accepted change is recorded in the manifest."""

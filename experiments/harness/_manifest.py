@@ -127,6 +127,8 @@ def write_manifest(
         "updated": now,
         "runs": int(previous.get("runs", 0)) + 1,
     }
+    if config.batch:  # its prices are list prices; the report takes the batch discount off them
+        manifest["batch"] = {"enabled": True, "discount": config.batch_discount}
     if fingerprint is not None:
         manifest["fingerprint"] = dict(fingerprint)
     history = list(previous.get("accepted_changes", []))

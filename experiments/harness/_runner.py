@@ -381,6 +381,14 @@ def append_line(fh: Any, record: Record) -> None:
     fh.flush()
 
 
-async def run_experiment(config: RunConfig, **kwargs: Any) -> RunResult:
-    """Run (or resume) a configuration; the caller writes the report (``medmis.experiments.reporting``)."""
+async def run_experiment(config: RunConfig, *, batch_cancel: bool = False, **kwargs: Any) -> RunResult:
+    """Run (or resume) a configuration; the caller writes the report (``medmis.experiments.reporting``).
+
+    ``config.batch`` runs it through provider batch jobs (``._batch``); ``batch_cancel``
+    then cancels the folder's unfinished jobs instead.
+    """
+    if config.batch:
+        from ._batch import BatchHarness
+
+        return await BatchHarness(config, cancel=batch_cancel, **kwargs).run()
     return await Harness(config, **kwargs).run()

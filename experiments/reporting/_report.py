@@ -35,6 +35,7 @@ from ._sections import (
     render_reading,
 )
 from ._verdict_text import (
+    batch_discount,
     render_incomplete_line,
     render_verdict,
     run_prices,
@@ -85,8 +86,12 @@ def write_report(
     verdict = run_verdict(run, report)
     metrics = report.to_json_dict()
     prices = run_prices(run)
+    discount = batch_discount(run)
     for (model, defender), money in usd_rows(report, prices).items():
         metrics[model][defender]["cost"].update(money)
+        if discount and model in prices:  # say which prices the dollars were computed from
+            metrics[model][defender]["cost"].update(
+                batch_discount=discount, usd_in_per_mtok=prices[model][0], usd_out_per_mtok=prices[model][1])
     # allow_nan=False: the contract is strict JSON, undefined values must already be null.
     _write_text(paths["metrics.json"],
                 json.dumps(metrics, indent=2, ensure_ascii=False, allow_nan=False) + "\n")

@@ -21,6 +21,7 @@ from ._format import (
 )
 from ._run import RunData
 from ._verdict_text import (
+    batch_discount,
     render_incomplete_line,
     render_verdict,
     run_prices,
@@ -54,7 +55,7 @@ def render_markdown(run: RunData, report: MetricsReport, verdict: Verdict | None
         render_strata(report),
         render_subsets(report),
         render_paired(report),
-        render_cost(report, run_prices(run)),
+        render_cost(report, run_prices(run), batch_discount(run)),
         render_definitions(),
     ]
     return "\n\n".join(s for s in sections if s) + "\n"
@@ -214,8 +215,9 @@ def render_paired(report: MetricsReport) -> str:
             + md_table(header, rows))
 
 
-def render_cost(report: MetricsReport, prices: Prices | None = None) -> str:
-    """Tokens, calls, latency and (with prices) dollars per model x defender."""
+def render_cost(report: MetricsReport, prices: Prices | None = None, discount: float = 0.0) -> str:
+    """Tokens, calls, latency and (with prices) dollars per model x defender; ``discount``
+    is the batch discount already taken off ``prices`` (a batch run), stated in the note."""
     dollars = usd_rows(report, prices or {})
     header = ["Model", "Defender", "Cases", "Input tokens", "Output tokens", "In/case",
               "Out/case", "LLM calls/case", "Tool calls/case", "Latency p50 (s)",
@@ -233,7 +235,9 @@ def render_cost(report: MetricsReport, prices: Prices | None = None) -> str:
             fmt_usd(money["usd"]), fmt_usd(money["usd_per_case"]), fmt_usd(money["usd_per_1k_cases"]),
         ])
     priced = ", ".join(f"`{m}` ${p[0]:g} in / ${p[1]:g} out" for m, p in (prices or {}).items())
-    note = (f"Prices (USD per million tokens): {priced}." if priced else
+    batch = (f" Batch API run: these are the list prices less the {100 * discount:g}% batch "
+             f"discount." if discount else "")
+    note = (f"Prices (USD per million tokens): {priced}.{batch}" if priced else
             "No prices recorded (`--price MODEL=IN,OUT` on `medmis run`, or the ablation "
             "config's `price_in_per_mtok` / `price_out_per_mtok`): dollars are not shown.")
     return "## Cost\n\n" + note + "\n\n" + md_table(header, rows)

@@ -31,12 +31,20 @@ _RATE_NAMES = {"error_rate": "error rate", "unparsed_rate": "unparsed rate"}
 _METRIC_NAMES = {"clean_acc": "clean accuracy", "type2_recovery": "Type 2 recovery"}
 
 
+def batch_discount(run: RunData) -> float:
+    """The share a batch run takes off its recorded (list) prices; 0 for an interactive run."""
+    batch = run.manifest.get("batch")
+    return float(batch.get("discount") or 0.0) if isinstance(batch, dict) and batch.get("enabled") else 0.0
+
+
 def run_prices(run: RunData) -> dict[str, tuple[float, float]]:
-    """USD per million input/output tokens by model, as the run recorded them."""
+    """USD per million input/output tokens by model, as billed: the recorded prices, less the
+    batch discount for a batch run (``medmis run --batch`` records list prices)."""
+    keep = 1.0 - batch_discount(run)
     out: dict[str, tuple[float, float]] = {}
     for model, pair in (run.manifest.get("prices") or {}).items():
         if isinstance(pair, list | tuple) and len(pair) == 2:
-            out[str(model)] = (float(pair[0]), float(pair[1]))
+            out[str(model)] = (float(pair[0]) * keep, float(pair[1]) * keep)
     return out
 
 

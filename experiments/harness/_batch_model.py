@@ -1,0 +1,154 @@
+"""The chat model a batch run puts in a defender's context, in two modes.
+
+*Collecting*: the defender's one call is turned into the exact request the provider's
+interactive adapter would send (built by that adapter: ``OpenAIChat._get_request_payload``,
+``GeminiChat._prepare``), recorded, and the case stops with :class:`RequestCollected`.
+
+*Answering*: the same call is rebuilt the same way, looked up by its hash among a batch job's
+results, and parsed by the adapter's own response parser, so the record, its usage and its
+extracted answer are what an interactive call with that reply would have produced.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import BaseMessage
+from langchain_core.outputs import ChatResult
+from pydantic import ConfigDict, Field
+
+from medmis.agents._capabilities import provider_family
+
+BATCH_FAMILIES = ("openai", "google")
+"""Provider families with a batch API this toolkit drives (OpenAI Batch API, Gemini batches)."""
+
+
+class RequestCollected(Exception):
+    """The collecting model holds the case's request; the case waits for its batch job."""
+
+
+class BatchLineError(Exception):
+    """A batch job gave no usable result for a request (a failed or expired line, a failed,
+    expired or cancelled job, or a request that changed since it was submitted)."""
+
+
+@dataclass(frozen=True)
+class BatchRequest:
+    """One request as a batch line carries it.
+
+    ``body`` is the provider's request: for OpenAI the chat-completions body (what the SDK
+    posts to ``/v1/chat/completions``); for Gemini ``{"model", "contents", "config"}`` as
+    JSON, the ``InlinedRequest`` fields. ``custom_id`` is the SHA-256 of ``body``.
+    """
+
+    custom_id: str
+    body: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class LineResult:
+    """A batch line's outcome: the provider's response (OpenAI: the chat-completion body;
+    Gemini: a ``GenerateContentResponse``) or an error text."""
+
+    response: Any = None
+    error: str | None = None
+
+
+def _request_hash(body: Mapping[str, Any]) -> str:
+    blob = json.dumps(body, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def openai_body(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """The JSON body the openai SDK sends for ``ChatOpenAI``'s request payload: the payload
+    with ``extra_body`` merged in, as the SDK merges it (``stream: false`` stays: ``create``
+    sends it, and so does ``parse``, which ChatOpenAI calls when a ``response_format`` is set).
+    """
+    body = dict(payload)
+    body.update(body.pop("extra_body", None) or {})
+    return body
+
+
+def build_request(real: Any, messages: list[BaseMessage], stop: list[str] | None,
+                  kwargs: dict[str, Any]) -> BatchRequest:
+    """The batch request for one call of ``real`` (an ``OpenAIChat`` or ``GeminiChat``),
+    built by the adapter's own request code."""
+    family = provider_family(real)
+    if family == "openai":
+        body = openai_body(real._get_request_payload(messages, stop=stop, **kwargs))
+    elif family == "google":
+        request = real._prepare(messages, stop, dict(kwargs))
+        body = {
+            "model": request["model"],
+            "contents": [c.model_dump(mode="json", exclude_none=True) for c in request["contents"]],
+            "config": request["config"].model_dump(mode="json", exclude_none=True),
+        }
+    else:
+        raise ValueError(f"no batch API for provider family {family!r} (batch: {', '.join(BATCH_FAMILIES)})")
+    return BatchRequest(_request_hash(body), body)
+
+
+def chat_result(real: Any, request: BatchRequest, response: Any) -> ChatResult:
+    """Parse a batch line's response with the adapter's interactive parser."""
+    if provider_family(real) == "openai":
+        from openai.types.chat import ChatCompletion
+
+        return real._create_chat_result(ChatCompletion.model_validate(response))
+    config = request.body.get("config") or {}
+    schema = config.get("response_schema", config.get("response_json_schema"))
+    if schema is not None:
+        # generate_content hands the request's schema to the response, which then parses the
+        # JSON reply; a batch job's response has no request beside it, so do the same here
+        from google.genai import types
+
+        response = types.GenerateContentResponse._from_response(
+            response=response.model_dump(exclude_none=True), kwargs={"config": {"response_schema": schema}}
+        )
+    return real._result(response)
+
+
+class BatchChat(BaseChatModel):
+    """Stands in for ``real`` in a batch run: collects requests (``results`` is None) or
+    answers them from ``results`` (custom_id -> :class:`LineResult`)."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    accepts_structured_output: ClassVar[bool] = True
+
+    real: Any
+    results: dict[str, LineResult] | None = None
+    collected: list[BatchRequest] = Field(default_factory=list)
+
+    @property
+    def provider_family(self) -> str:
+        # prompts are placed for the real model's family (the paper preset differs for Gemini)
+        return provider_family(self.real)
+
+    @property
+    def _llm_type(self) -> str:
+        return "medmis-batch"
+
+    def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None,
+                  run_manager: CallbackManagerForLLMRun | None = None, **kwargs: Any) -> ChatResult:
+        raise TypeError("a batch run's model answers asynchronous calls only")
+
+    async def _agenerate(self, messages: list[BaseMessage], stop: list[str] | None = None,
+                         run_manager: AsyncCallbackManagerForLLMRun | None = None,
+                         **kwargs: Any) -> ChatResult:
+        request = build_request(self.real, messages, stop, kwargs)
+        if self.results is None:
+            self.collected.append(request)
+            raise RequestCollected(request.custom_id)
+        line = self.results.get(request.custom_id)
+        if line is None:
+            raise BatchLineError("no batch result for this request (the request differs from the "
+                                 "one submitted; rerun with --retry-errors to submit it)")
+        if line.error is not None:
+            raise BatchLineError(line.error)
+        return chat_result(self.real, request, line.response)
