@@ -143,7 +143,8 @@ def test_base_url_credentials_stay_out_of_the_fingerprint(tmp_path: Path) -> Non
 def test_a_second_process_on_the_folder_exits_2_in_one_line(tmp_path: Path) -> None:
     out = tmp_path / "run"
     medmis = [sys.executable, "-m", "medmis.experiments.cli"]
-    slow = [*run_args(out), "--model-option", "latency_s=0.3", "--max-connections", "1"]
+    # 9 cases x 1 s: time for the second interpreter to start and reach the lock on a loaded machine
+    slow = [*run_args(out), "--model-option", "latency_s=1.0", "--max-connections", "1"]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     first = subprocess.Popen([*medmis, *slow], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True, env=env)
