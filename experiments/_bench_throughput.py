@@ -114,6 +114,7 @@ def bench_throughput(calls: int = 1224, connections: int = 32, latency: float = 
     served = dict(kv.split("=") for kv in tail[-1].split()) if tail else {}
     ratio = run_wall / lean_wall
     return {
+        "load_average_1m": round(os.getloadavg()[0], 2),
         "calls_served": int(served.get("requests", -1)),
         "connections": connections,
         "latency_s": latency,
