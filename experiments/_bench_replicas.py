@@ -17,15 +17,12 @@ from __future__ import annotations
 
 import asyncio
 import resource
-import signal
-import subprocess
-import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from medmis.experiments._fake_openai import serve_in_processes
 
 TARGET_RATIO = 1.8
 
@@ -35,25 +32,9 @@ def _cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-@contextmanager
-def _servers(n: int, latency: float, capacity: int, stats: list[dict[str, int]]) -> Iterator[list[str]]:
+def _servers(n: int, latency: float, capacity: int, stats: list[dict[str, int]]) -> Any:
     """``n`` fake servers in their own processes; their request counts land in ``stats``."""
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-m", "medmis.experiments._fake_openai", "--latency", str(latency),
-             "--capacity", str(capacity)],
-            stdout=subprocess.PIPE, text=True,
-        )
-        for _ in range(n)
-    ]
-    try:
-        yield [p.stdout.readline().strip() for p in procs]  # type: ignore[union-attr]
-    finally:
-        for p in procs:
-            p.send_signal(signal.SIGINT)
-        for p in procs:
-            tail = p.communicate(timeout=10)[0].strip().splitlines()
-            stats.append({k: int(v) for k, v in (kv.split("=") for kv in tail[-1].split())} if tail else {})
+    return serve_in_processes(n, latency, capacity=capacity, stats=stats)
 
 
 async def _lean(urls: list[str], calls: int, connections: int) -> float:

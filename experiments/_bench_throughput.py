@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import resource
-import signal
 import subprocess
 import sys
 import tempfile
@@ -86,32 +85,25 @@ def _compile_package() -> None:
 
 def bench_throughput(calls: int = 1224, connections: int = 32, latency: float = 0.1) -> dict[str, Any]:
     """Figures for the lean client and a whole ``medmis run`` process on the same server."""
+    from medmis.experiments._fake_openai import serve_in_processes
     from medmis.experiments.bench import _write_items
 
     _compile_package()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "medmis.experiments._fake_openai", "--latency", str(latency)],
-        stdout=subprocess.PIPE, text=True,
-    )
-    try:
-        base_url = server.stdout.readline().strip()  # type: ignore[union-attr]
-        with tempfile.TemporaryDirectory() as tmp:
-            data = Path(tmp) / "items.jsonl"
-            _write_items(data, calls // 3)
-            lean_wall, lean_cpu, out = _timed([sys.executable, "-c", _LEAN, base_url, str(data), str(connections)])
-            lean = json.loads(out.strip().splitlines()[-1])
-            env = {**os.environ, "OPENAI_API_KEY": "sk-bench-placeholder-key"}
-            env.pop("MEDMIS_HTTP_TRANSPORT", None)
-            run_argv = [sys.executable, "-m", "medmis.experiments.cli", "run", "--data", str(data),
-                        "--model", "openai/bench", "--model-base-url", base_url, "--defender", "none",
-                        "--max-connections", str(connections), "--max-retries", "0", "--no-progress",
-                        "--out", str(Path(tmp) / "run")]
-            run_wall, run_cpu, _ = _timed(run_argv, env)
-            records = sum(1 for _ in (Path(tmp) / "run" / "records.jsonl").open(encoding="utf-8"))
-    finally:
-        server.send_signal(signal.SIGINT)
-        tail = server.communicate(timeout=10)[0].strip().splitlines()
-    served = dict(kv.split("=") for kv in tail[-1].split()) if tail else {}
+    stats: list[dict[str, int]] = []
+    with serve_in_processes(1, latency, stats=stats) as (base_url,), tempfile.TemporaryDirectory() as tmp:
+        data = Path(tmp) / "items.jsonl"
+        _write_items(data, calls // 3)
+        lean_wall, lean_cpu, out = _timed([sys.executable, "-c", _LEAN, base_url, str(data), str(connections)])
+        lean = json.loads(out.strip().splitlines()[-1])
+        env = {**os.environ, "OPENAI_API_KEY": "sk-bench-placeholder-key"}
+        env.pop("MEDMIS_HTTP_TRANSPORT", None)
+        run_argv = [sys.executable, "-m", "medmis.experiments.cli", "run", "--data", str(data),
+                    "--model", "openai/bench", "--model-base-url", base_url, "--defender", "none",
+                    "--max-connections", str(connections), "--max-retries", "0", "--no-progress",
+                    "--out", str(Path(tmp) / "run")]
+        run_wall, run_cpu, _ = _timed(run_argv, env)
+        records = sum(1 for _ in (Path(tmp) / "run" / "records.jsonl").open(encoding="utf-8"))
+    served = stats[0] if stats else {}
     ratio = run_wall / lean_wall
     return {
         "load_average_1m": round(os.getloadavg()[0], 2),

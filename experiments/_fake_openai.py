@@ -16,7 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
+import subprocess
+import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 
@@ -125,6 +130,29 @@ class FakeOpenAIServer:
             self._writers.discard(writer)
             writer.close()
 
+
+
+@contextmanager
+def serve_in_processes(n: int, latency: float, *, capacity: int | None = None,
+                       stats: list[dict[str, int]] | None = None) -> Iterator[list[str]]:
+    """``n`` servers, each in its own process (its CPU is not charged to the client measured);
+    yields their base URLs; on exit their ``requests``/``max_in_flight`` figures go to ``stats``."""
+    extra = ["--capacity", str(capacity)] if capacity is not None else []
+    procs = [
+        subprocess.Popen([sys.executable, "-m", "medmis.experiments._fake_openai", "--latency", str(latency), *extra],
+                         stdout=subprocess.PIPE, text=True)
+        for _ in range(n)
+    ]
+    try:
+        yield [p.stdout.readline().strip() for p in procs]  # type: ignore[union-attr]
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGINT)
+        for p in procs:
+            tail = p.communicate(timeout=10)[0].strip().splitlines()
+            figures = {k: int(v) for k, v in (kv.split("=") for kv in tail[-1].split())} if tail else {}
+            if stats is not None:
+                stats.append(figures)
 
 async def _serve(latency: float, port: int, capacity: int | None = None) -> None:
     async with FakeOpenAIServer(latency_s=latency, port=port, capacity=capacity) as server:

@@ -89,37 +89,26 @@ async def bench_harness(n_items: int = 1000) -> dict[str, Any]:
 
 
 async def bench_concurrency(calls: int = 1200, connections: int = 32, latency: float = 0.1) -> dict[str, Any]:
-    import signal
-    import subprocess
-    import sys
-
     from medmis.agents._registry import ModelOptions, load_model
+    from medmis.experiments._fake_openai import serve_in_processes
     from medmis.experiments.harness._runner import DefenderConfig, Harness, RunConfig
 
+    stats: list[dict[str, int]] = []
     # the server runs in its own process so its CPU is not charged to the harness
-    server = subprocess.Popen(
-        [sys.executable, "-m", "medmis.experiments._fake_openai", "--latency", str(latency)],
-        stdout=subprocess.PIPE, text=True,
-    )
-    try:
-        base_url = server.stdout.readline().strip()  # type: ignore[union-attr]
-        with tempfile.TemporaryDirectory() as tmp:
-            data = Path(tmp) / "items.jsonl"
-            _write_items(data, calls // 3)
-            opts = ModelOptions(base_url=base_url)
-            config = RunConfig(
-                data=str(data), models=["openai/bench"], model_options=opts,
-                defenders=[DefenderConfig(name="none")], out=str(Path(tmp) / "run"),
-                progress=False, write_report=False, max_connections=connections, max_retries=0,
-            )
-            harness = Harness(config, model_factory=lambda spec: load_model(spec, opts), argv=["bench"])
-            start = time.perf_counter()
-            result = await harness.run()
-            wall = time.perf_counter() - start
-    finally:
-        server.send_signal(signal.SIGINT)
-        tail = server.communicate(timeout=10)[0].strip().splitlines()
-    served = dict(kv.split("=") for kv in tail[-1].split()) if tail else {}
+    with serve_in_processes(1, latency, stats=stats) as (base_url,), tempfile.TemporaryDirectory() as tmp:
+        data = Path(tmp) / "items.jsonl"
+        _write_items(data, calls // 3)
+        opts = ModelOptions(base_url=base_url)
+        config = RunConfig(
+            data=str(data), models=["openai/bench"], model_options=opts,
+            defenders=[DefenderConfig(name="none")], out=str(Path(tmp) / "run"),
+            progress=False, write_report=False, max_connections=connections, max_retries=0,
+        )
+        harness = Harness(config, model_factory=lambda spec: load_model(spec, opts), argv=["bench"])
+        start = time.perf_counter()
+        result = await harness.run()
+        wall = time.perf_counter() - start
+    served = stats[0] if stats else {}
     ideal = calls * latency / connections
     return {
         "calls": int(served.get("requests", -1)),
