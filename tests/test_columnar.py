@@ -169,3 +169,28 @@ def test_repair_torn_tail_cuts_only_the_partial_line(tmp_path: Path, head: bytes
     path.write_bytes(head + tail)
     repair_torn_tail(path)
     assert path.read_bytes() == head
+
+
+@pytest.mark.parametrize("seed", [0, 4])
+def test_same_answers_sql_equals_per_record(seed: int) -> None:
+    from medmis.experiments.analysis._columnar import records_into
+    from medmis.experiments.analysis._verdict import same_answers, same_answers_sql
+    from medmis.experiments.harness._scan import connect
+
+    records = random_records(seed)
+    # a control that answers like "none" wherever both are graded, and one with no graded case
+    records += [r.model_copy(update={"defender": "blind"}) for r in records if r.defender == "none"]
+    records += [r.model_copy(update={"defender": "dead", "error": "E: x", "choice": None, "correct": None})
+                for r in records[:5]]
+    records = list({r.key: r for r in records}.values())  # one record per key, as a run holds
+    con = connect()
+    try:
+        records_into(con, records)
+        for controls in ({"none"}, {"blind", "other"}, {"guard", "none", "blind", "dead"}, set()):
+            got = same_answers_sql(con, controls)
+            want = same_answers(records, controls)
+            assert got == want, controls
+            assert list(got) == sorted(got)
+        assert same_answers_sql(con, {"blind"})[("m/b", "none")]["blind"].k > 0
+    finally:
+        con.close()
