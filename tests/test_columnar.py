@@ -194,3 +194,23 @@ def test_same_answers_sql_equals_per_record(seed: int) -> None:
         assert same_answers_sql(con, {"blind"})[("m/b", "none")]["blind"].k > 0
     finally:
         con.close()
+
+
+@pytest.mark.parametrize(("m", "scale"), [(17, 5), (31, 5), (400, 5), (2049, 5), (101, 400_000)])
+def test_sign_flips_from_the_raw_stream_equal_choice(m: int, scale: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    import numpy as np
+
+    from medmis.experiments.analysis import _cluster
+
+    rng = np.random.default_rng(m)
+    nz = rng.integers(-scale, scale + 1, size=m).astype(np.float64)  # scale 400,000: float64 sums
+    nz[nz == 0] = 3.0
+    assert _cluster._raw_signs_match_choice()
+    for n_perm in (1, 999, 5000):
+        for threshold in (0.0, abs(nz.sum()) - 1e-9, 10.0):
+            monkeypatch.setattr(_cluster, "_RAW_SIGNS_OK", True)
+            fast = _cluster._sign_flip_hits(nz, threshold, n_perm, seed=m)
+            monkeypatch.setattr(_cluster, "_RAW_SIGNS_OK", False)  # the old draws through choice
+            assert fast == _cluster._sign_flip_hits(nz, threshold, n_perm, seed=m)
+            if threshold == 0.0:
+                assert fast == n_perm

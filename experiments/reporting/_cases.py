@@ -7,9 +7,10 @@ the records and traces keep everything. The page (:mod:`._html`) embeds this as 
 
 from __future__ import annotations
 
+import io
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,23 +24,73 @@ _OPTION = re.compile(r"^\s*([A-Za-z0-9]{1,3}):\s*(.+)$")
 _PROTOCOLS = ("clean", "type1", "type2")
 
 
-_HEAD = re.compile(r'^\{"model": "(?:[^"\\]|\\.)*", "defender": "(?:[^"\\]|\\.)*", '
-                   r'"protocol": "(?:[^"\\]|\\.)*", "item_id": ("(?:[^"\\]|\\.)*"), '
-                   r'"subset": ("(?:[^"\\]|\\.)*"),')
+_STR = rb'"[^"\\\n]*(?:\\.[^"\\\n]*)*"'  # a JSON string on one line (unrolled: fast in re)
+_ID_HEAD = re.compile(rb'\{"model": ' + _STR + rb', "defender": ' + _STR + rb', "protocol": ' + _STR
+                      + rb', "item_id": (' + _STR + rb')')
+_BLOCK = 8 << 20
+
+
+def _id_suffixes(items: set[str]) -> set[str]:
+    """Every ``x`` with ``key.endswith("/" + x)`` for a key in ``items``: the ids a trace line
+    can have to belong to one of them, with or without its subset."""
+    return {k[i + 1:] for k in items for i, ch in enumerate(k) if ch == "/"}
+
+
+def _head_id(head: bytes) -> str | None:
+    raw = head[1:-1]
+    if b"\\" not in raw:
+        return raw.decode("utf-8", "replace")
+    try:
+        value = json.loads(head.decode("utf-8", "replace"))
+    except json.JSONDecodeError:
+        return None
+    return value if isinstance(value, str) else None
+
+
+def _candidate_lines(path: Path, items: set[str]) -> Iterator[str]:
+    """The lines of ``path`` that may belong to ``items``, decoded as a text-mode read would.
+
+    A line whose head (the runner's first key fields) names an item id that no key in
+    ``items`` ends with is skipped without being decoded or parsed; any other line is passed
+    on. Bytes are split on newlines in blocks; a block holding a carriage return is split as
+    text mode splits it (universal newlines), so the lines are those of ``open(path)``.
+    """
+    ids = _id_suffixes(items)
+    with path.open("rb") as fh:
+        rest = b""
+        while True:
+            chunk = fh.read(_BLOCK)
+            block = rest + chunk
+            if not chunk:
+                rest = b""
+            else:
+                cut = block.rfind(b"\n") + 1
+                block, rest = block[:cut], block[cut:]
+            if b"\r" in block:
+                yield from io.StringIO(block.decode("utf-8", "replace"), newline=None)
+            elif block:
+                for line in block.split(b"\n"):
+                    if not line:
+                        continue
+                    m = _ID_HEAD.match(line)
+                    if m is not None and _head_id(m.group(1)) not in ids:
+                        continue
+                    yield line.decode("utf-8", "replace")
+            if not chunk:
+                return
 
 
 def _read_jsonl(path: Path, items: set[str] | None = None) -> list[dict[str, Any]]:
     """Trace lines with their key fields; with ``items``, only lines of those item keys.
 
-    Lines are streamed; a line whose head (the runner's key fields) names another item is
-    skipped without being parsed in full.
+    Lines are streamed; with ``items``, a line whose head (the runner's key fields) names an
+    item id no key ends with is skipped without being decoded or parsed.
     """
     out = []
+    ids = _id_suffixes(items) if items is not None else set()
     with path.open(encoding="utf-8", errors="replace") as fh:
-        for line in fh:
-            m = _HEAD.match(line) if items is not None else None
-            if m and items is not None and f"{json.loads(m.group(2))}/{json.loads(m.group(1))}" not in items:
-                continue
+        lines: Iterable[str] = fh if items is None else _candidate_lines(path, items)
+        for line in lines:
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError:
@@ -49,7 +100,7 @@ def _read_jsonl(path: Path, items: set[str] | None = None) -> list[dict[str, Any
                 continue
             # traces written before "subset" was added are matched on the id alone
             if items is None or _item_key(obj) in items or (
-                    not obj.get("subset") and any(k.endswith("/" + str(obj["item_id"])) for k in items)):
+                    not obj.get("subset") and str(obj["item_id"]) in ids):
                 out.append(obj)
     return out
 
