@@ -48,6 +48,16 @@ _SECRET_NAME = re.compile(
 _USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)[^/\s@:]+(?::[^/\s@]*)?@")
 
 
+# Something every pattern above needs (the case-insensitive ones under the same flag, so the
+# same Unicode look-alikes count): text without any of these is left as it is, unscanned.
+_MAY_HOLD = ("sk-", "AIza", "tvly-", "jina_", "=", "@")
+_MAY_HOLD_I = re.compile(r"(?i)bearer|api|authorization")
+
+
+def _may_hold_key(text: str) -> bool:
+    return any(s in text for s in _MAY_HOLD) or _MAY_HOLD_I.search(text) is not None
+
+
 def configured_secrets(environ: Mapping[str, str] | None = None) -> list[str]:
     """The credential values this process was given (non-trivial ones only)."""
     env = os.environ if environ is None else environ
@@ -67,6 +77,8 @@ def redact(text: str, secrets: Iterable[str] | None = None) -> str:
     for value in configured_secrets() if secrets is None else secrets:
         if value and len(value) >= 8:
             text = text.replace(value, MASK)
+    if not _may_hold_key(text):
+        return text
     text = _USERINFO.sub(lambda m: m.group(1) + MASK + "@", text)
     for pattern in _PATTERNS:
         if pattern.groups == 2:
