@@ -94,33 +94,40 @@ _KINDS = (
 
 
 def _blocks_sql() -> list[str]:
-    """Statements filling ``item_agg`` (one per stratum kind, to bound each aggregation) and
-    ``block_agg``.
+    """Statements filling ``block_agg`` (every block's counts) and ``item_agg`` (per-item sums
+    of the blocks whose units share items: only those need them, for the design effect).
 
     A unit's stratum labels are its item's tags, so the units are first summed per item
     (outcome total, unit count, first position) once, and each kind only labels those sums;
     sums, counts and minima are the same as grouping the labelled units directly. The
-    per-protocol rates of ``subset_protocol`` keep the protocol in their item sums.
+    per-protocol rates of ``subset_protocol`` keep the protocol in their item sums. Item
+    rows are kept for every (model, defender, metric) with an item of several units, a
+    superset of the blocks with fewer clusters than units.
     """
-    per_item = ("CREATE OR REPLACE TABLE unit_items AS SELECT model, defender, metric, item_key, "
-                "sum(outcome::INT) AS total, count(*) AS size, min(pos) AS fpos FROM units GROUP BY ALL")
-    per_item_protocol = (
-        "CREATE OR REPLACE TABLE unit_items_p AS SELECT model, defender, protocol, metric, item_key, "
-        "sum(outcome::INT) AS total, count(*) AS size, min(pos) AS fpos FROM units "
-        "WHERE metric IN ('unparsed_rate', 'error_rate') GROUP BY ALL")
-    parts = [f"SELECT u.model, u.defender, '{kind}' AS kind, {label} AS label, u.metric, u.item_key, "
-             "u.total, u.size, u.fpos FROM unit_items u JOIN tags t USING (item_key)" for kind, label in _KINDS]
-    parts.append(f"SELECT u.model, u.defender, 'subset_protocol' AS kind, t.subset || '{STRATUM_JOIN}' || "
-                 "u.protocol AS label, u.metric, u.item_key, u.total, u.size, u.fpos FROM unit_items_p u "
-                 "JOIN tags t USING (item_key)")
-    return [per_item, per_item_protocol,
-            f"CREATE OR REPLACE TABLE item_agg AS {parts[0]}",
-            *(f"INSERT INTO item_agg {p}" for p in parts[1:]),
-            "DROP TABLE unit_items", "DROP TABLE unit_items_p",
-            """CREATE OR REPLACE TABLE block_agg AS
-SELECT row_number() OVER () AS block, * FROM (
-  SELECT model, defender, kind, label, metric, sum(total)::BIGINT AS k, sum(size)::BIGINT AS n,
-         count(*) AS clusters FROM item_agg GROUP BY ALL)"""]
+    sums = "sum(outcome::INT) AS total, count(*) AS size, min(pos) AS fpos FROM units"
+    statements = [
+        f"CREATE OR REPLACE TABLE unit_items AS SELECT model, defender, metric, item_key, {sums} "
+        "GROUP BY ALL",
+        f"CREATE OR REPLACE TABLE unit_items_p AS SELECT model, defender, protocol, metric, item_key, "
+        f"{sums} WHERE metric IN ('unparsed_rate', 'error_rate') GROUP BY ALL",
+    ]
+    sources = [(kind, label, "unit_items") for kind, label in _KINDS]
+    sources.append(("subset_protocol", f"t.subset || '{STRATUM_JOIN}' || u.protocol", "unit_items_p"))
+    counts = []
+    for i, (kind, label, table) in enumerate(sources):
+        labelled = (f"SELECT u.model, u.defender, '{kind}' AS kind, {label} AS label, u.metric, u.item_key, "
+                    f"u.total, u.size, u.fpos FROM {table} u JOIN tags t USING (item_key)")
+        shared = (f"WHERE (u.model, u.defender, u.metric) IN (SELECT (model, defender, metric) FROM {table} "
+                  "GROUP BY ALL HAVING max(size) > 1)")
+        make = "CREATE OR REPLACE TABLE item_agg AS" if i == 0 else "INSERT INTO item_agg"
+        statements.append(f"{make} {labelled} {shared}")
+        counts.append(f"SELECT model, defender, kind, label, metric, sum(total)::BIGINT AS k, "
+                      f"sum(size)::BIGINT AS n, count(*) AS clusters FROM ({labelled}) GROUP BY ALL")
+    statements.append(
+        "CREATE OR REPLACE TABLE block_agg AS SELECT row_number() OVER () AS block, * FROM ("
+        + " UNION ALL ".join(counts) + ")")
+    statements += ["DROP TABLE unit_items", "DROP TABLE unit_items_p"]
+    return statements
 
 
 def _proportion(k: int, n: int, clusters: int, totals: np.ndarray | None, sizes: np.ndarray | None,
