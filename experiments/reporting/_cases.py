@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -19,6 +20,8 @@ from medmis.agents._mock import content_text
 RAW_LIMIT = 4000
 TEXT_LIMIT = 600  # claims, quotes, queries, URLs
 MAX_ITEMS = 400  # case browser cap; the records and traces keep everything
+MAX_ANSWERS = 20_000  # answers (records) of the sampled items, about 3 MB of page
+MIN_ITEMS = 50  # the sample's floor however wide the grid
 
 _OPTION = re.compile(r"^\s*([A-Za-z0-9]{1,3}):\s*(.+)$")
 _PROTOCOLS = ("clean", "type1", "type2")
@@ -207,6 +210,9 @@ LIMIT ?
 def sample_items(run_dir: Path, max_items: int) -> tuple[list[str], int] | None:
     """At most ``max_items`` item keys, flips first, spread evenly over subsets; and the total.
 
+    Fewer on a wide grid: about :data:`MAX_ANSWERS` records' answers in all, never fewer
+    than :data:`MIN_ITEMS` items.
+
     Reads ``records.jsonl`` through DuckDB (None when the run has none): a case is flipped
     when an injected case is answered wrongly by a (model, defender) that was right on clean.
     """
@@ -218,12 +224,37 @@ def sample_items(run_dir: Path, max_items: int) -> tuple[list[str], int] | None:
     con = connect()
     try:
         records_view(con, compact_records(records, con=con))
+        # a wide grid answers each item many times: bound the answers the page embeds too
+        per_item = con.execute("SELECT count(*) / count(DISTINCT item_key) FROM records").fetchone()
+        if per_item and per_item[0]:
+            max_items = min(max_items, max(MIN_ITEMS, int(MAX_ANSWERS // per_item[0])))
         rows = con.execute(_SAMPLE, [max_items]).fetchall()
         total = rows[0][2] if rows else con.execute(
             "SELECT count(DISTINCT item_key) FROM records").fetchone()[0]  # type: ignore[index]
     finally:
         con.close()
     return [k for k, _, _ in rows], int(total)
+
+
+def _read_all(paths: list[Path], items: set[str] | None) -> list[list[dict[str, Any]]]:
+    """:func:`_read_jsonl` of every path, in order; big sampled reads on the spare cores.
+
+    Skipping a line is Python work on every line, so a release-sized run (gigabytes of
+    traces) reads its files in worker processes, one file each; a small run reads in here.
+    """
+    size = sum(p.stat().st_size for p in paths)
+    workers = min(len(paths), os.cpu_count() or 1, 4)
+    if items is None or workers < 2 or size < _PARALLEL_BYTES:
+        return [_read_jsonl(p, items) for p in paths]
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    # fork: the workers need nothing but this module, which is loaded already
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+        return list(pool.map(_read_jsonl, paths, [items] * len(paths)))
+
+
+_PARALLEL_BYTES = 256 << 20
 
 
 def case_data(run_dir: Path, max_items: int = MAX_ITEMS) -> dict[str, Any]:
@@ -235,8 +266,8 @@ def case_data(run_dir: Path, max_items: int = MAX_ITEMS) -> dict[str, Any]:
     sample = sample_items(run_dir, max_items)
     chosen = set(sample[0]) if sample else None
     latest: dict[tuple[Any, ...], dict[str, Any]] = {}
-    for path in sorted((run_dir / "traces").glob("*.jsonl")):
-        for t in _read_jsonl(path, chosen):
+    for lines in _read_all(sorted((run_dir / "traces").glob("*.jsonl")), chosen):
+        for t in lines:
             # --retry-errors appends a fresh trace for a key; the last one is the record's
             latest[(t.get("model"), t.get("defender"), t["protocol"], _item_key(t),
                     t.get("target"))] = t
