@@ -214,3 +214,21 @@ def test_sign_flips_from_the_raw_stream_equal_choice(m: int, scale: int, monkeyp
             assert fast == _cluster._sign_flip_hits(nz, threshold, n_perm, seed=m)
             if threshold == 0.0:
                 assert fast == n_perm
+
+
+def test_ablation_calibration_is_the_per_record_mean(tmp_path: Path) -> None:
+    from medmis.experiments.ablation._ablate import _calibration
+
+    records = random_records(9)
+    records[0] = records[0].model_copy(update={"error": ""})  # an empty error counts as none
+    (tmp_path / "records.jsonl").write_text("".join(r.model_dump_json() + "\n" for r in records), "utf-8")
+    sums: dict[tuple[str, str, str], list[float]] = {}
+    for r in read_records(tmp_path / "records.jsonl"):
+        if r.error:
+            continue
+        s = sums.setdefault((r.model, r.defender, r.protocol), [0, 0, 0, 0, 0])
+        for i, v in enumerate((r.llm_calls, r.tool_calls, r.usage.input_tokens, r.usage.output_tokens, 1)):
+            s[i] += v
+    want = {k: (v[0] / v[4], v[1] / v[4], v[2] / v[4], v[3] / v[4]) for k, v in sums.items()}
+    assert _calibration(tmp_path) == want and len(want) > 10
+    assert _calibration(tmp_path / "absent") == {}
