@@ -284,13 +284,20 @@ def _compare_all(jobs: list[tuple[np.ndarray, np.ndarray, list[str]]], baseline:
         xs, ys, items = job
         return compare_arrays(xs, ys, items, baseline_name=baseline, n_boot=n_boot, seed=seed)
 
+    if not jobs:
+        return []
+    from threadpoolctl import threadpool_limits
+
     workers = min(len(jobs), os.cpu_count() or 1, 4)
-    if workers <= 1:
-        return [one(job) for job in jobs]
-    # the largest first, so that the last one to start is a short one
-    order = sorted(range(len(jobs)), key=lambda i: -len(jobs[i][0]))
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        done = dict(zip(order, pool.map(one, [jobs[i] for i in order]), strict=True))
+    # one BLAS thread per comparison: its own threads only spin against the other comparisons
+    # (the matrix-vector products are small); the sums are of integers, exact in any order
+    with threadpool_limits(limits=1, user_api="blas"):
+        if workers <= 1:
+            return [one(job) for job in jobs]
+        # the largest first, so that the last one to start is a short one
+        order = sorted(range(len(jobs)), key=lambda i: -len(jobs[i][0]))
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            done = dict(zip(order, pool.map(one, [jobs[i] for i in order]), strict=True))
     return [done[i] for i in range(len(jobs))]
 
 
