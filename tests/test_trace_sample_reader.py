@@ -89,5 +89,9 @@ def test_files_read_in_worker_processes_equal_the_serial_read(tmp_path: Path,
     serial = [_read_jsonl(p, items) for p in paths]
     monkeypatch.setattr(_cases.os, "cpu_count", lambda: 2)
     monkeypatch.setattr(_cases, "_PARALLEL_BYTES", 0)
-    assert _cases._read_all(paths, items) == serial
+    pool, reads = _cases._start_reads(paths, items)
+    try:
+        assert pool is not None and _cases._collect(pool, reads) == serial
+    finally:
+        pool.shutdown()
     assert all(serial)

@@ -236,22 +236,50 @@ def sample_items(run_dir: Path, max_items: int) -> tuple[list[str], int] | None:
     return [k for k, _, _ in rows], int(total)
 
 
-def _read_all(paths: list[Path], items: set[str] | None) -> list[list[dict[str, Any]]]:
-    """:func:`_read_jsonl` of every path, in order; big sampled reads on the spare cores.
+class PendingCases:
+    """:func:`case_data` under way: the sample is chosen and the trace reads started (in
+    worker processes on a release-sized run), so the caller can draw plots meanwhile.
 
-    Skipping a line is Python work on every line, so a release-sized run (gigabytes of
-    traces) reads its files in worker processes, one file each; a small run reads in here.
+    Call :meth:`result` once; :meth:`close` (idempotent) stops reads nobody will collect.
     """
-    size = sum(p.stat().st_size for p in paths)
+
+    def __init__(self, run_dir: Path, max_items: int = MAX_ITEMS) -> None:
+        self._max_items = max_items
+        self._sample = sample_items(run_dir, max_items)
+        chosen = set(self._sample[0]) if self._sample else None
+        self._pool, self._read = _start_reads(sorted((run_dir / "traces").glob("*.jsonl")), chosen)
+
+    def result(self) -> dict[str, Any]:
+        """The case browser's data (see :func:`case_data`)."""
+        try:
+            per_file = _collect(self._pool, self._read)
+        finally:
+            self.close()
+        return _assemble(self._sample, per_file, self._max_items)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+
+def _start_reads(paths: list[Path], items: set[str] | None) -> tuple[Any, list[Any]]:
+    """Read ``paths`` here (small runs: the lines themselves) or start worker processes on
+    them (gigabytes of traces: a future per file); see :func:`_collect`."""
     workers = min(len(paths), os.cpu_count() or 1, 4)
-    if items is None or workers < 2 or size < _PARALLEL_BYTES:
-        return [_read_jsonl(p, items) for p in paths]
+    if items is None or workers < 2 or sum(p.stat().st_size for p in paths) < _PARALLEL_BYTES:
+        return None, [_read_jsonl(p, items) for p in paths]
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    # fork: the workers need nothing but this module, which is loaded already
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
-        return list(pool.map(_read_jsonl, paths, [items] * len(paths)))
+    # Skipping a line is Python work on every line, so each file goes to a worker process
+    # (fork: they need only this module, which is loaded already)
+    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
+    return pool, [pool.submit(_read_jsonl, p, items) for p in paths]
+
+
+def _collect(pool: Any, read: list[Any]) -> list[list[dict[str, Any]]]:
+    return [r.result() for r in read] if pool is not None else read
 
 
 _PARALLEL_BYTES = 256 << 20
@@ -263,10 +291,13 @@ def case_data(run_dir: Path, max_items: int = MAX_ITEMS) -> dict[str, Any]:
     With ``records.jsonl`` present, only a sample of items is read from the traces (see
     :func:`sample_items`), so the page and the memory it takes stay bounded on any run.
     """
-    sample = sample_items(run_dir, max_items)
-    chosen = set(sample[0]) if sample else None
+    return PendingCases(run_dir, max_items).result()
+
+
+def _assemble(sample: tuple[list[str], int] | None, per_file: list[list[dict[str, Any]]],
+              max_items: int) -> dict[str, Any]:
     latest: dict[tuple[Any, ...], dict[str, Any]] = {}
-    for lines in _read_all(sorted((run_dir / "traces").glob("*.jsonl")), chosen):
+    for lines in per_file:
         for t in lines:
             # --retry-errors appends a fresh trace for a key; the last one is the record's
             latest[(t.get("model"), t.get("defender"), t["protocol"], _item_key(t),
