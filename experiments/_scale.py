@@ -259,7 +259,7 @@ def _write_grid_cell(rec_fh: Any, run_dir: Path, model: str, defender: str, case
                                      "output": None, "error": None})
                 tr_fh.write(json.dumps({
                     "model": model, "defender": defender, "protocol": case.protocol,
-                    "item_id": item.id, "target": case.target, "context": ctx,
+                    "item_id": item.id, "subset": item.subset, "target": case.target, "context": ctx,
                     "choice": choice, "gold": item.gold, "error": error, "raw": raw,
                     "method": "final_answer", "extra": rec["extra"], "steps": steps,
                 }, ensure_ascii=False) + "\n")

@@ -19,7 +19,8 @@ from medmis.experiments import Record, Usage
 from medmis.experiments.analysis import compute_metrics
 from medmis.experiments.analysis._columnar import run_metrics
 from medmis.experiments.harness._io import read_records
-from medmis.experiments.harness._resume import count_records, resume_state
+from medmis.experiments.harness._resume import CasePlan, count_records, resume_state
+from medmis.experiments.harness._scan import compact_records
 
 SUBSETS = ["MEDMISQA", "MEDMISHLE", "MEDMISXPERTQA"]
 CONTENT = ["Cue Remapping", "Spurious Anchoring", "", None]
@@ -107,6 +108,15 @@ def _old_resume(records: list[Record], retry_errors: bool) -> tuple[set, dict, l
     return done, graded, flips, errors, clean
 
 
+def _plan_of(records: list[Record]) -> CasePlan:
+    """Every key of the records' grid, plus keys no record has (a new model, a new case)."""
+    models = [*sorted({r.model for r in records}), "m/new"]
+    defenders = sorted({r.defender for r in records})
+    cases = sorted({(r.protocol, r.item_key, r.target) for r in records}, key=str)
+    cases += [("type1", "MEDMISQA/unseen", "B"), ("clean", "MEDMISQA/unseen", None)]
+    return CasePlan(models, defenders, cases)
+
+
 @pytest.mark.parametrize("retry_errors", [False, True])
 def test_resume_scan_equals_read_records(tmp_path: Path, retry_errors: bool) -> None:
     records = random_records(7)
@@ -114,12 +124,30 @@ def test_resume_scan_equals_read_records(tmp_path: Path, retry_errors: bool) -> 
     path.write_text("".join(r.model_dump_json() + "\n" for r in records) + '{"mod', "utf-8")
     deduped = read_records(path)
     done, graded, flips, errors, clean = _old_resume(deduped, retry_errors)
-    state = resume_state(path, retry_errors=retry_errors)
-    assert state.done == done
-    assert state.graded == graded and state.flips == flips and state.errors == errors
-    assert state.clean == clean
-    assert state.input_tokens == sum(r.usage.input_tokens for r in deduped if r.key in done)
+    plan = _plan_of(deduped)
+    expected = [(mi, di, ci) for mi, m in enumerate(plan.models) for di, d in enumerate(plan.defenders)
+                for ci, (p, item, t) in enumerate(plan.cases) if (m, d, p, item, t) not in done]
+    for attempt in ("jsonl", "parquet"):
+        state = resume_state(path, plan, retry_errors=retry_errors)
+        assert state.missing == expected, attempt
+        assert len(expected) < len(plan.models) * len(plan.defenders) * len(plan.cases)
+        assert state.graded == graded and state.flips == flips and state.errors == errors
+        assert state.clean == clean
+        assert state.input_tokens == sum(r.usage.input_tokens for r in deduped if r.key in done)
+        compact_records(path)  # the second pass reads the fresh Parquet copy
     assert count_records(path) == len(deduped)
+
+
+def test_resume_with_nothing_missing_skips_the_clean_map(tmp_path: Path) -> None:
+    records = random_records(3, 6)
+    path = tmp_path / "records.jsonl"
+    path.write_text("".join(r.model_dump_json() + "\n" for r in records), "utf-8")
+    only_done = CasePlan(["m/b"], ["none"], [(r.protocol, r.item_key, r.target) for r in records
+                                             if (r.model, r.defender) == ("m/b", "none")])
+    state = resume_state(path, only_done)
+    assert state.missing == [] and state.clean == {} and state.records == len(records)
+    assert resume_state(tmp_path / "absent.jsonl", only_done).missing == [
+        (0, 0, i) for i in range(len(only_done.cases))]
 
 
 def test_resume_scan_reports_a_bad_middle_line(tmp_path: Path) -> None:
@@ -129,4 +157,78 @@ def test_resume_scan_reports_a_bad_middle_line(tmp_path: Path) -> None:
     lines.insert(3, "{not json")
     path.write_text("\n".join(lines) + "\n", "utf-8")
     with pytest.raises(ValueError, match=r"records.jsonl:4"):
-        resume_state(path)
+        resume_state(path, CasePlan(["m/a"], ["none"], [("clean", "MEDMISQA/q0", None)]))
+
+
+@pytest.mark.parametrize("tail", [b"", b'{"torn', b'{"long' + b"x" * 200_000])
+@pytest.mark.parametrize("head", [b"", b'{"a": 1}\n', b'{"a": 1}\n' + b"y" * 150_000 + b"\n"])
+def test_repair_torn_tail_cuts_only_the_partial_line(tmp_path: Path, head: bytes, tail: bytes) -> None:
+    from medmis.experiments.harness._io import repair_torn_tail
+
+    path = tmp_path / "records.jsonl"
+    path.write_bytes(head + tail)
+    repair_torn_tail(path)
+    assert path.read_bytes() == head
+
+
+@pytest.mark.parametrize("seed", [0, 4])
+def test_same_answers_sql_equals_per_record(seed: int) -> None:
+    from medmis.experiments.analysis._columnar import records_into
+    from medmis.experiments.analysis._verdict import same_answers, same_answers_sql
+    from medmis.experiments.harness._scan import connect
+
+    records = random_records(seed)
+    # a control that answers like "none" wherever both are graded, and one with no graded case
+    records += [r.model_copy(update={"defender": "blind"}) for r in records if r.defender == "none"]
+    records += [r.model_copy(update={"defender": "dead", "error": "E: x", "choice": None, "correct": None})
+                for r in records[:5]]
+    records = list({r.key: r for r in records}.values())  # one record per key, as a run holds
+    con = connect()
+    try:
+        records_into(con, records)
+        for controls in ({"none"}, {"blind", "other"}, {"guard", "none", "blind", "dead"}, set()):
+            got = same_answers_sql(con, controls)
+            want = same_answers(records, controls)
+            assert got == want, controls
+            assert list(got) == sorted(got)
+        assert same_answers_sql(con, {"blind"})[("m/b", "none")]["blind"].k > 0
+    finally:
+        con.close()
+
+
+@pytest.mark.parametrize(("m", "scale"), [(17, 5), (31, 5), (400, 5), (2049, 5), (101, 400_000)])
+def test_sign_flips_from_the_raw_stream_equal_choice(m: int, scale: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    import numpy as np
+
+    from medmis.experiments.analysis import _cluster
+
+    rng = np.random.default_rng(m)
+    nz = rng.integers(-scale, scale + 1, size=m).astype(np.float64)  # scale 400,000: float64 sums
+    nz[nz == 0] = 3.0
+    assert _cluster._raw_signs_match_choice()
+    for n_perm in (1, 999, 5000):
+        for threshold in (0.0, abs(nz.sum()) - 1e-9, 10.0):
+            monkeypatch.setattr(_cluster, "_RAW_SIGNS_OK", True)
+            fast = _cluster._sign_flip_hits(nz, threshold, n_perm, seed=m)
+            monkeypatch.setattr(_cluster, "_RAW_SIGNS_OK", False)  # the old draws through choice
+            assert fast == _cluster._sign_flip_hits(nz, threshold, n_perm, seed=m)
+            if threshold == 0.0:
+                assert fast == n_perm
+
+
+def test_ablation_calibration_is_the_per_record_mean(tmp_path: Path) -> None:
+    from medmis.experiments.ablation._ablate import _calibration
+
+    records = random_records(9)
+    records[0] = records[0].model_copy(update={"error": ""})  # an empty error counts as none
+    (tmp_path / "records.jsonl").write_text("".join(r.model_dump_json() + "\n" for r in records), "utf-8")
+    sums: dict[tuple[str, str, str], list[float]] = {}
+    for r in read_records(tmp_path / "records.jsonl"):
+        if r.error:
+            continue
+        s = sums.setdefault((r.model, r.defender, r.protocol), [0, 0, 0, 0, 0])
+        for i, v in enumerate((r.llm_calls, r.tool_calls, r.usage.input_tokens, r.usage.output_tokens, 1)):
+            s[i] += v
+    want = {k: (v[0] / v[4], v[1] / v[4], v[2] / v[4], v[3] / v[4]) for k, v in sums.items()}
+    assert _calibration(tmp_path) == want and len(want) > 10
+    assert _calibration(tmp_path / "absent") == {}

@@ -14,7 +14,9 @@ from medmis.experiments.benchmark._protocols import (
     CONTEXT_HEADING,
     SYSTEM_PROMPT,
     build_cases,
+    case_keys_for_item,
     cases_for_item,
+    plan_cases,
     render_prompt,
     render_user_prompt,
     type1_target,
@@ -168,6 +170,31 @@ def test_build_cases_deterministic() -> None:
     assert [c.target for c in build_cases(items, ["type1"], seed=4)] != [
         c.target for c in build_cases(items, ["type1"], seed=5)
     ]
+
+
+@pytest.mark.parametrize("targets", ["sampled", "all"])
+def test_plan_cases_lists_build_cases_keys_in_order(targets: str) -> None:
+    items = [_item(f"q{i}") for i in range(6)] + [
+        _item("q6", contexts={"A": "False A.", "B": "True B.", "D": "False D."}),
+        _item("q7", subset="MEDMISHLE")]
+    for protocols in (("type2", "clean", "type1"), ("type1",), ("clean", "type2")):
+        for seed in (0, 3):
+            built = build_cases(items, protocols, seed=seed, type1_targets=targets,  # type: ignore[arg-type]
+                                shuffle_type2=True, prompt="toolkit")
+            planned = plan_cases(items, iter(protocols), seed=seed, type1_targets=targets)  # type: ignore[arg-type]
+            assert [(items[i].key, p, t) for i, p, t in planned] == [c.key for c in built]
+    assert {t for _, p, t in plan_cases(items, ["type1"], type1_targets="all") if p == "type1"} == {
+        "A", "C", "D"}
+
+
+def test_case_keys_raise_as_cases_for_item() -> None:
+    bare = Item(id="bare", subset="MEDMISQA", question="Q?", options={"A": "a", "B": "b"}, gold="A")
+    for protocols, match in ((["type1"], "no wrong option"), (["type2"], "no context sentences"),
+                             ("clean", "sequence of names")):
+        with pytest.raises(ValueError, match=match):
+            case_keys_for_item(bare, protocols)  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match=match):
+            plan_cases([bare], protocols)  # type: ignore[arg-type]
 
 
 # --- rendering ----------------------------------------------------------------------------------

@@ -67,3 +67,21 @@ def test_redact_obj_masks_values_under_credential_names() -> None:
         "model_options": {"extra": {"api_key": "***", "auth_token": "***", "key": "***"}},
         "usage": {"input_tokens": 5, "max_tokens": "10"}, "tokenizer": "bpe", "keys": "a",
     }
+
+
+def test_the_quick_pass_skips_only_text_no_pattern_can_match(monkeypatch: pytest.MonkeyPatch) -> None:
+    import random
+
+    from medmis.tools import _redact
+
+    pieces = ["sk-", "sk-proj-", "AIza", "tvly-", "jina_", "Bearer ", "BEARER\t", "apı_key=", "APİ-KEY: ",
+              "x-api-key", "Authorization: ", "?key=", "&token=", "https://", "user:pw@", "@", "=", "K",
+              "ſ", "a" * 20, "Z9_-" * 9, " ", "\n", "é", "Final answer: B", '"', ":"]
+    rng = random.Random(4)
+    texts = ["".join(rng.choice(pieces) for _ in range(rng.randint(1, 12))) for _ in range(3000)]
+    monkeypatch.setattr(_redact, "_may_hold_key", lambda text: True)
+    full = [_redact.redact(t, []) for t in texts]
+    monkeypatch.undo()
+    assert [_redact.redact(t, []) for t in texts] == full
+    assert sum(f != t for f, t in zip(full, texts, strict=True)) > 300  # the patterns did fire
+    assert not _redact._may_hold_key("Reasoning filler.\nFinal answer: C")

@@ -47,9 +47,16 @@ _SECRET_NAME = re.compile(
     r"authorization|credentials?)$|^(?:auth|key|pwd)$"
 )
 _USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)[^/\s@:]+(?::[^/\s@]*)?@")
-# Every pattern above needs one of these substrings; a text with none of them (most model
-# replies) skips the eight substitutions.
-_TRIGGER = re.compile(r"(?i)sk-|aiza|tvly-|jina_|bearer|key|authorization|token|@")
+
+
+# Something every pattern above needs (the case-insensitive ones under the same flag, so the
+# same Unicode look-alikes count): text without any of these is left as it is, unscanned.
+_MAY_HOLD = ("sk-", "AIza", "tvly-", "jina_", "=", "@")
+_MAY_HOLD_I = re.compile(r"(?i)bearer|api|authorization")
+
+
+def _may_hold_key(text: str) -> bool:
+    return any(s in text for s in _MAY_HOLD) or _MAY_HOLD_I.search(text) is not None
 
 
 def configured_secrets(environ: Mapping[str, str] | None = None) -> list[str]:
@@ -71,7 +78,7 @@ def redact(text: str, secrets: Iterable[str] | None = None) -> str:
     for value in configured_secrets() if secrets is None else secrets:
         if value and len(value) >= 8:
             text = text.replace(value, MASK)
-    if _TRIGGER.search(text) is None:
+    if not _may_hold_key(text):
         return text
     text = _USERINFO.sub(lambda m: m.group(1) + MASK + "@", text)
     for pattern in _PATTERNS:

@@ -86,20 +86,25 @@ class CellEstimate(BaseModel):
 
 
 def _calibration(out: Path) -> dict[tuple[str, str, str], tuple[float, float, float, float]]:
-    """Mean (llm calls, tool calls, tokens in, tokens out) per case from earlier records."""
-    from medmis.experiments.harness._io import read_records
+    """Mean (llm calls, tool calls, tokens in, tokens out) per case from earlier records
+    (those without an error), summed by DuckDB over the records' columns."""
+    from medmis.experiments.harness._scan import connect, load_records_table
 
-    sums: dict[tuple[str, str, str], list[float]] = {}
-    for r in read_records(out / "records.jsonl"):
-        if r.error:
-            continue
-        s = sums.setdefault((r.model, r.defender, r.protocol), [0, 0, 0, 0, 0])
-        s[0] += r.llm_calls
-        s[1] += r.tool_calls
-        s[2] += r.usage.input_tokens
-        s[3] += r.usage.output_tokens
-        s[4] += 1
-    return {k: (v[0] / v[4], v[1] / v[4], v[2] / v[4], v[3] / v[4]) for k, v in sums.items() if v[4]}
+    path = out / "records.jsonl"
+    if not path.exists() or path.stat().st_size == 0:
+        return {}
+    con = connect()
+    try:
+        load_records_table(con, path, columns=("error", "usage", "llm_calls", "tool_calls"))
+        rows = con.execute(
+            "SELECT model, defender, protocol, sum(llm_calls), sum(tool_calls), sum(input_tokens), "
+            "sum(output_tokens), count(*) FROM records WHERE error IS NULL OR error = '' "
+            "GROUP BY ALL").fetchall()
+    finally:
+        con.close()
+    # integer sums over an integer count: the same floats as summing record by record
+    return {(m, d, p): (int(a) / n, int(b) / n, int(c) / n, int(e) / n)
+            for m, d, p, a, b, c, e, n in rows if n}
 
 
 def estimate(config: AblationConfig, cases: Sequence[Case], out: Path) -> list[CellEstimate]:
@@ -351,12 +356,12 @@ def _nothing_to_do(config: AblationConfig, out: Path, items: Sequence[Any]) -> b
 
 
 def _finished_outcome(out: Path) -> int:
-    from medmis.experiments.harness._io import read_records
-    from medmis.experiments.harness._outcome import run_outcome
+    from medmis.experiments.harness._outcome import outcome_of
+    from medmis.experiments.harness._resume import error_texts
 
-    records = read_records(out / "records.jsonl")
-    print(f"nothing to do: {len(records)} records complete in {out}")
-    outcome = run_outcome(records, stopped=None)
+    n, errors = error_texts(out / "records.jsonl")  # keys and error texts, read columnar
+    print(f"nothing to do: {n} records complete in {out}")
+    outcome = outcome_of(n, [e for e in errors if e], stopped=None)
     if outcome.message:
         _notice(outcome.message)
     return outcome.code

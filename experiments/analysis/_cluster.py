@@ -270,11 +270,80 @@ def cluster_sign_test(
         signs = np.array(list(itertools.product((1.0, -1.0), repeat=m)))
         stats = np.abs(signs @ nz)
         return float((stats >= observed - tol).mean()), "sign_flip_exact"
-    rng = np.random.default_rng(seed)
-    hits = 0
-    for start in range(0, n_perm, 4096):
-        size = min(4096, n_perm - start)
-        signs = rng.choice((1.0, -1.0), size=(size, m))
-        hits += int((np.abs(signs @ nz) >= observed - tol).sum())
+    hits = _sign_flip_hits(nz, observed - tol, n_perm, seed)
     # the observed pattern counts as one permutation, so p is never 0
     return (hits + 1) / (n_perm + 1), "sign_flip_mc"
+
+
+def _sign_flip_hits(nz: np.ndarray, threshold: float, n_perm: int, seed: int) -> int:
+    """How many of ``n_perm`` seeded sign patterns give ``|sum s_k D_k| >= threshold``.
+
+    The patterns are those of ``rng.choice((1.0, -1.0), size=(n_perm, m))`` drawn in blocks
+    of 4,096 rows from ``default_rng(seed)``, the draws this test has always used. That call
+    takes one 32-bit output of the generator per sign and keeps its top bit (numpy's Lemire
+    bound for two values never rejects), so the same signs are read straight from the raw
+    stream in small blocks: no 64-bit index and sign matrices of ``4096 x m``. The sums are
+    of integers well below 2**24, hence exact in any order and precision; the result is the
+    same count to the unit. Where the shortcut does not reproduce ``choice`` (another numpy,
+    a big-endian machine) the test draws through ``choice`` itself.
+    """
+    m = len(nz)
+    rng = np.random.default_rng(seed)
+    hits = 0
+    if not _raw_signs_match_choice():
+        for start in range(0, n_perm, 4096):
+            size = min(4096, n_perm - start)
+            drawn = rng.choice((1.0, -1.0), size=(size, m))
+            hits += int((np.abs(drawn @ nz) >= threshold).sum())
+        return hits
+    exact32 = float(np.abs(nz).sum()) < 2**24
+    weights = nz.astype(np.float32 if exact32 else np.float64)
+    stream = _U32Stream(rng.bit_generator)
+    rows = max(1, (1 << 21) // m)
+    for start in range(0, n_perm, rows):
+        size = min(rows, n_perm - start)
+        draws = stream.take(size * m)
+        if exact32:
+            # the draw's top bit as the sign of a float32 1.0: -1.0 exactly when it is set
+            np.bitwise_and(draws, np.uint32(0x80000000), out=draws)
+            np.bitwise_or(draws, np.uint32(0x3F800000), out=draws)
+            signs: np.ndarray = draws.view(np.float32).reshape(size, m)
+        else:
+            signs = 1.0 - 2.0 * (draws >> 31).astype(np.float64).reshape(size, m)
+        stats = np.abs(np.matmul(signs, weights).astype(np.float64))
+        hits += int((stats >= threshold).sum())
+    return hits
+
+
+class _U32Stream:
+    """The generator's 32-bit outputs in order (two per raw 64-bit output, low half first)."""
+
+    def __init__(self, bit_generator: np.random.BitGenerator) -> None:
+        self._bg = bit_generator
+        self._left = np.empty(0, dtype=np.uint32)
+
+    def take(self, count: int) -> np.ndarray:
+        need = count - len(self._left)
+        if need <= 0:
+            out, self._left = self._left[:count], self._left[count:]
+            return out
+        raw = self._bg.random_raw((need + 1) // 2).view(np.uint32)
+        out = np.concatenate([self._left, raw[:need]]) if len(self._left) else raw[:need]
+        self._left = raw[need:].copy()
+        return out
+
+
+_RAW_SIGNS_OK: bool | None = None
+
+
+def _raw_signs_match_choice() -> bool:
+    """Whether :class:`_U32Stream`'s top bits reproduce ``choice((1.0, -1.0))`` here."""
+    global _RAW_SIGNS_OK
+    if _RAW_SIGNS_OK is None:
+        rng = np.random.default_rng(20260)
+        want = np.concatenate([rng.choice((1.0, -1.0), size=(3, 7)).ravel(),
+                               rng.choice((1.0, -1.0), size=(5, 9)).ravel()])
+        stream = _U32Stream(np.random.default_rng(20260).bit_generator)
+        got = np.concatenate([stream.take(21), stream.take(45)])
+        _RAW_SIGNS_OK = bool(np.array_equal(want, 1.0 - 2.0 * (got >> 31)))
+    return _RAW_SIGNS_OK

@@ -18,6 +18,7 @@ record's key) and ``item_key``.
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
@@ -93,21 +94,40 @@ _KINDS = (
 
 
 def _blocks_sql() -> list[str]:
-    """Statements filling ``item_agg`` (one per stratum kind, to bound each aggregation) and
-    ``block_agg``."""
-    parts = [f"SELECT u.model, u.defender, '{kind}' AS kind, {label} AS label, u.metric, u.item_key, "
-             "u.outcome, u.pos FROM units u JOIN tags t USING (item_key)" for kind, label in _KINDS]
-    parts.append(f"SELECT u.model, u.defender, 'subset_protocol' AS kind, t.subset || '{STRATUM_JOIN}' || "
-                 "u.protocol AS label, u.metric, u.item_key, u.outcome, u.pos FROM units u JOIN tags t "
-                 "USING (item_key) WHERE u.metric IN ('unparsed_rate', 'error_rate')")
-    agg = ("SELECT model, defender, kind, label, metric, item_key, sum(outcome::INT) AS total, "
-           "count(*) AS size, min(pos) AS fpos FROM ({}) GROUP BY ALL")
-    return [f"CREATE OR REPLACE TABLE item_agg AS {agg.format(parts[0])}",
-            *(f"INSERT INTO item_agg {agg.format(p)}" for p in parts[1:]),
-            """CREATE OR REPLACE TABLE block_agg AS
-SELECT row_number() OVER () AS block, * FROM (
-  SELECT model, defender, kind, label, metric, sum(total)::BIGINT AS k, sum(size)::BIGINT AS n,
-         count(*) AS clusters FROM item_agg GROUP BY ALL)"""]
+    """Statements filling ``block_agg`` (every block's counts) and ``item_agg`` (per-item sums
+    of the blocks whose units share items: only those need them, for the design effect).
+
+    A unit's stratum labels are its item's tags, so the units are first summed per item
+    (outcome total, unit count, first position) once, and each kind only labels those sums;
+    sums, counts and minima are the same as grouping the labelled units directly. The
+    per-protocol rates of ``subset_protocol`` keep the protocol in their item sums. Item
+    rows are kept for every (model, defender, metric) with an item of several units, a
+    superset of the blocks with fewer clusters than units.
+    """
+    sums = "sum(outcome::INT) AS total, count(*) AS size, min(pos) AS fpos FROM units"
+    statements = [
+        f"CREATE OR REPLACE TABLE unit_items AS SELECT model, defender, metric, item_key, {sums} "
+        "GROUP BY ALL",
+        f"CREATE OR REPLACE TABLE unit_items_p AS SELECT model, defender, protocol, metric, item_key, "
+        f"{sums} WHERE metric IN ('unparsed_rate', 'error_rate') GROUP BY ALL",
+    ]
+    sources = [(kind, label, "unit_items") for kind, label in _KINDS]
+    sources.append(("subset_protocol", f"t.subset || '{STRATUM_JOIN}' || u.protocol", "unit_items_p"))
+    counts = []
+    for i, (kind, label, table) in enumerate(sources):
+        labelled = (f"SELECT u.model, u.defender, '{kind}' AS kind, {label} AS label, u.metric, u.item_key, "
+                    f"u.total, u.size, u.fpos FROM {table} u JOIN tags t USING (item_key)")
+        shared = (f"WHERE (u.model, u.defender, u.metric) IN (SELECT (model, defender, metric) FROM {table} "
+                  "GROUP BY ALL HAVING max(size) > 1)")
+        make = "CREATE OR REPLACE TABLE item_agg AS" if i == 0 else "INSERT INTO item_agg"
+        statements.append(f"{make} {labelled} {shared}")
+        counts.append(f"SELECT model, defender, kind, label, metric, sum(total)::BIGINT AS k, "
+                      f"sum(size)::BIGINT AS n, count(*) AS clusters FROM ({labelled}) GROUP BY ALL")
+    statements.append(
+        "CREATE OR REPLACE TABLE block_agg AS SELECT row_number() OVER () AS block, * FROM ("
+        + " UNION ALL ".join(counts) + ")")
+    statements += ["DROP TABLE unit_items", "DROP TABLE unit_items_p"]
+    return statements
 
 
 def _proportion(k: int, n: int, clusters: int, totals: np.ndarray | None, sizes: np.ndarray | None,
@@ -225,10 +245,9 @@ def _repr_safe(con: duckdb.DuckDBPyConnection) -> bool:
     return bad is not None and bad[0] == 0
 
 
-def _paired(con: duckdb.DuckDBPyConnection, model: str, defender: str, baseline: str,
-            n_boot: int, seed: int, repr_safe: bool) -> dict[str, PairedComparison]:
-    from ._metrics import compare_arrays
-
+def _paired_inputs(con: duckdb.DuckDBPyConnection, model: str, defender: str, baseline: str,
+                   repr_safe: bool) -> dict[str, tuple[np.ndarray, np.ndarray, list[str]]]:
+    """Per paired metric: defender and baseline outcomes of the shared units, and their items."""
     out = {}
     # repr((item, target)) order: item then target ("'B'" sorts before "None")
     order = ("x.item_key || '''', CASE WHEN x.target IS NULL THEN 'None' "
@@ -245,8 +264,41 @@ def _paired(con: duckdb.DuckDBPyConnection, model: str, defender: str, baseline:
         if not repr_safe:  # exotic characters: sort as compare_paired does, in Python
             idx = sorted(range(len(items)), key=lambda i: repr((items[i], res["target"][i])))
             items, xs, ys = [items[i] for i in idx], xs[idx], ys[idx]
-        out[metric] = compare_arrays(xs, ys, items, baseline_name=baseline, n_boot=n_boot, seed=seed)
+        out[metric] = (xs, ys, items)
     return out
+
+
+def _compare_all(jobs: list[tuple[np.ndarray, np.ndarray, list[str]]], baseline: str, n_boot: int,
+                 seed: int) -> list[PairedComparison]:
+    """:func:`compare_arrays` of every job, in order, spread over the machine's cores.
+
+    Each comparison seeds its own generator, so the results do not depend on the schedule;
+    the bootstrap's draws and the matrix products release the GIL, so threads run them side
+    by side.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ._metrics import compare_arrays
+
+    def one(job: tuple[np.ndarray, np.ndarray, list[str]]) -> PairedComparison:
+        xs, ys, items = job
+        return compare_arrays(xs, ys, items, baseline_name=baseline, n_boot=n_boot, seed=seed)
+
+    if not jobs:
+        return []
+    from threadpoolctl import threadpool_limits
+
+    workers = min(len(jobs), os.cpu_count() or 1, 4)
+    # one BLAS thread per comparison: its own threads only spin against the other comparisons
+    # (the matrix-vector products are small); the sums are of integers, exact in any order
+    with threadpool_limits(limits=1, user_api="blas"):
+        if workers <= 1:
+            return [one(job) for job in jobs]
+        # the largest first, so that the last one to start is a short one
+        order = sorted(range(len(jobs)), key=lambda i: -len(jobs[i][0]))
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            done = dict(zip(order, pool.map(one, [jobs[i] for i in order]), strict=True))
+    return [done[i] for i in range(len(jobs))]
 
 
 def metrics_from_view(con: duckdb.DuckDBPyConnection, *, baseline: str = "none", n_boot: int = 2000,
@@ -265,16 +317,23 @@ def metrics_from_view(con: duckdb.DuckDBPyConnection, *, baseline: str = "none",
     repr_safe = _repr_safe(con)
     grid = con.execute("""SELECT model, defender FROM records GROUP BY model, defender
         ORDER BY min(min(pos)) OVER (PARTITION BY model), min(pos)""").fetchall()
-    results: dict[str, dict[str, DefenderMetrics]] = {}
     by_model: dict[str, list[str]] = {}
     for model, defender in grid:
         by_model.setdefault(model, []).append(defender)
+    keys: list[tuple[str, str, str]] = []
+    jobs: list[tuple[np.ndarray, np.ndarray, list[str]]] = []
+    for model, defenders in by_model.items():
+        for d in defenders:
+            if d != baseline and baseline in defenders:
+                for metric, job in _paired_inputs(con, model, d, baseline, repr_safe).items():
+                    keys.append((model, d, metric))
+                    jobs.append(job)
+    compared = dict(zip(keys, _compare_all(jobs, baseline, n_boot, seed), strict=True))
+    results: dict[str, dict[str, DefenderMetrics]] = {}
     for model, defenders in by_model.items():
         results[model] = {}
         for d in sorted(defenders, key=lambda d: d != baseline):
-            paired = {}
-            if d != baseline and baseline in defenders:
-                paired = _paired(con, model, d, baseline, n_boot, seed, repr_safe)
+            paired = {m: compared[(model, d, m)] for m in PAIRED_METRICS if (model, d, m) in compared}
             results[model][d] = DefenderMetrics(
                 metrics=_full_block(blocks.get((model, d, "all", ""))),
                 strata=_strata(blocks, model, d, order), cost=costs[(model, d)], paired=paired)

@@ -19,11 +19,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from medmis.experiments.benchmark._types import Record
 
 from ._metrics import Cost, DefenderMetrics, MetricsReport
 from ._units import Proportion, item_key
+
+if TYPE_CHECKING:
+    import duckdb
 
 RATE_GAP = 0.02
 """Error- or unparsed-rate differences above this (absolute) are stated beside any claim."""
@@ -64,6 +68,38 @@ def same_answers(records: Iterable[Record], controls: Iterable[str]) -> dict[tup
             shared = mine.keys() & theirs.keys()
             agree = sum(mine[k] == theirs[k] for k in shared)
             out.setdefault((model, defender), {})[control] = Proportion.of(agree, len(shared), unit="case")
+    return out
+
+
+def same_answers_sql(con: duckdb.DuckDBPyConnection,
+                     controls: Iterable[str]) -> dict[tuple[str, str], dict[str, Proportion]]:
+    """:func:`same_answers` over the ``records`` view of ``con`` (one join, no object per record)."""
+    control_list = sorted(set(controls))
+    if not control_list:
+        return {}
+    con.execute("CREATE OR REPLACE TEMP TABLE __graded AS SELECT model, defender, protocol, item_key, "
+                "coalesce(target, '') AS t, choice FROM records WHERE error IS NULL")
+    marks = ", ".join("?" for _ in control_list)
+    try:
+        # every (model, defender) with a graded record against every other graded control of
+        # its model, 0 of 0 when they share no case (as the per-record version counts)
+        rows = con.execute(f"""
+            WITH cells AS (SELECT DISTINCT model, defender FROM __graded),
+            pairs AS (SELECT a.model, a.defender, c.defender AS control FROM cells a JOIN cells c
+                      ON a.model = c.model AND c.defender IN ({marks}) AND c.defender <> a.defender),
+            shared AS (SELECT a.model, a.defender, c.defender AS control, count(*) AS n,
+                         count(*) FILTER (WHERE a.choice IS NOT DISTINCT FROM c.choice) AS k
+                       FROM __graded a JOIN __graded c ON a.model = c.model AND a.protocol = c.protocol
+                         AND a.item_key = c.item_key AND a.t = c.t
+                       WHERE c.defender IN ({marks}) AND c.defender <> a.defender GROUP BY ALL)
+            SELECT p.model, p.defender, p.control, coalesce(s.k, 0), coalesce(s.n, 0)
+            FROM pairs p LEFT JOIN shared s USING (model, defender, control)
+            ORDER BY p.model, p.defender, p.control""", [*control_list, *control_list]).fetchall()
+    finally:
+        con.execute("DROP TABLE IF EXISTS __graded")
+    out: dict[tuple[str, str], dict[str, Proportion]] = {}
+    for model, defender, control, k, n in rows:
+        out.setdefault((model, defender), {})[control] = Proportion.of(int(k), int(n), unit="case")
     return out
 
 

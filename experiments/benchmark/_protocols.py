@@ -51,6 +51,43 @@ def _sentence(item: Item, key: str) -> ContextSentence:
     return ContextSentence(text=item.contexts[key], option=key, truthful=key == item.gold)
 
 
+def case_keys_for_item(
+    item: Item,
+    protocols: Iterable[ProtocolName],
+    *,
+    seed: int = 0,
+    type1_targets: Type1Targets = "sampled",
+) -> list[tuple[ProtocolName, str | None]]:
+    """The ``(protocol, target)`` of each case :func:`cases_for_item` builds, in its order.
+
+    Planning a run needs only these keys: a resume compares them with the records without
+    building a case (its prompt sentences) per key.
+
+    Raises:
+        ValueError: as :func:`cases_for_item`.
+    """
+    if isinstance(protocols, str):
+        raise ValueError(f"protocols must be a sequence of names, got the string {protocols!r}")
+    out: list[tuple[ProtocolName, str | None]] = []
+    wanted = set(protocols)
+    if "clean" in wanted:
+        out.append(("clean", None))
+    if "type1" in wanted:
+        if type1_targets == "all":
+            targets = [k for k in item.wrong_keys if item.contexts.get(k)]
+            if not targets:
+                raise ValueError(f"item {item.key!r} has no wrong option with a context sentence")
+        else:
+            targets = [type1_target(item, seed)]
+        out += [("type1", t) for t in targets]
+    if "type2" in wanted:
+        if not any(item.contexts.get(k) for k in item.options):
+            # would render exactly the clean prompt and be graded as type2
+            raise ValueError(f"item {item.key!r} has no context sentences for type2")
+        out.append(("type2", None))
+    return out
+
+
 def cases_for_item(
     item: Item,
     protocols: Iterable[ProtocolName],
@@ -68,40 +105,45 @@ def cases_for_item(
         ValueError: a protocol the item cannot be delivered under (no false sentence for
             type1, no sentence at all for type2) or ``protocols`` given as a bare string.
     """
+    out: list[Case] = []
+    for protocol, target in case_keys_for_item(item, protocols, seed=seed, type1_targets=type1_targets):
+        if protocol == "clean":
+            out.append(Case(item=item, protocol="clean", seed=seed, prompt=prompt))
+        elif protocol == "type1":
+            assert target is not None
+            out.append(Case(item=item, protocol="type1", target=target, seed=seed,
+                            context=(_sentence(item, target),), prompt=prompt))
+        else:
+            keys = [k for k in item.options if item.contexts.get(k)]
+            if shuffle_type2:
+                stable_rng("type2", seed, item.key).shuffle(keys)
+            out.append(Case(item=item, protocol="type2", seed=seed,
+                            context=tuple(_sentence(item, k) for k in keys), prompt=prompt))
+    return out
+
+
+def plan_cases(
+    items: Sequence[Item],
+    protocols: Iterable[ProtocolName] = ("clean", "type1", "type2"),
+    *,
+    seed: int = 0,
+    type1_targets: Type1Targets = "sampled",
+) -> list[tuple[int, ProtocolName, str | None]]:
+    """``(item index, protocol, target)`` of every case of :func:`build_cases`, in its order.
+
+    The same cases as ``build_cases`` with the same arguments, without building them: a
+    run plans its keys with this and builds only the cases it still has to run.
+    """
     if isinstance(protocols, str):
         raise ValueError(f"protocols must be a sequence of names, got the string {protocols!r}")
-    out: list[Case] = []
-    wanted = set(protocols)
-    if "clean" in wanted:
-        out.append(Case(item=item, protocol="clean", seed=seed, prompt=prompt))
-    if "type1" in wanted:
-        if type1_targets == "all":
-            targets = [k for k in item.wrong_keys if item.contexts.get(k)]
-            if not targets:
-                raise ValueError(f"item {item.key!r} has no wrong option with a context sentence")
-        else:
-            targets = [type1_target(item, seed)]
-        for t in targets:
-            out.append(
-                Case(
-                    item=item, protocol="type1", target=t, seed=seed,
-                    context=(_sentence(item, t),), prompt=prompt,
-                )
-            )
-    if "type2" in wanted:
-        keys = [k for k in item.options if item.contexts.get(k)]
-        if not keys:
-            # would render exactly the clean prompt and be graded as type2
-            raise ValueError(f"item {item.key!r} has no context sentences for type2")
-        if shuffle_type2:
-            stable_rng("type2", seed, item.key).shuffle(keys)
-        out.append(
-            Case(
-                item=item, protocol="type2", seed=seed,
-                context=tuple(_sentence(item, k) for k in keys), prompt=prompt,
-            )
-        )
-    return out
+    wanted = tuple(protocols)  # a generator is read once, not once per item
+    order = {"clean": 0, "type1": 1, "type2": 2}
+    planned = [
+        (i, protocol, target)
+        for i, item in enumerate(items)
+        for protocol, target in case_keys_for_item(item, wanted, seed=seed, type1_targets=type1_targets)
+    ]
+    return sorted(planned, key=lambda c: order[c[1]])  # stable: item order kept
 
 
 def build_cases(

@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 from medmis.agents._registry import ModelOptions, parse_spec
 from medmis.agents._retry import RetryPolicy, retry_async
 from medmis.defenses._base import Defender, DefenderContext
-from medmis.experiments.benchmark._types import Case
+from medmis.experiments.benchmark._types import Case, ProtocolName
 from medmis.tools._redact import redact
 
 from ._batch_model import BatchChat, BatchRequest, RequestCollected
@@ -40,7 +40,7 @@ from ._io import repair_torn_tail
 from ._models import ModelPool
 from ._prepare import ClaimedFolder, write_invalid_rows
 from ._progress import RunProgress
-from ._resume import resume_state
+from ._resume import CasePlan, resume_state
 from ._runner import Harness
 
 BATCH_PROVIDERS = ("openai", "google")
@@ -174,22 +174,25 @@ class BatchHarness(Harness):
         return submitted
 
     # -- the run ---------------------------------------------------------------------------------
-    async def _run_claimed(self, cases: list[Case], dataset: Any, claim: ClaimedFolder) -> RunResult:
+    async def _run_claimed(self, planned: list[tuple[int, ProtocolName, str | None]], dataset: Any,
+                           claim: ClaimedFolder) -> RunResult:
         cfg = self.config
         (self.out / "traces").mkdir(exist_ok=True)
         skipped = write_invalid_rows(self.out, dataset, self.notice)
-        self.write_manifest(dataset, len(cases), claim)
+        self.write_manifest(dataset, len(planned), claim)
         records_path = self.out / "records.jsonl"
         repair_torn_tail(records_path)
         book = BatchBook.load(self.out)
         if self.cancel:
             return await self._cancel(book, records_path, skipped)
-        resumed = resume_state(records_path, retry_errors=cfg.retry_errors)
+        items = dataset.items
+        plan = CasePlan(cfg.models, [d.label for d in self.defenders],
+                        [(protocol, items[i].key, target) for i, protocol, target in planned])
+        resumed = resume_state(records_path, plan, retry_errors=cfg.retry_errors)
         clean_state: dict[tuple[str, str, str], bool] = {}
         resumed.apply(self.stats, clean_state)
         self.stats.done = 0
-        todo = [(spec, d, case) for spec in cfg.models for d in self.defenders for case in cases
-                if _key(spec, d, case) not in resumed.done]
+        todo = [job for phase in self._todo(resumed.missing, planned, items) for job in phase]
         if not todo:
             return await self._nothing_to_do(records_path, resumed.records, skipped)
         new = 0

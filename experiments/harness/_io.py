@@ -84,11 +84,21 @@ def repair_torn_tail(path: str | Path) -> None:
     p = Path(path)
     if not p.exists() or p.stat().st_size == 0:
         return
+    size = p.stat().st_size
     with p.open("rb+") as fh:
-        data = fh.read()
-        if data.endswith(b"\n"):
+        fh.seek(size - 1)
+        if fh.read(1) == b"\n":
             return
-        cut = data.rfind(b"\n") + 1
+        # the last newline, looked for backwards in blocks (a run's file can be gigabytes)
+        end, block, cut = size, 1 << 16, 0
+        while end > 0:
+            start = max(0, end - block)
+            fh.seek(start)
+            at = fh.read(end - start).rfind(b"\n")
+            if at >= 0:
+                cut = start + at + 1
+                break
+            end = start
         fh.seek(cut)
         fh.truncate()
 

@@ -3,6 +3,7 @@ record count and error texts, read columnar (never one Python object per record)
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -10,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 from ._scan import (
     KEY,
     PARQUET_NAME,
-    RecordKey,
     _fresh,
     connect,
     load_records_table,
@@ -20,17 +20,31 @@ from ._scan import (
 if TYPE_CHECKING:
     import duckdb
 
+@dataclass(frozen=True)
+class CasePlan:
+    """The cases a run is to have: every planned case key for every (model, defender).
+
+    ``cases`` are ``(protocol, item_key, target)`` in the run's order; the grid is
+    ``models`` x ``defenders`` (labels).
+    """
+
+    models: Sequence[str]
+    defenders: Sequence[str]
+    cases: Sequence[tuple[str, str, str | None]]
+
+
 @dataclass
 class ResumeState:
     """What a resumed run needs from the records already written.
 
-    ``done`` are the keys not to run again (with ``retry_errors``, keys whose last record is
-    an error are left out of it); ``errored`` the keys whose last record is an error.
-    The remaining fields are the live-progress figures over the ``done`` records.
+    ``missing`` are the planned ``(model index, defender index, case index)`` still to run,
+    in plan order: keys without a record, and with ``retry_errors`` keys whose last record
+    is an error. The remaining fields are the live-progress figures over the records kept;
+    ``clean`` (the clean answers, for the live flip rate) is filled only when something is
+    missing.
     """
 
-    done: set[RecordKey] = field(default_factory=set)
-    errored: set[RecordKey] = field(default_factory=set)
+    missing: list[tuple[int, int, int]] = field(default_factory=list)
     records: int = 0
     errors: int = 0
     graded: dict[str, list[int]] = field(default_factory=dict)
@@ -60,59 +74,82 @@ class ResumeState:
 _RESUME_COLUMNS = (*KEY, "correct", "error", "usage")
 
 
-def resume_state(path: str | Path, *, retry_errors: bool = False) -> ResumeState:
-    """Completed and errored keys of ``records.jsonl``, reading only the columns they need.
+def resume_state(path: str | Path, plan: CasePlan, *, retry_errors: bool = False) -> ResumeState:
+    """The planned cases still to run and the progress figures of ``records.jsonl``.
+
+    Reads only the columns needed (from the Parquet compaction when it is fresh) and lets
+    DuckDB answer which planned keys have no record (an anti-join), so that a resume with
+    nothing to do builds no Python object per key.
 
     Args:
         path: The run's ``records.jsonl`` (absent or empty: nothing done).
-        retry_errors: Leave keys whose last record is an error out of ``done``.
+        plan: The run's planned cases.
+        retry_errors: Count keys whose last record is an error as missing.
     """
     p = Path(path)
     state = ResumeState()
-    if not p.exists() or p.stat().st_size == 0:
-        return state
     con = connect()
     try:
         parquet = p.with_name(PARQUET_NAME)
-        if _fresh(con, parquet, p):
-            con.execute("SET memory_limit='512MB'")  # scans only; the key set lives in Python
+        if not p.exists() or p.stat().st_size == 0:
+            con.execute(f"CREATE TEMP TABLE records AS SELECT {_EMPTY} WHERE false")
+        elif _fresh(con, parquet, p):
+            con.execute("SET memory_limit='512MB'")  # scans and one join: no table to hold
             records_view(con, parquet)
         else:
             load_records_table(con, p, columns=_RESUME_COLUMNS)
         done_if = "true" if not retry_errors else "error IS NULL"
         con.execute(f"CREATE TEMP VIEW done AS SELECT * FROM records WHERE {done_if}")
-        _collect_keys(con, state, retry_errors)
+        state.missing = _missing(con, plan)
         count = con.execute("SELECT count(*) FROM records").fetchone()
         state.records = int(count[0]) if count else 0
-        _progress_figures(con, state)
+        _progress_figures(con, state, clean_map=bool(state.missing))
     finally:
         con.close()
     return state
 
 
-def _collect_keys(con: duckdb.DuckDBPyConnection, state: ResumeState, retry_errors: bool) -> None:
-    # One group of (model, defender, protocol) at a time, with every string interned: a
-    # million keys then share a few thousand string objects instead of holding five each.
-    intern: dict[str | None, str | None] = {None: None}
-
-    def same(s: str | None) -> str | None:
-        return intern.setdefault(s, s)
-
-    groups = con.execute("SELECT DISTINCT model, defender, protocol FROM records").fetchall()
-    for model, defender, protocol in groups:
-        head = (same(model), same(defender), same(protocol))
-        rows = con.execute("SELECT item_key, target, error IS NOT NULL FROM records WHERE model = ? "
-                           "AND defender = ? AND protocol = ?", [model, defender, protocol])
-        while batch := rows.fetchmany(65536):
-            for item_id, target, errored in batch:
-                key = (*head, same(item_id), same(target))
-                if errored:
-                    state.errored.add(key)  # type: ignore[arg-type]
-                if not (retry_errors and errored):
-                    state.done.add(key)  # type: ignore[arg-type]
+_EMPTY = ("NULL::VARCHAR AS model, NULL::VARCHAR AS defender, NULL::VARCHAR AS protocol, "
+          "NULL::VARCHAR AS item_key, NULL::VARCHAR AS target, NULL::BOOLEAN AS correct, "
+          "NULL::VARCHAR AS error, 0::BIGINT AS input_tokens, 0::BIGINT AS output_tokens, "
+          "0::BIGINT AS pos")
 
 
-def _progress_figures(con: duckdb.DuckDBPyConnection, state: ResumeState) -> None:
+def _missing(con: duckdb.DuckDBPyConnection, plan: CasePlan) -> list[tuple[int, int, int]]:
+    import numpy as np
+    import pyarrow as pa
+
+    n_m, n_d, n_c = len(plan.models), len(plan.defenders), len(plan.cases)
+    if not n_m or not n_d or not n_c:
+        return []
+    protocols, items, targets = zip(*plan.cases, strict=True)
+    # a target is an option key, never "": coalescing lets a hash join match clean/type2
+    con.register("__plan", pa.table({
+        "ci": pa.array(range(n_c), pa.int32()), "protocol": list(protocols),
+        "item_key": list(items), "t": [t or "" for t in targets]}))
+    con.register("__grid", pa.table({
+        "cell": pa.array(range(n_m * n_d), pa.int32()),
+        "model": [m for m in plan.models for _ in plan.defenders],
+        "defender": [d for _ in plan.models for d in plan.defenders]}))
+    try:
+        # the planned keys that have a record, as integers: one join, no string per key in Python
+        found = con.execute("""
+            SELECT g.cell, p.ci FROM done d
+            JOIN __grid g ON d.model = g.model AND d.defender = g.defender
+            JOIN __plan p ON d.protocol = p.protocol AND d.item_key = p.item_key
+             AND coalesce(d.target, '') = p.t""").fetchnumpy()
+    finally:
+        con.unregister("__plan")
+        con.unregister("__grid")
+    todo = np.ones(n_m * n_d * n_c, dtype=bool)
+    todo[np.asarray(found["cell"], dtype=np.int64) * n_c + np.asarray(found["ci"], dtype=np.int64)] = False
+    flat = np.flatnonzero(todo)  # ascending: model, then defender, then plan order
+    cell, ci = np.divmod(flat, n_c)
+    mi, di = np.divmod(cell, n_d)
+    return list(zip(mi.tolist(), di.tolist(), ci.tolist(), strict=True))
+
+
+def _progress_figures(con: duckdb.DuckDBPyConnection, state: ResumeState, *, clean_map: bool) -> None:
     for model, tin, tout in con.execute(
             "SELECT model, sum(input_tokens), sum(output_tokens) FROM done GROUP BY model "
             "ORDER BY min(pos)").fetchall():
@@ -125,10 +162,11 @@ def _progress_figures(con: duckdb.DuckDBPyConnection, state: ResumeState) -> Non
             "SELECT protocol, sum(coalesce(correct, false)::INT), count(*) FROM done "
             "WHERE error IS NULL GROUP BY protocol").fetchall():
         state.graded[proto] = [int(k), int(n)]
-    for model, defender, item, ok in con.execute(
-            "SELECT model, defender, item_key, coalesce(correct, false) FROM done "
-            "WHERE error IS NULL AND protocol = 'clean' ORDER BY pos").fetchall():
-        state.clean[(model, defender, item)] = bool(ok)
+    if clean_map:  # only a run with work to do updates the live flip rate
+        for model, defender, item, ok in con.execute(
+                "SELECT model, defender, item_key, coalesce(correct, false) FROM done "
+                "WHERE error IS NULL AND protocol = 'clean' ORDER BY pos").fetchall():
+            state.clean[(model, defender, item)] = bool(ok)
     flips = con.execute("""
         SELECT sum((NOT coalesce(t.correct, false))::INT), count(*) FROM done t
         JOIN (SELECT model, defender, item_key, coalesce(correct, false) AS ok FROM done

@@ -28,8 +28,8 @@ from medmis.agents._retry import RetryPolicy
 from medmis.agents._transport import aclose_transports
 from medmis.defenses._base import Defender, DefenderContext, create_defender
 from medmis.experiments.benchmark._prompts import prompt_preset
-from medmis.experiments.benchmark._protocols import build_cases
-from medmis.experiments.benchmark._types import Answer, Case, Record
+from medmis.experiments.benchmark._protocols import build_cases, cases_for_item, plan_cases
+from medmis.experiments.benchmark._types import Answer, Case, Item, ProtocolName, Record
 from medmis.tools._redact import redact
 
 from ._config import (
@@ -50,7 +50,7 @@ from ._models import ModelPool
 from ._outcome import Outcome, record_outcome
 from ._prepare import ClaimedFolder, check_out_path, write_invalid_rows
 from ._progress import RunProgress
-from ._resume import resume_state
+from ._resume import CasePlan, resume_state
 
 # Re-exported: callers import the run's types from here as well as from the package.
 __all__ = [
@@ -156,7 +156,8 @@ class Harness:
         await aclose_transports()  # the models' HTTP sessions opened in this loop
 
     # -- run ---------------------------------------------------------------------------------
-    def load_cases(self) -> tuple[list[Case], Any]:
+    def load_dataset(self) -> Any:
+        """The run's items (strict or skipping invalid rows, as configured)."""
         from medmis.experiments.benchmark._data import DataError, load_dataset
 
         dataset = load_dataset(
@@ -169,6 +170,16 @@ class Harness:
         if not dataset.items:  # skip mode over a source whose every row is invalid
             raise DataError(f"{self.config.data}: no valid items ({len(dataset.issues)} problem(s))",
                             dataset.issues)
+        return dataset
+
+    def plan_cases(self, dataset: Any) -> list[tuple[int, ProtocolName, str | None]]:
+        """``(item index, protocol, target)`` of every case, in :meth:`load_cases` order."""
+        return plan_cases(dataset.items, self.config.protocols, seed=self.config.seed,
+                          type1_targets=self.config.type1_targets)
+
+    def load_cases(self) -> tuple[list[Case], Any]:
+        """Every case of the run (built; a run itself builds only those it still has to run)."""
+        dataset = self.load_dataset()
         cases = build_cases(
             dataset.items,
             self.config.protocols,
@@ -268,34 +279,48 @@ class Harness:
         # the data; then the folder is claimed (lock + fingerprint) for the rest of the run.
         check_out_path(self.out)
         self.check_models()
-        cases, dataset = self.load_cases()
+        dataset = self.load_dataset()
+        planned = self.plan_cases(dataset)
         fingerprint = run_fingerprint(self.config, self.defenders, dataset)
         with ClaimedFolder(self.out, fingerprint, accept_changes=self.config.accept_changes,
                            notice=self.notice) as claim:
-            return await self._run_claimed(cases, dataset, claim)
+            return await self._run_claimed(planned, dataset, claim)
 
-    async def _run_claimed(self, cases: list[Case], dataset: Any, claim: ClaimedFolder) -> RunResult:
+    def _todo(self, missing: list[tuple[int, int, int]], planned: list[tuple[int, ProtocolName, str | None]],
+              items: Sequence[Item]) -> list[list[tuple[str, Defender, Case]]]:
+        """The missing cases as jobs, clean first; an item's cases are built once, when needed."""
+        cfg = self.config
+        built: dict[int, dict[tuple[str, str | None], Case]] = {}
+        todo: list[list[tuple[str, Defender, Case]]] = [[], []]
+        for mi, di, ci in missing:
+            i, protocol, target = planned[ci]
+            by_key = built.get(i)
+            if by_key is None:
+                by_key = built[i] = {(c.protocol, c.target): c for c in cases_for_item(
+                    items[i], cfg.protocols, seed=cfg.seed, type1_targets=cfg.type1_targets,
+                    shuffle_type2=cfg.shuffle_type2, prompt=cfg.prompt)}
+            todo[0 if protocol == "clean" else 1].append(
+                (cfg.models[mi], self.defenders[di], by_key[(protocol, target)]))
+        return todo
+
+    async def _run_claimed(self, planned: list[tuple[int, ProtocolName, str | None]], dataset: Any,
+                           claim: ClaimedFolder) -> RunResult:
         cfg = self.config
         self.tools()  # fail before any case runs when the tools cannot be built
         (self.out / "traces").mkdir(exist_ok=True)
         skipped = write_invalid_rows(self.out, dataset, self.notice)
-        self.write_manifest(dataset, len(cases), claim)
+        self.write_manifest(dataset, len(planned), claim)
         records_path = self.out / "records.jsonl"
         repair_torn_tail(records_path)
-        # keys and progress figures through a columnar scan, not a Record per line
-        resumed = resume_state(records_path, retry_errors=cfg.retry_errors)
-        done = resumed.done
+        # missing keys and progress figures through a columnar scan, not a Record per line
+        items = dataset.items
+        plan = CasePlan(cfg.models, [d.label for d in self.defenders],
+                        [(protocol, items[i].key, target) for i, protocol, target in planned])
+        resumed = resume_state(records_path, plan, retry_errors=cfg.retry_errors)
         clean_state: dict[tuple[str, str, str], bool] = {}
         resumed.apply(self.stats, clean_state)
         self.stats.done = 0  # progress counts this invocation's work
-
-        todo: list[list[tuple[str, Defender, Case]]] = [[], []]
-        for spec in cfg.models:
-            for d in self.defenders:
-                for case in cases:
-                    key = (spec, d.label, case.protocol, case.item.key, case.target)
-                    if key not in done:
-                        todo[0 if case.protocol == "clean" else 1].append((spec, d, case))
+        todo = self._todo(resumed.missing, planned, items)
         total = len(todo[0]) + len(todo[1])
         if total == 0:
             return await self._nothing_to_do(records_path, resumed.records, skipped)

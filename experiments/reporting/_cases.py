@@ -7,9 +7,11 @@ the records and traces keep everything. The page (:mod:`._html`) embeds this as 
 
 from __future__ import annotations
 
+import io
 import json
+import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -18,28 +20,80 @@ from medmis.agents._mock import content_text
 RAW_LIMIT = 4000
 TEXT_LIMIT = 600  # claims, quotes, queries, URLs
 MAX_ITEMS = 400  # case browser cap; the records and traces keep everything
+MAX_ANSWERS = 20_000  # answers (records) of the sampled items, about 3 MB of page
+MIN_ITEMS = 50  # the sample's floor however wide the grid
 
 _OPTION = re.compile(r"^\s*([A-Za-z0-9]{1,3}):\s*(.+)$")
 _PROTOCOLS = ("clean", "type1", "type2")
 
 
-_HEAD = re.compile(r'^\{"model": "(?:[^"\\]|\\.)*", "defender": "(?:[^"\\]|\\.)*", '
-                   r'"protocol": "(?:[^"\\]|\\.)*", "item_id": ("(?:[^"\\]|\\.)*"), '
-                   r'"subset": ("(?:[^"\\]|\\.)*"),')
+_STR = rb'"[^"\\\n]*(?:\\.[^"\\\n]*)*"'  # a JSON string on one line (unrolled: fast in re)
+_ID_HEAD = re.compile(rb'\{"model": ' + _STR + rb', "defender": ' + _STR + rb', "protocol": ' + _STR
+                      + rb', "item_id": (' + _STR + rb')')
+_BLOCK = 8 << 20
+
+
+def _id_suffixes(items: set[str]) -> set[str]:
+    """Every ``x`` with ``key.endswith("/" + x)`` for a key in ``items``: the ids a trace line
+    can have to belong to one of them, with or without its subset."""
+    return {k[i + 1:] for k in items for i, ch in enumerate(k) if ch == "/"}
+
+
+def _head_id(head: bytes) -> str | None:
+    raw = head[1:-1]
+    if b"\\" not in raw:
+        return raw.decode("utf-8", "replace")
+    try:
+        value = json.loads(head.decode("utf-8", "replace"))
+    except json.JSONDecodeError:
+        return None
+    return value if isinstance(value, str) else None
+
+
+def _candidate_lines(path: Path, items: set[str]) -> Iterator[str]:
+    """The lines of ``path`` that may belong to ``items``, decoded as a text-mode read would.
+
+    A line whose head (the runner's first key fields) names an item id that no key in
+    ``items`` ends with is skipped without being decoded or parsed; any other line is passed
+    on. Bytes are split on newlines in blocks; a block holding a carriage return is split as
+    text mode splits it (universal newlines), so the lines are those of ``open(path)``.
+    """
+    ids = _id_suffixes(items)
+    with path.open("rb") as fh:
+        rest = b""
+        while True:
+            chunk = fh.read(_BLOCK)
+            block = rest + chunk
+            if not chunk:
+                rest = b""
+            else:
+                cut = block.rfind(b"\n") + 1
+                block, rest = block[:cut], block[cut:]
+            if b"\r" in block:
+                yield from io.StringIO(block.decode("utf-8", "replace"), newline=None)
+            elif block:
+                for line in block.split(b"\n"):
+                    if not line:
+                        continue
+                    m = _ID_HEAD.match(line)
+                    if m is not None and _head_id(m.group(1)) not in ids:
+                        continue
+                    yield line.decode("utf-8", "replace")
+            if not chunk:
+                return
 
 
 def _read_jsonl(path: Path, items: set[str] | None = None) -> list[dict[str, Any]]:
     """Trace lines with their key fields; with ``items``, only lines of those item keys.
 
-    Lines are streamed; a line whose head (the runner's key fields) names another item is
-    skipped without being parsed in full.
+    Lines are streamed; with ``items``, a line whose head (the runner's key fields) names an
+    item id no key ends with is skipped without being decoded or parsed.
     """
     out = []
+    ids = _id_suffixes(items) if items is not None else set()
     with path.open(encoding="utf-8", errors="replace") as fh:
-        for line in fh:
-            m = _HEAD.match(line) if items is not None else None
-            if m and items is not None and f"{json.loads(m.group(2))}/{json.loads(m.group(1))}" not in items:
-                continue
+        lines: Iterable[str] = fh if items is None else _candidate_lines(path, items)
+        for line in lines:
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError:
@@ -49,7 +103,7 @@ def _read_jsonl(path: Path, items: set[str] | None = None) -> list[dict[str, Any
                 continue
             # traces written before "subset" was added are matched on the id alone
             if items is None or _item_key(obj) in items or (
-                    not obj.get("subset") and any(k.endswith("/" + str(obj["item_id"])) for k in items)):
+                    not obj.get("subset") and str(obj["item_id"]) in ids):
                 out.append(obj)
     return out
 
@@ -156,6 +210,9 @@ LIMIT ?
 def sample_items(run_dir: Path, max_items: int) -> tuple[list[str], int] | None:
     """At most ``max_items`` item keys, flips first, spread evenly over subsets; and the total.
 
+    Fewer on a wide grid: about :data:`MAX_ANSWERS` records' answers in all, never fewer
+    than :data:`MIN_ITEMS` items.
+
     Reads ``records.jsonl`` through DuckDB (None when the run has none): a case is flipped
     when an injected case is answered wrongly by a (model, defender) that was right on clean.
     """
@@ -167,6 +224,10 @@ def sample_items(run_dir: Path, max_items: int) -> tuple[list[str], int] | None:
     con = connect()
     try:
         records_view(con, compact_records(records, con=con))
+        # a wide grid answers each item many times: bound the answers the page embeds too
+        per_item = con.execute("SELECT count(*) / count(DISTINCT item_key) FROM records").fetchone()
+        if per_item and per_item[0]:
+            max_items = min(max_items, max(MIN_ITEMS, int(MAX_ANSWERS // per_item[0])))
         rows = con.execute(_SAMPLE, [max_items]).fetchall()
         total = rows[0][2] if rows else con.execute(
             "SELECT count(DISTINCT item_key) FROM records").fetchone()[0]  # type: ignore[index]
@@ -175,17 +236,69 @@ def sample_items(run_dir: Path, max_items: int) -> tuple[list[str], int] | None:
     return [k for k, _, _ in rows], int(total)
 
 
+class PendingCases:
+    """:func:`case_data` under way: the sample is chosen and the trace reads started (in
+    worker processes on a release-sized run), so the caller can draw plots meanwhile.
+
+    Call :meth:`result` once; :meth:`close` (idempotent) stops reads nobody will collect.
+    """
+
+    def __init__(self, run_dir: Path, max_items: int = MAX_ITEMS) -> None:
+        self._max_items = max_items
+        self._sample = sample_items(run_dir, max_items)
+        chosen = set(self._sample[0]) if self._sample else None
+        self._pool, self._read = _start_reads(sorted((run_dir / "traces").glob("*.jsonl")), chosen)
+
+    def result(self) -> dict[str, Any]:
+        """The case browser's data (see :func:`case_data`)."""
+        try:
+            per_file = _collect(self._pool, self._read)
+        finally:
+            self.close()
+        return _assemble(self._sample, per_file, self._max_items)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+
+def _start_reads(paths: list[Path], items: set[str] | None) -> tuple[Any, list[Any]]:
+    """Read ``paths`` here (small runs: the lines themselves) or start worker processes on
+    them (gigabytes of traces: a future per file); see :func:`_collect`."""
+    workers = min(len(paths), os.cpu_count() or 1, 4)
+    if items is None or workers < 2 or sum(p.stat().st_size for p in paths) < _PARALLEL_BYTES:
+        return None, [_read_jsonl(p, items) for p in paths]
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    # Skipping a line is Python work on every line, so each file goes to a worker process
+    # (fork: they need only this module, which is loaded already)
+    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
+    return pool, [pool.submit(_read_jsonl, p, items) for p in paths]
+
+
+def _collect(pool: Any, read: list[Any]) -> list[list[dict[str, Any]]]:
+    return [r.result() for r in read] if pool is not None else read
+
+
+_PARALLEL_BYTES = 256 << 20
+
+
 def case_data(run_dir: Path, max_items: int = MAX_ITEMS) -> dict[str, Any]:
     """The case browser's data: items with their protocol rows and every defender's answer.
 
     With ``records.jsonl`` present, only a sample of items is read from the traces (see
     :func:`sample_items`), so the page and the memory it takes stay bounded on any run.
     """
-    sample = sample_items(run_dir, max_items)
-    chosen = set(sample[0]) if sample else None
+    return PendingCases(run_dir, max_items).result()
+
+
+def _assemble(sample: tuple[list[str], int] | None, per_file: list[list[dict[str, Any]]],
+              max_items: int) -> dict[str, Any]:
     latest: dict[tuple[Any, ...], dict[str, Any]] = {}
-    for path in sorted((run_dir / "traces").glob("*.jsonl")):
-        for t in _read_jsonl(path, chosen):
+    for lines in per_file:
+        for t in lines:
             # --retry-errors appends a fresh trace for a key; the last one is the record's
             latest[(t.get("model"), t.get("defender"), t["protocol"], _item_key(t),
                     t.get("target"))] = t

@@ -235,6 +235,7 @@ def write_html(
     reading: str | None = None,
     incomplete: str | None = None,
     max_items: int = MAX_ITEMS,
+    cases: Mapping[str, Any] | None = None,
 ) -> Path:
     """Write ``run_dir/report.html``, one file that opens offline in any browser.
 
@@ -251,6 +252,8 @@ def write_html(
         reading: Trusted, already-escaped HTML for a "Reading this report" section.
         incomplete: Why the run is incomplete (plain text, escaped here); shown first.
         max_items: Items kept in the case browser (sorted by id); the rest are counted.
+        cases: The case browser's data when already gathered (:class:`PendingCases`);
+            None reads it here with ``max_items``.
 
     Returns:
         The path of ``report.html``.
@@ -261,7 +264,7 @@ def write_html(
     if sensitivity is None:
         sensitivity = delivery_sensitivity(run_dir)
     # runs written before traces were redacted may still hold an echoed key: mask it here too
-    cases = redact_obj(case_data(run_dir, max_items=max_items))
+    cases = redact_obj(case_data(run_dir, max_items=max_items) if cases is None else cases)
     payload = _script_json(cases)
     banner = ('<p class="banner" id="simulated-banner">SIMULATED EXAMINEE — these results come '
               "from a simulated examinee and are not measurements of any model. They exercise "

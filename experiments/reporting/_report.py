@@ -12,9 +12,11 @@ import os
 import re
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from medmis.experiments.analysis._columnar import run_metrics
-from medmis.experiments.analysis._verdict import CLEAN_DROP_TOLERANCE, OVERCORRECT_DROP
+from medmis.experiments.analysis._metrics import MetricsReport
+from medmis.experiments.analysis._verdict import CLEAN_DROP_TOLERANCE, OVERCORRECT_DROP, Verdict
 from medmis.tools._redact import redact
 
 from ._format import (
@@ -42,6 +44,9 @@ from ._verdict_text import (
     run_verdict,
     usd_rows,
 )
+
+if TYPE_CHECKING:
+    from ._cases import PendingCases
 
 # Re-exported: the report's public pieces have always been importable from here.
 __all__ = [
@@ -98,9 +103,24 @@ def write_report(
     _write_text(paths["metrics.csv"], render_csv(report))
     paths["verdict.json"] = run.run_dir / "verdict.json"
     _write_text(paths["verdict.json"], json.dumps(asdict(verdict), indent=2, ensure_ascii=False) + "\n")
-    from ._html import delivery_sensitivity, sensitivity_markdown, write_html
+    from ._cases import PendingCases
+    from ._html import delivery_sensitivity
 
     sensitivity = delivery_sensitivity(run.run_dir)
+    # the case sample's trace reads go on (in worker processes on a big run) while plots draw
+    pending = PendingCases(run.run_dir) if figures else None
+    try:
+        return _write_rest(run, report, verdict, metrics, paths, sensitivity, pending, figures)
+    finally:
+        if pending is not None:
+            pending.close()
+
+
+def _write_rest(run: RunData, report: MetricsReport, verdict: Verdict, metrics: dict[str, Any],
+                paths: dict[str, Path], sensitivity: list[dict[str, Any]], pending: PendingCases | None,
+                figures: bool) -> dict[str, Path]:
+    from ._html import sensitivity_markdown, write_html
+
     plots: dict[str, Path] = {}
     if figures and metrics:
         from ._plots import write_plots
@@ -119,6 +139,7 @@ def write_report(
             run.run_dir, metrics, plots=plots, baseline=report.baseline, simulated=run.simulated,
             title=run.run_dir.name, sensitivity=sensitivity, reading=_reading_html(render_reading(report) + "\n" + render_verdict(verdict, report)),
             incomplete=render_incomplete_line(verdict) or None,
+            cases=pending.result() if pending is not None else None,
         )
         paths.update({f"plots/{p.name}": p for p in plots.values()})
     return paths

@@ -22,6 +22,10 @@ class RecordFacts:
     count: int = 0
     models: tuple[str, ...] = ()
     prompts: tuple[tuple[str, str | None], ...] = ()
+    errors: int = 0
+    """Records whose (last) line is an error."""
+    cells: tuple[tuple[str, str, int], ...] = ()
+    """``(model, defender, records)`` of every pair that has records."""
 
 
 def record_facts(records_path: Path) -> RecordFacts:
@@ -34,12 +38,16 @@ def record_facts(records_path: Path) -> RecordFacts:
     try:
         # the compacted copy is what run_metrics reads next, so the scan is paid once
         records_view(con, compact_records(records_path, con=con))
-        count = con.execute("SELECT count(*) FROM records").fetchone()
+        count = con.execute("SELECT count(*), count(error) FROM records").fetchone()
         models = con.execute("SELECT model FROM records GROUP BY model ORDER BY min(pos)").fetchall()
+        cells = con.execute("SELECT model, defender, count(*) FROM records GROUP BY ALL "
+                            "ORDER BY min(pos)").fetchall()
         prompts = _prompts(con, records_path)
     finally:
         con.close()
-    return RecordFacts(int(count[0]) if count else 0, tuple(m for (m,) in models), prompts)
+    return RecordFacts(int(count[0]) if count else 0, tuple(m for (m,) in models), prompts,
+                       errors=int(count[1]) if count else 0,
+                       cells=tuple((str(m), str(d), int(n)) for m, d, n in cells))
 
 
 def _prompts(con: Any, records_path: Path) -> tuple[tuple[str, str | None], ...]:

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from medmis.experiments.analysis._metrics import MetricsReport
+from medmis.experiments.analysis._units import Proportion
 from medmis.experiments.analysis._verdict import (
     CLEAN_DROP_TOLERANCE,
     OVERCORRECT_DROP,
@@ -20,7 +21,7 @@ from medmis.experiments.analysis._verdict import (
     Prices,
     Verdict,
     decide,
-    same_answers,
+    same_answers_sql,
     usd,
 )
 
@@ -54,15 +55,13 @@ def incomplete_reason(run: RunData, report: MetricsReport) -> str | None:
     stopped = run.manifest.get("stopped")
     if stopped:
         reasons.append(f"stopped early ({stopped})")
-    errors = sum(1 for r in run.records if r.error is not None)
+    errors = run.facts.errors
     if errors:
         reasons.append(f"{errors} case(s) ended in errors (rerun with --retry-errors)")
     expected = run.manifest.get("cases_per_model_defender")
     labels = [d.get("label") for d in run.manifest.get("defenders") or [] if isinstance(d, dict)]
     if isinstance(expected, int) and labels:
-        done: dict[tuple[str, str], int] = {}
-        for r in run.records:
-            done[(r.model, r.defender)] = done.get((r.model, r.defender), 0) + 1
+        done = {(m, d): n for m, d, n in run.facts.cells}
         short = [f"{m} x {d}" for m in run.models for d in labels
                  if done.get((m, str(d)), 0) < expected]
         if short:
@@ -80,11 +79,24 @@ def run_verdict(run: RunData, report: MetricsReport) -> Verdict:
     return decide(
         report,
         controls=controls,
-        agreement=same_answers(run.records, controls),
+        agreement=_same_answers(run, controls),
         prices=run_prices(run),
         incomplete=incomplete_reason(run, report),
         simulated=run.simulated,
     )
+
+
+def _same_answers(run: RunData, controls: list[str]) -> dict[tuple[str, str], dict[str, Proportion]]:
+    from medmis.experiments.harness._scan import compact_records, connect, records_view
+
+    if not controls or not run.facts.count:
+        return {}
+    con = connect()
+    try:
+        records_view(con, compact_records(run.run_dir / "records.jsonl", con=con))
+        return same_answers_sql(con, controls)
+    finally:
+        con.close()
 
 
 def render_incomplete_line(verdict: Verdict) -> str:
