@@ -117,20 +117,22 @@ _EMPTY = ("NULL::VARCHAR AS model, NULL::VARCHAR AS defender, NULL::VARCHAR AS p
 
 def _missing(con: duckdb.DuckDBPyConnection, plan: CasePlan) -> list[tuple[int, int, int]]:
     import numpy as np
-    import pyarrow as pa
 
     n_m, n_d, n_c = len(plan.models), len(plan.defenders), len(plan.cases)
     if not n_m or not n_d or not n_c:
         return []
     protocols, items, targets = zip(*plan.cases, strict=True)
-    # a target is an option key, never "": coalescing lets a hash join match clean/type2
-    con.register("__plan", pa.table({
-        "ci": pa.array(range(n_c), pa.int32()), "protocol": list(protocols),
-        "item_key": list(items), "t": [t or "" for t in targets]}))
-    con.register("__grid", pa.table({
-        "cell": pa.array(range(n_m * n_d), pa.int32()),
-        "model": [m for m in plan.models for _ in plan.defenders],
-        "defender": [d for _ in plan.models for d in plan.defenders]}))
+    # a target is an option key, never "": coalescing lets a hash join match clean/type2.
+    # The plan goes in as list parameters (unnest), not Arrow tables: pyarrow's array
+    # conversion imports pandas, more than half a second of every run's start.
+    con.execute(
+        "CREATE TEMP TABLE __plan AS SELECT (generate_subscripts($1, 1) - 1)::INTEGER AS ci, "
+        "unnest($1) AS protocol, unnest($2) AS item_key, unnest($3) AS t",
+        [list(protocols), list(items), [t or "" for t in targets]])
+    con.execute(
+        "CREATE TEMP TABLE __grid AS SELECT (generate_subscripts($1, 1) - 1)::INTEGER AS cell, "
+        "unnest($1) AS model, unnest($2) AS defender",
+        [[m for m in plan.models for _ in plan.defenders], [d for _ in plan.models for d in plan.defenders]])
     try:
         # the planned keys that have a record, as integers: one join, no string per key in Python
         found = con.execute("""
@@ -139,8 +141,8 @@ def _missing(con: duckdb.DuckDBPyConnection, plan: CasePlan) -> list[tuple[int, 
             JOIN __plan p ON d.protocol = p.protocol AND d.item_key = p.item_key
              AND coalesce(d.target, '') = p.t""").fetchnumpy()
     finally:
-        con.unregister("__plan")
-        con.unregister("__grid")
+        con.execute("DROP TABLE __plan")
+        con.execute("DROP TABLE __grid")
     todo = np.ones(n_m * n_d * n_c, dtype=bool)
     todo[np.asarray(found["cell"], dtype=np.int64) * n_c + np.asarray(found["ci"], dtype=np.int64)] = False
     flat = np.flatnonzero(todo)  # ascending: model, then defender, then plan order
