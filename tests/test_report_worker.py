@@ -51,7 +51,7 @@ def test_the_worker_writes_the_report_the_process_would(tmp_path: Path, monkeypa
 
     monkeypatch.setattr(ReportWorker, "start", classmethod(start))
     assert _run(tmp_path / "worker") == 0
-    assert len(spawned) == 1 and spawned[0].returncode == 0  # started, answered, ended
+    assert len(spawned) == 1 and spawned[0].wait(timeout=30) == 0  # started, answered, ended
 
     monkeypatch.setenv("MEDMIS_REPORT_WORKER", "0")
     assert not enabled()
@@ -89,7 +89,7 @@ def test_the_worker_ends_with_its_parent_input() -> None:
     process = worker._process
     assert process is not None and process.poll() is None
     worker.close()
-    assert process.returncode == 0
+    assert worker.reap() == 0 and process.returncode == 0
 
 
 def _run_without_report(out: Path) -> int:

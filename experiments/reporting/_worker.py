@@ -78,20 +78,34 @@ class ReportWorker:
         return answer if isinstance(answer, dict) else None
 
     def close(self) -> None:
-        """End the worker (closing its stdin); wait briefly, then kill it."""
-        process, self._process = self._process, None
+        """End the worker: closing its stdin ends it once it is idle.
+
+        Nothing is left unanswered by then (:meth:`write` waits for its answer), so the worker
+        is not waited for: its interpreter's own shutdown (matplotlib, DuckDB, about a second
+        here) would only lengthen ``medmis run``. One that is still running after a grace
+        period is killed by :meth:`reap`.
+        """
+        process = self._process
         if process is None:
             return
         try:
             if process.stdin is not None:
                 process.stdin.close()
-            process.wait(timeout=5)
-        except (OSError, subprocess.TimeoutExpired):
+        except OSError:
             process.kill()
-            process.wait()
-        finally:
-            if process.stdout is not None:
-                process.stdout.close()
+        if process.stdout is not None:
+            process.stdout.close()
+
+    def reap(self, timeout_s: float = 10.0) -> int | None:
+        """Wait for the closed worker to end (killing it after ``timeout_s``); its exit code."""
+        process, self._process = self._process, None
+        if process is None:
+            return None
+        try:
+            return process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            return process.wait()
 
     def __enter__(self) -> ReportWorker:
         return self
@@ -100,8 +114,23 @@ class ReportWorker:
         self.close()
 
 
+# What a first report imports besides ``_report`` itself (its modules import some lazily).
+_WARM = ("duckdb", "pyarrow", "threadpoolctl", "matplotlib.figure", "matplotlib.backends.backend_agg",
+         "PIL.PngImagePlugin", "medmis.experiments.harness._scan", "medmis.experiments.analysis._columnar",
+         "medmis.experiments.reporting._plots", "medmis.experiments.reporting._html",
+         "medmis.experiments.reporting._cases")
+
+
 def _serve(requests: IO[str], answers: IO[str]) -> None:
+    import importlib
+
     from ._report import write_report  # the import this process exists to do early
+
+    for name in _WARM:
+        try:
+            importlib.import_module(name)
+        except ImportError:  # a missing one fails loudly where it is used, not here
+            pass
 
     for line in requests:
         try:
