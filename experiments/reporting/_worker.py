@@ -122,15 +122,14 @@ _WARM = ("duckdb", "pyarrow", "threadpoolctl", "matplotlib.figure", "matplotlib.
 
 
 def _serve(requests: IO[str], answers: IO[str]) -> None:
+    import contextlib
     import importlib
 
     from ._report import write_report  # the import this process exists to do early
 
     for name in _WARM:
-        try:
+        with contextlib.suppress(ImportError):  # a missing one fails loudly where it is used
             importlib.import_module(name)
-        except ImportError:  # a missing one fails loudly where it is used, not here
-            pass
 
     for line in requests:
         try:
