@@ -13,6 +13,8 @@ from pydantic import ValidationError
 from medmis.experiments.benchmark._types import Record
 from medmis.tools._redact import configured_secrets, redact_obj
 
+from ._scan import complete_length
+
 
 def scrub_outputs(record: Record, trace: dict[str, Any]) -> tuple[Record, dict[str, Any]]:
     """A case's record and trace with credentials masked, as they may be written to disk.
@@ -86,21 +88,9 @@ def repair_torn_tail(path: str | Path) -> None:
         return
     size = p.stat().st_size
     with p.open("rb+") as fh:
-        fh.seek(size - 1)
-        if fh.read(1) == b"\n":
-            return
-        # the last newline, looked for backwards in blocks (a run's file can be gigabytes)
-        end, block, cut = size, 1 << 16, 0
-        while end > 0:
-            start = max(0, end - block)
-            fh.seek(start)
-            at = fh.read(end - start).rfind(b"\n")
-            if at >= 0:
-                cut = start + at + 1
-                break
-            end = start
-        fh.seek(cut)
-        fh.truncate()
+        cut = complete_length(fh, size)
+        if cut < size:
+            fh.truncate(cut)
 
 
 def append_records(path: str | Path, records: Iterable[Record]) -> None:

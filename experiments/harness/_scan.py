@@ -19,7 +19,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 if TYPE_CHECKING:
     import duckdb
@@ -95,26 +95,35 @@ def _sql_str(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
+def complete_length(fh: BinaryIO, size: int) -> int:
+    """How many bytes of a JSONL file of ``size`` bytes end on a newline (all of them unless
+    its last line is torn); the last newline is looked for backwards in blocks, since a run's
+    file can be gigabytes."""
+    if size == 0:
+        return 0
+    fh.seek(size - 1)
+    if fh.read(1) == b"\n":
+        return size
+    end, block = size, 1 << 16
+    while end > 0:
+        start = max(0, end - block)
+        fh.seek(start)
+        at = fh.read(end - start).rfind(b"\n")
+        if at >= 0:
+            return start + at + 1
+        end = start
+    return 0
+
+
 @contextmanager
 def _complete_lines(path: Path) -> Iterator[Path]:
     """``path``, or a temporary copy up to its last newline when the last line is torn."""
     size = path.stat().st_size
     with path.open("rb") as fh:
-        fh.seek(max(0, size - 1))
-        if size == 0 or fh.read(1) == b"\n":
-            yield path
-            return
-        # find the last newline from the end, in blocks
-        end, block = size, 1 << 16
-        cut = 0
-        while end > 0:
-            start = max(0, end - block)
-            fh.seek(start)
-            at = fh.read(end - start).rfind(b"\n")
-            if at >= 0:
-                cut = start + at + 1
-                break
-            end = start
+        cut = complete_length(fh, size)
+    if cut == size:
+        yield path
+        return
     with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".records-", suffix=".jsonl",
                                      delete=False) as tmp, path.open("rb") as src:
         copied = 0
