@@ -40,7 +40,6 @@ from ._io import repair_torn_tail
 from ._models import ModelPool
 from ._prepare import ClaimedFolder, write_invalid_rows
 from ._progress import RunProgress
-from ._resume import CasePlan, resume_state
 from ._runner import Harness
 
 BATCH_PROVIDERS = ("openai", "google")
@@ -176,7 +175,6 @@ class BatchHarness(Harness):
     # -- the run ---------------------------------------------------------------------------------
     async def _run_claimed(self, planned: list[tuple[int, ProtocolName, str | None]], dataset: Any,
                            claim: ClaimedFolder) -> RunResult:
-        cfg = self.config
         (self.out / "traces").mkdir(exist_ok=True)
         skipped = write_invalid_rows(self.out, dataset, self.notice)
         self.write_manifest(dataset, len(planned), claim)
@@ -185,14 +183,8 @@ class BatchHarness(Harness):
         book = BatchBook.load(self.out)
         if self.cancel:
             return await self._cancel(book, records_path, skipped)
-        items = dataset.items
-        plan = CasePlan(cfg.models, [d.label for d in self.defenders],
-                        [(protocol, items[i].key, target) for i, protocol, target in planned])
-        resumed = resume_state(records_path, plan, retry_errors=cfg.retry_errors)
-        clean_state: dict[tuple[str, str, str], bool] = {}
-        resumed.apply(self.stats, clean_state)
-        self.stats.done = 0
-        todo = [job for phase in self._todo(resumed.missing, planned, items) for job in phase]
+        resumed, clean_state, phases = self._resume(records_path, planned, dataset.items)
+        todo = [job for phase in phases for job in phase]
         if not todo:
             return await self._nothing_to_do(records_path, resumed.records, skipped)
         new = 0

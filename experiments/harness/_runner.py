@@ -50,7 +50,7 @@ from ._models import ModelPool
 from ._outcome import Outcome, record_outcome
 from ._prepare import ClaimedFolder, check_out_path, write_invalid_rows
 from ._progress import RunProgress
-from ._resume import CasePlan, resume_state
+from ._resume import CasePlan, ResumeState, resume_state
 
 # Re-exported: callers import the run's types from here as well as from the package.
 __all__ = [
@@ -286,6 +286,21 @@ class Harness:
                            notice=self.notice) as claim:
             return await self._run_claimed(planned, dataset, claim)
 
+    def _resume(self, records_path: Path, planned: list[tuple[int, ProtocolName, str | None]],
+                items: Sequence[Item]) -> tuple[ResumeState, dict[tuple[str, str, str], bool],
+                                                list[list[tuple[str, Defender, Case]]]]:
+        """What the folder's records leave to do, as jobs in two phases (clean, then the
+        rest); the records' progress figures are added to ``stats`` and the clean answers to the
+        returned map. Missing keys come from a columnar scan, not a Record per line."""
+        cfg = self.config
+        plan = CasePlan(cfg.models, [d.label for d in self.defenders],
+                        [(protocol, items[i].key, target) for i, protocol, target in planned])
+        resumed = resume_state(records_path, plan, retry_errors=cfg.retry_errors)
+        clean_state: dict[tuple[str, str, str], bool] = {}
+        resumed.apply(self.stats, clean_state)
+        self.stats.done = 0  # progress counts this invocation's work
+        return resumed, clean_state, self._todo(resumed.missing, planned, items)
+
     def _todo(self, missing: list[tuple[int, int, int]], planned: list[tuple[int, ProtocolName, str | None]],
               items: Sequence[Item]) -> list[list[tuple[str, Defender, Case]]]:
         """The missing cases as jobs, clean first; an item's cases are built once, when needed."""
@@ -312,15 +327,7 @@ class Harness:
         self.write_manifest(dataset, len(planned), claim)
         records_path = self.out / "records.jsonl"
         repair_torn_tail(records_path)
-        # missing keys and progress figures through a columnar scan, not a Record per line
-        items = dataset.items
-        plan = CasePlan(cfg.models, [d.label for d in self.defenders],
-                        [(protocol, items[i].key, target) for i, protocol, target in planned])
-        resumed = resume_state(records_path, plan, retry_errors=cfg.retry_errors)
-        clean_state: dict[tuple[str, str, str], bool] = {}
-        resumed.apply(self.stats, clean_state)
-        self.stats.done = 0  # progress counts this invocation's work
-        todo = self._todo(resumed.missing, planned, items)
+        resumed, clean_state, todo = self._resume(records_path, planned, dataset.items)
         total = len(todo[0]) + len(todo[1])
         if total == 0:
             return await self._nothing_to_do(records_path, resumed.records, skipped)
