@@ -21,13 +21,12 @@ import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
+from datetime import datetime
 from typing import Any, TypeVar
 
 import httpx
 
-from ._retry import _status_and_headers
+from ._retry import _parse_retry_after, _status_and_headers
 
 T = TypeVar("T")
 
@@ -42,24 +41,18 @@ def _reset_seconds(value: str, wall: Callable[[], float]) -> float | None:
     value = value.strip()
     if not value:
         return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
+    seconds = _parse_retry_after(value, wall)  # a number of seconds or an HTTP date
+    if seconds is not None:
+        return seconds
     parts = _DURATION.findall(value)
     if parts and "".join(n + u for n, u in parts) == value:
         return sum(float(n) * _UNIT_S[u] for n, u in parts)
     try:  # RFC 3339 (Anthropic's resets)
         when = datetime.fromisoformat(value.replace("Z", "+00:00"))
-        if when.tzinfo is None:
-            return None  # a local time of unknown zone is no wait we can honour
     except ValueError:
-        try:  # an HTTP date (Retry-After)
-            when = parsedate_to_datetime(value)
-        except (TypeError, ValueError):
-            return None
-        if when.tzinfo is None:  # RFC 5322 "-0000": UTC
-            when = when.replace(tzinfo=UTC)
+        return None
+    if when.tzinfo is None:
+        return None  # a local time of unknown zone is no wait we can honour
     return max(0.0, when.timestamp() - wall())
 
 

@@ -37,7 +37,8 @@ class RetryPolicy:
         return cls(max_retries=0)
 
 
-def _parse_retry_after(value: str | None) -> float | None:
+def _parse_retry_after(value: str | None, wall: Callable[[], float] = time.time) -> float | None:
+    """Seconds to wait from a ``Retry-After`` value: a number of seconds or an HTTP date."""
     if not value:
         return None
     try:
@@ -50,7 +51,7 @@ def _parse_retry_after(value: str | None) -> float | None:
         return None
     if when.tzinfo is None:  # RFC 5322 "-0000": UTC with unknown origin, not local time
         when = when.replace(tzinfo=UTC)
-    return max(0.0, when.timestamp() - time.time())
+    return max(0.0, when.timestamp() - wall())
 
 
 def _retry_after(headers: httpx.Headers) -> float | None:
