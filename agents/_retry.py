@@ -129,7 +129,6 @@ async def retry_async(
     rng: random.Random | None = None,
 ) -> T:
     """Call ``fn`` until it succeeds, a non-retryable error occurs, or the policy is spent."""
-    rng = rng or random.Random()
     start = time.monotonic()
     for attempt in range(1, policy.max_retries + 2):
         try:
@@ -139,6 +138,8 @@ async def retry_async(
             if not retryable or attempt > policy.max_retries:
                 raise
             backoff = min(policy.max_delay, policy.base_delay * (2 ** (attempt - 1)))
+            if rng is None:  # made on the first retry: most calls never need one
+                rng = random.Random()
             delay = rng.uniform(0, backoff)
             if retry_after is not None:
                 # the server's wait is honoured in full; the deadline decides whether to wait

@@ -169,12 +169,28 @@ def _as_httpx_error(exc: BaseException, request: httpx.Request) -> httpx.Transpo
     return httpx.ReadError(message, request=request)  # a reset connection and the rest
 
 
+class _SetCookieJar(httpx.Cookies):
+    """A client's cookie jar that reads a response's cookies only when it sets some.
+
+    httpx hands every response to ``http.cookiejar`` (through ``urllib.request`` look-alikes
+    of the request and the response, which copy every header): a fifth of a millisecond per
+    call, for responses that carry no ``Set-Cookie`` header at all, as model APIs' do not.
+    """
+
+    def extract_cookies(self, response: httpx.Response) -> None:
+        if "set-cookie" in response.headers:
+            super().extract_cookies(response)
+
+
 def async_client(timeout_s: float, *, limits: httpx.Limits | None = None) -> httpx.AsyncClient:
     """An ``httpx.AsyncClient`` for an SDK, on the transport :func:`transport_kind` names."""
     limits = limits or httpx.Limits(**HTTP_LIMITS)
     if transport_kind() == "httpx" or _proxied():
-        return httpx.AsyncClient(timeout=timeout_s, limits=limits)
-    return httpx.AsyncClient(timeout=timeout_s, transport=LoopLocalAiohttpTransport(limits))
+        client = httpx.AsyncClient(timeout=timeout_s, limits=limits)
+    else:
+        client = httpx.AsyncClient(timeout=timeout_s, transport=LoopLocalAiohttpTransport(limits))
+    client._cookies = _SetCookieJar(client.cookies)  # the jar httpx's send() extracts into
+    return client
 
 
 def _proxied() -> bool:

@@ -36,7 +36,7 @@ from medmis.experiments._errors import CliError
 
 EXIT_CONFIG = 2
 
-__all__ = ["EXIT_CONFIG", "CliError", "build_parser", "main"]
+__all__ = ["EXIT_CONFIG", "CliError", "build_parser", "console", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -426,5 +426,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 3
 
 
+def console() -> None:
+    """The ``medmis`` command: :func:`main`, then an exit without the interpreter's teardown."""
+    from medmis.tools._exit import exit_now
+
+    exit_now(main())
+
+
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    console()

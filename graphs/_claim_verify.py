@@ -11,13 +11,10 @@ from __future__ import annotations
 
 import operator
 import re
-from typing import Annotated, Any, Literal, TypedDict
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypedDict
 
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from langchain_core.runnables import RunnableConfig
-from langgraph.graph import END, START, StateGraph
-from langgraph.graph.state import CompiledStateGraph
-from langgraph.types import Send
 from pydantic import Field
 
 from medmis.agents._mock import message_text
@@ -34,6 +31,9 @@ from ._common import (
     render_evidence,
 )
 from ._context import DefenderContext, DefenderOptions, SolveFn, answer_from_text
+
+if TYPE_CHECKING:  # LangGraph itself is imported when a graph is built
+    from langgraph.graph.state import CompiledStateGraph
 
 Verdict = Literal["supported", "refuted", "not_enough_info"]
 
@@ -316,6 +316,8 @@ def build_claim_verify_graph(opts: ClaimVerifyOptions) -> CompiledStateGraph:
     Input state may set ``targets`` (indices of the context sentences to check; default all),
     which is how ``escalate`` checks only the conflicting sentences.
     """
+    from langgraph.graph import END, START, StateGraph
+    from langgraph.types import Send
 
     async def split(state: ClaimVerifyState, config: RunnableConfig) -> dict[str, Any]:
         d = deps(config)
@@ -338,7 +340,7 @@ def build_claim_verify_graph(opts: ClaimVerifyOptions) -> CompiledStateGraph:
         d.ctx.note("claims", {"method": method, "claims": claims})
         return {"targets": targets, "claims": claims, "split_method": method}
 
-    def fan_out(state: ClaimVerifyState) -> list[Send] | str:
+    def fan_out(state: ClaimVerifyState) -> list[Any] | str:  # Send packets or a node name
         claims = state.get("claims") or []
         return [Send("verify_claim", {"claim": c}) for c in claims] if claims else "answer"
 

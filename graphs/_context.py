@@ -26,6 +26,7 @@ from medmis.agents._capabilities import (
     accepts_structured_output,
     provider_family,
 )
+from medmis.agents._direct import ainvoke_chat
 from medmis.agents._limiter import AdaptiveLimiter
 from medmis.agents._mock import message_text
 from medmis.agents._retry import RetryPolicy, retry_async
@@ -129,8 +130,8 @@ class DefenderContext:
 
                 async def call() -> Any:
                     if limiter is None:
-                        return await runnable.ainvoke(list(messages))
-                    return await limiter.run(lambda: runnable.ainvoke(list(messages)))
+                        return await ainvoke_chat(runnable, messages)
+                    return await limiter.run(lambda: ainvoke_chat(runnable, messages))
 
                 reply = await retry_async(call, self.retry)
         except Exception as exc:

@@ -11,11 +11,9 @@ context is the warned call alone.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from langchain_core.runnables import RunnableConfig
-from langgraph.graph import END, START, StateGraph
-from langgraph.graph.state import CompiledStateGraph
 
 from medmis.experiments.benchmark._types import Answer, CaseView
 
@@ -28,6 +26,9 @@ from ._claim_verify import (
 )
 from ._common import deps, graph_solver, run_config, sentences_supporting
 from ._context import DefenderContext, SolveFn, answer_from_text
+
+if TYPE_CHECKING:  # LangGraph itself is imported when a graph is built
+    from langgraph.graph.state import CompiledStateGraph
 
 StepFn = Callable[[CaseView, DefenderContext], Awaitable[Answer]]
 
@@ -52,6 +53,8 @@ def build_escalate_graph(
         prior_step: A context-free answer (the ``context_blind`` defender's solve function).
         verify: Options of the claim-verification rung.
     """
+    from langgraph.graph import END, START, StateGraph
+
     verifier = build_claim_verify_graph(verify)
 
     async def warned(state: EscalateState, config: RunnableConfig) -> dict[str, Any]:

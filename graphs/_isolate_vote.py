@@ -18,12 +18,9 @@ from __future__ import annotations
 import operator
 import re
 from collections.abc import Sequence
-from typing import Annotated, Any, Literal, TypedDict
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypedDict
 
 from langchain_core.runnables import RunnableConfig
-from langgraph.graph import END, START, StateGraph
-from langgraph.graph.state import CompiledStateGraph
-from langgraph.types import Send
 from pydantic import BaseModel, Field
 
 from medmis.agents._mock import message_text
@@ -34,6 +31,9 @@ from medmis.experiments.benchmark._types import Answer, CaseView
 
 from ._common import deps, graph_solver
 from ._context import DefenderContext, DefenderOptions, SolveFn
+
+if TYPE_CHECKING:  # LangGraph itself is imported when a graph is built
+    from langgraph.graph.state import CompiledStateGraph
 
 UNSURE = "UNSURE"
 _UNSURE = re.compile(rf"final\s+answer\s*[:：]\s*[*_\s]*{UNSURE}\b", re.IGNORECASE)
@@ -142,6 +142,8 @@ ISOLATED_PREFACE = "Below is a single statement from an unverified source, shown
 
 def build_isolate_vote_graph(opts: IsolateVoteOptions) -> CompiledStateGraph:
     """Compile the isolate-and-vote graph."""
+    from langgraph.graph import END, START, StateGraph
+    from langgraph.types import Send
 
     async def isolated(state: SentenceTask, config: RunnableConfig) -> dict[str, Any]:
         d = deps(config)
@@ -179,7 +181,7 @@ def build_isolate_vote_graph(opts: IsolateVoteOptions) -> CompiledStateGraph:
         d.ctx.note("vote", {"ballots": ballots, **result.model_dump()})
         return {"choice": result.choice, "decided_by": result.decided_by, "tally": result.tally}
 
-    def fan_out(state: IsolateVoteState, config: RunnableConfig) -> list[Send | str]:
+    def fan_out(state: IsolateVoteState, config: RunnableConfig) -> list[Any]:  # Send packets and node names
         n = min(len(deps(config).case.context), opts.max_sentences)
         return ["prior", *(Send("isolated", {"index": i}) for i in range(n))]
 

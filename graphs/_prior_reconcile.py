@@ -8,11 +8,9 @@ is consistent with established medical knowledge. A case without context is one 
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from langchain_core.runnables import RunnableConfig
-from langgraph.graph import END, START, StateGraph
-from langgraph.graph.state import CompiledStateGraph
 
 from medmis.agents._mock import message_text
 from medmis.experiments.benchmark._extract import extract_answer
@@ -21,6 +19,9 @@ from medmis.experiments.benchmark._types import Answer, CaseView
 
 from ._common import UNVERIFIED_PREFACE, deps, graph_solver
 from ._context import DefenderContext, DefenderOptions, SolveFn, answer_from_text
+
+if TYPE_CHECKING:  # LangGraph itself is imported when a graph is built
+    from langgraph.graph.state import CompiledStateGraph
 
 
 class PriorReconcileOptions(DefenderOptions):
@@ -68,6 +69,7 @@ def _reconcile_preface(state: PriorReconcileState, limit: int) -> str:
 
 def build_prior_reconcile_graph(opts: PriorReconcileOptions) -> CompiledStateGraph:
     """Compile the prior / contextual / reconcile graph."""
+    from langgraph.graph import END, START, StateGraph
 
     async def prior(state: PriorReconcileState, config: RunnableConfig) -> dict[str, Any]:
         d = deps(config)

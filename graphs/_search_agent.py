@@ -26,13 +26,10 @@ warned" can be ablated separately.
 from __future__ import annotations
 
 import operator
-from typing import Annotated, Any, Literal, TypedDict
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypedDict
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langchain_core.runnables import RunnableConfig
-from langgraph.graph import END, START, StateGraph
-from langgraph.graph.message import add_messages
-from langgraph.graph.state import CompiledStateGraph
 from pydantic import Field, model_validator
 
 from medmis.agents._mock import message_text
@@ -60,6 +57,9 @@ from ._common import (
 )
 from ._context import DefenderContext, DefenderOptions, SolveFn, answer_from_text
 from ._search_calls import call_signature, refuse_duplicate, run_call
+
+if TYPE_CHECKING:  # LangGraph itself is imported when a graph is built
+    from langgraph.graph.state import CompiledStateGraph
 
 StopReason = Literal["answered", "budget", "tool_failures", "no_answer", "direct"]
 Preset = Literal["toolkit", "paper"]
@@ -127,8 +127,16 @@ class SearchAgentOptions(DefenderOptions):
         return {k: v for k, v in self.model_dump(mode="json").items() if v != base.get(k)}
 
 
+def _add_messages(left: Any, right: Any) -> Any:
+    """LangGraph's ``add_messages`` reducer, imported with LangGraph when a graph runs (so
+    that importing the defenders does not import LangGraph)."""
+    from langgraph.graph.message import add_messages
+
+    return add_messages(left, right)
+
+
 class SearchAgentState(TypedDict, total=False):
-    messages: Annotated[list[BaseMessage], add_messages]
+    messages: Annotated[list[BaseMessage], _add_messages]
     plan: dict[str, Any]
     iterations: int
     failed_turns: int
@@ -222,6 +230,8 @@ def _agent_opening(case: CaseView, state: SearchAgentState, opts: SearchAgentOpt
 
 def build_search_agent_graph(opts: SearchAgentOptions) -> CompiledStateGraph:
     """Compile the search-and-visit ReAct graph for one set of options."""
+    from langgraph.graph import END, START, StateGraph
+
     is_paper = opts.preset == "paper"
     schemas = tool_schemas("paper" if is_paper else "toolkit")
 

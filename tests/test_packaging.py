@@ -49,7 +49,7 @@ def test_wheel_adds_only_the_medmis_import_name(wheel: Path) -> None:
     with zipfile.ZipFile(wheel) as zf:
         meta = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
         entry_points = zf.read(meta).decode()
-    assert "medmis = medmis.experiments.cli:main" in entry_points
+    assert "medmis = medmis.experiments.cli:console" in entry_points
 
 
 def test_installed_wheel_imports_from_outside_the_checkout(wheel: Path, tmp_path: Path) -> None:

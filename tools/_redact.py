@@ -10,6 +10,7 @@ Redaction is by pattern (the shapes of the providers' keys and auth headers) and
 from __future__ import annotations
 
 import functools
+import json
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -57,6 +58,44 @@ _MAY_HOLD_I = re.compile(r"(?i)bearer|api|authorization")
 
 def _may_hold_key(text: str) -> bool:
     return any(s in text for s in _MAY_HOLD) or _MAY_HOLD_I.search(text) is not None
+
+
+# Field names :func:`is_secret_name` may accept, as they appear in JSON text (a key's closing
+# quote marks where the name ends; ``$`` also matches before a final newline, written ``\n``).
+# It over-matches (any mention of "secret"), which only sends a text to the full pass.
+_SECRET_KEY_HINT = re.compile(
+    r"(?i)api[_\-]?key|apikey|secret|passw(?:or)?d|authorization|(?:token|credentials?)(?:\\n)?\"|"
+    r"\"(?:auth|key|pwd)(?:\\n)?\""
+)
+
+
+# The only characters outside ASCII that a case-insensitive pattern matches to an ASCII
+# letter (İ, ı -> i; ſ -> s; Kelvin sign -> k), and the same searches as plain lowered words.
+_FOLDS_TO_ASCII = ("\u0130", "\u0131", "\u017f", "\u212a")
+_LOWER_HINTS = ("bearer", "api", "authorization", "secret", "passwd", "password",
+                *(f'{name}{end}"' for name in ("token", "credential", "credentials") for end in ("", "\\n")),
+                *(f'"{name}{end}"' for name in ("auth", "key", "pwd") for end in ("", "\\n")))
+
+
+def json_needs_redaction(text: str, secrets: Iterable[str]) -> bool:
+    """Whether :func:`redact_obj` could change the value ``text`` is the JSON of.
+
+    False means the structure holds no configured secret, no text any key pattern could
+    match and no field with a credential-like name: it can be written as it is, without the
+    walk over every string. ``text`` is JSON as ``json.dumps(..., ensure_ascii=False)`` or
+    pydantic's ``model_dump_json`` write it (non-ASCII characters unescaped).
+    """
+    for value in secrets:
+        if value and len(value) >= 8 and (value in text or json.dumps(value, ensure_ascii=False)[1:-1] in text):
+            return True
+    if any(c in text for c in _FOLDS_TO_ASCII):  # the case-insensitive patterns' look-alikes
+        return _may_hold_key(text) or _SECRET_KEY_HINT.search(text) is not None
+    # Without those, a case-insensitive match is a substring of the lowered text: scanning
+    # for a few words beats the two regular expressions over a whole record several times.
+    if any(s in text for s in _MAY_HOLD):
+        return True
+    lowered = text.lower()
+    return any(s in lowered for s in _LOWER_HINTS)
 
 
 def configured_secrets(environ: Mapping[str, str] | None = None) -> list[str]:

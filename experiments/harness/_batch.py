@@ -188,7 +188,7 @@ class BatchHarness(Harness):
         if not todo:
             return await self._nothing_to_do(records_path, resumed.records, skipped)
         new = 0
-        trace_handles: dict[Path, Any] = {}
+        trace_handles: dict[str, Any] = {}
         try:
             active, by_key = await self._prepare_jobs(book, todo)
             with records_path.open("a", encoding="utf-8") as rec_fh:
@@ -236,7 +236,7 @@ class BatchHarness(Harness):
         return active, {_key(*j): j for j in todo}
 
     async def _wait_and_write(self, book: BatchBook, active: list[BatchJob], by_key: dict[CaseKey, Job],
-                              rec_fh: Any, trace_handles: dict[Path, Any],
+                              rec_fh: Any, trace_handles: dict[str, Any],
                               clean_state: dict[tuple[str, str, str], bool]) -> int:
         new = 0
         while True:
@@ -263,7 +263,7 @@ class BatchHarness(Harness):
                 await asyncio.sleep(self.config.batch_poll_s)
 
     async def _write_job(self, job: BatchJob, by_key: dict[CaseKey, Job], rec_fh: Any,
-                         trace_handles: dict[Path, Any], clean_state: dict[tuple[str, str, str], bool]) -> int:
+                         trace_handles: dict[str, Any], clean_state: dict[tuple[str, str, str], bool]) -> int:
         """Pass 2 for one ended job: its cases through the ordinary case path, answered from
         the job's results."""
         order = list(job.requests)

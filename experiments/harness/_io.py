@@ -11,26 +11,38 @@ from typing import Any
 from pydantic import ValidationError
 
 from medmis.experiments.benchmark._types import Record
-from medmis.tools._redact import configured_secrets, redact_obj
+from medmis.tools._redact import configured_secrets, json_needs_redaction, redact_obj
 
 from ._scan import complete_length
 
 
-def scrub_outputs(record: Record, trace: dict[str, Any]) -> tuple[Record, dict[str, Any]]:
-    """A case's record and trace with credentials masked, as they may be written to disk.
+def scrub_lines(record: Record, trace: dict[str, Any],
+                secrets: list[str] | None = None) -> tuple[Record, str, str]:
+    """A case's record and trace with credentials masked, as the lines to write to disk.
 
     Every string goes through :func:`~medmis.tools._redact.redact` with the keys this process
-    was configured with: a provider error that echoes the rejected key, a base URL with
-    ``user:pass@`` or a key-shaped string in a reply never reaches records or traces.
+    was configured with (``secrets``; default: :func:`~medmis.tools._redact.configured_secrets`):
+    a provider error that echoes the rejected key, a base URL with ``user:pass@`` or a
+    key-shaped string in a reply never reaches records or traces. Each is serialised once;
+    the walk over its strings runs only when its JSON text could hold something to mask
+    (:func:`~medmis.tools._redact.json_needs_redaction`), which nearly no case's does.
+
+    Returns:
+        The (possibly masked) record, its ``records.jsonl`` line and its trace line, both
+        without the newline. Objects ``json`` cannot encode in the trace are written as ``str()``.
     """
-    secrets = configured_secrets()
-    dumped = record.model_dump(mode="json")
-    scrubbed = redact_obj(dumped, secrets)
-    # nearly every record has nothing to mask: keep it rather than validating a copy
-    clean = record if scrubbed == dumped else Record.model_validate(scrubbed)
-    # the trace may hold objects json.dumps only knows through str(): redact those texts too
-    plain = json.loads(json.dumps(trace, ensure_ascii=False, default=str))
-    return clean, redact_obj(plain, secrets)
+    secrets = configured_secrets() if secrets is None else secrets
+    record_line = record.model_dump_json()
+    if json_needs_redaction(record_line, secrets):
+        dumped = record.model_dump(mode="json")
+        scrubbed = redact_obj(dumped, secrets)
+        if scrubbed != dumped:
+            record = Record.model_validate(scrubbed)
+            record_line = record.model_dump_json()
+    trace_line = json.dumps(trace, ensure_ascii=False, default=str)
+    if json_needs_redaction(trace_line, secrets):
+        trace_line = json.dumps(redact_obj(json.loads(trace_line), secrets), ensure_ascii=False)
+    return record, record_line, trace_line
 
 
 class RecordsFileError(ValueError):

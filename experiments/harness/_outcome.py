@@ -97,11 +97,16 @@ def outcome_of(
 
 
 def record_outcome(out: Path, records_path: Path, stopped: str | None,
-                   argv: Sequence[str], concurrency: dict[str, Any] | None = None) -> tuple[int, Outcome]:
+                   argv: Sequence[str], concurrency: dict[str, Any] | None = None,
+                   tally: tuple[int, list[str]] | None = None) -> tuple[int, Outcome]:
     """Decide the outcome from the folder's records (their keys and error texts, read
     columnar) and note it (and any early stop, and how the run's concurrency adapted) in
-    ``out/manifest.json``; returns the number of records and the outcome."""
-    n, errors = error_texts(records_path)
+    ``out/manifest.json``; returns the number of records and the outcome.
+
+    ``tally`` is the record count and error texts when the caller wrote every record of the
+    folder itself (one per key, as a run into an empty folder does): then the file is not read.
+    """
+    n, errors = tally if tally is not None else error_texts(records_path)
     outcome = outcome_of(n, errors, stopped=stopped, argv=argv)
     mark_outcome(out, outcome, stopped=stopped, errors=len(errors), concurrency=concurrency)
     return n, outcome

@@ -88,12 +88,15 @@ def resume_state(path: str | Path, plan: CasePlan, *, retry_errors: bool = False
     """
     p = Path(path)
     state = ResumeState()
+    if not p.exists() or p.stat().st_size == 0:
+        # a fresh folder: every planned key is missing, in plan order (no DuckDB, no numpy)
+        n_d, n_c = len(plan.defenders), len(plan.cases)
+        state.missing = [(mi, di, ci) for mi in range(len(plan.models)) for di in range(n_d) for ci in range(n_c)]
+        return state
     con = connect()
     try:
         parquet = p.with_name(PARQUET_NAME)
-        if not p.exists() or p.stat().st_size == 0:
-            con.execute(f"CREATE TEMP TABLE records AS SELECT {_EMPTY} WHERE false")
-        elif _fresh(con, parquet, p):
+        if _fresh(con, parquet, p):
             con.execute("SET memory_limit='512MB'")  # scans and one join: no table to hold
             records_view(con, parquet)
         else:
@@ -107,12 +110,6 @@ def resume_state(path: str | Path, plan: CasePlan, *, retry_errors: bool = False
     finally:
         con.close()
     return state
-
-
-_EMPTY = ("NULL::VARCHAR AS model, NULL::VARCHAR AS defender, NULL::VARCHAR AS protocol, "
-          "NULL::VARCHAR AS item_key, NULL::VARCHAR AS target, NULL::BOOLEAN AS correct, "
-          "NULL::VARCHAR AS error, 0::BIGINT AS input_tokens, 0::BIGINT AS output_tokens, "
-          "0::BIGINT AS pos")
 
 
 def _missing(con: duckdb.DuckDBPyConnection, plan: CasePlan) -> list[tuple[int, int, int]]:

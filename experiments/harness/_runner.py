@@ -12,7 +12,6 @@ ASR figure and for any defender that wants it.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import re
 import sys
@@ -30,7 +29,7 @@ from medmis.defenses._base import Defender, DefenderContext, create_defender
 from medmis.experiments.benchmark._prompts import prompt_preset
 from medmis.experiments.benchmark._protocols import build_cases, cases_for_item, plan_cases
 from medmis.experiments.benchmark._types import Answer, Case, Item, ProtocolName, Record
-from medmis.tools._redact import redact
+from medmis.tools._redact import configured_secrets, redact
 
 from ._config import (
     INVALID_ROWS_FILE,
@@ -44,7 +43,7 @@ from ._config import (
     VisitBackendName,
 )
 from ._fingerprint import merge_fingerprints, run_fingerprint
-from ._io import repair_torn_tail, scrub_outputs
+from ._io import repair_torn_tail, scrub_lines
 from ._manifest import is_simulated, package_versions, scrub_argv, write_manifest
 from ._models import ModelPool
 from ._outcome import Outcome, record_outcome
@@ -86,6 +85,10 @@ class Harness:
         self.stop_when = stop_when
         self.stats = RunStats()
         self.outcome: Outcome | None = None
+        self._trace_files: dict[tuple[str, str], str] = {}
+        # (records, error texts) written by this invocation into a folder that had none:
+        # then the outcome needs no second read of records.jsonl
+        self._tally: tuple[list[int], list[str]] | None = None
         self.retry = RetryPolicy(
             max_retries=config.max_retries,
             base_delay=config.retry_base_delay,
@@ -198,10 +201,20 @@ class Harness:
                        fingerprint=fingerprint, accepted=claim.accepted if claim else None)
 
     def _trace_path(self, model: str, defender: str) -> Path:
-        return self.out / "traces" / f"{_safe_name(model)}__{_safe_name(defender)}.jsonl"
+        return self.out / self._trace_file(model, defender)
+
+    def _trace_file(self, model: str, defender: str) -> str:
+        """The trace file of a model x defender, relative to the run folder (``traces/…``)."""
+        name = self._trace_files.get((model, defender))
+        if name is None:
+            name = self._trace_files[(model, defender)] = f"traces/{_safe_name(model)}__{_safe_name(defender)}.jsonl"
+        return name
 
     async def run_case(self, spec: str, defender: Defender, case: Case) -> tuple[Record, dict[str, Any]]:
         """Run one case; failures of the case are recorded on the record, never graded.
+
+        The record and trace are returned as the case left them; the run masks credentials
+        in both (:func:`._io.scrub_lines`) as it writes them.
 
         The defender is handed the case's :class:`CaseView` and a context of services; the
         case itself (gold, target, sentence labels, protocol) stays here for grading.
@@ -254,7 +267,7 @@ class Harness:
             prompt_version=prompt_preset(case.prompt).version,
             defender_options=defender.options.model_dump(mode="json"),
             extra=answer.extra,
-            trace_file=str(self._trace_path(spec, defender.label).relative_to(self.out)),
+            trace_file=self._trace_file(spec, defender.label),
         )
         trace = {
             "model": spec,
@@ -272,7 +285,7 @@ class Harness:
             "extra": answer.extra,
             "steps": [s.model_dump(mode="json") for s in answer.trace],
         }
-        return scrub_outputs(record, trace)
+        return record, trace
 
     async def run(self) -> RunResult:
         # Every user mistake is found before OUT is made: the path, the model specs and keys,
@@ -296,6 +309,7 @@ class Harness:
         plan = CasePlan(cfg.models, [d.label for d in self.defenders],
                         [(protocol, items[i].key, target) for i, protocol, target in planned])
         resumed = resume_state(records_path, plan, retry_errors=cfg.retry_errors)
+        self._tally = ([0], []) if resumed.records == 0 else None
         clean_state: dict[tuple[str, str, str], bool] = {}
         resumed.apply(self.stats, clean_state)
         self.stats.done = 0  # progress counts this invocation's work
@@ -332,7 +346,7 @@ class Harness:
         if total == 0:
             return await self._nothing_to_do(records_path, resumed.records, skipped)
         new = 0
-        trace_handles: dict[Path, Any] = {}
+        trace_handles: dict[str, Any] = {}
         progress = RunProgress(total, enabled=cfg.progress and total > 0)
         try:
             with records_path.open("a", encoding="utf-8") as rec_fh:
@@ -364,15 +378,16 @@ class Harness:
                          outcome=self.outcome)
 
     def _finish(self, records_path: Path) -> int:
+        tally = (self._tally[0][0], self._tally[1]) if self._tally is not None else None
         n, self.outcome = record_outcome(self.out, records_path, self.stats.stopped_reason,
-                                         scrub_argv(self.argv), self.limiter.summary())
+                                         scrub_argv(self.argv), self.limiter.summary(), tally=tally)
         return n
 
     async def _run_phase(
         self,
         jobs: list[tuple[str, Defender, Case]],
         rec_fh: Any,
-        trace_handles: dict[Path, Any],
+        trace_handles: dict[str, Any],
         clean_state: dict[tuple[str, str, str], bool],
         progress: RunProgress,
     ) -> int:
@@ -380,22 +395,30 @@ class Harness:
         for job in jobs:
             queue.put_nowait(job)
         written = 0
+        secrets = configured_secrets()
 
         async def worker() -> None:
             nonlocal written
             while not queue.empty() and not self.stats.stopped_reason:
                 spec, d, case = queue.get_nowait()
                 record, trace = await self.run_case(spec, d, case)
+                record, record_line, trace_line = scrub_lines(record, trace, secrets)
                 # single-threaded event loop: these writes never interleave within a line
-                path = self.out / record.trace_file if record.trace_file else self._trace_path(spec, d.label)
-                fh = trace_handles.get(path)
+                key = record.trace_file or self._trace_file(spec, d.label)
+                fh = trace_handles.get(key)
                 if fh is None:
+                    path = self.out / key
                     repair_torn_tail(path)
-                    fh = trace_handles[path] = path.open("a", encoding="utf-8")
-                fh.write(json.dumps(trace, ensure_ascii=False, default=str) + "\n")
+                    fh = trace_handles[key] = path.open("a", encoding="utf-8")
+                fh.write(trace_line + "\n")
                 fh.flush()
-                append_line(rec_fh, record)
+                rec_fh.write(record_line + "\n")
+                rec_fh.flush()
                 written += 1
+                if self._tally is not None:
+                    self._tally[0][0] += 1
+                    if record.error is not None:
+                        self._tally[1].append(record.error)
                 self.stats.add(record, clean_state)
                 progress.advance(self.stats.describe(), self.limiter.state())
                 if self.stop_when is not None:
