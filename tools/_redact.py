@@ -170,6 +170,16 @@ def redact_obj(obj: Any, secrets: Iterable[str] | None = None) -> Any:
     return _redact_tree(obj, list(configured_secrets() if secrets is None else secrets))
 
 
+def redact_json(obj: Any, secrets: Iterable[str] | None = None) -> Any:
+    """:func:`redact_obj` for a JSON-able structure that is usually clean: ``obj`` itself
+    (not a copy) when its JSON text holds nothing to mask (:func:`json_needs_redaction`),
+    otherwise the redacted copy. Values ``json`` cannot encode are judged by their ``str()``."""
+    values = list(configured_secrets() if secrets is None else secrets)
+    if not json_needs_redaction(json.dumps(obj, ensure_ascii=False, default=str), values):
+        return obj
+    return _redact_tree(obj, values)
+
+
 def _redact_tree(obj: Any, values: list[str]) -> Any:
     if isinstance(obj, str):
         return redact(obj, values)

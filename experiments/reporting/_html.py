@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from medmis.tools._redact import redact_obj
+from medmis.tools._redact import redact_json
 
 from ._cases import MAX_ITEMS, case_data
 from ._cells import html_table, pct
@@ -264,7 +264,7 @@ def write_html(
     if sensitivity is None:
         sensitivity = delivery_sensitivity(run_dir)
     # runs written before traces were redacted may still hold an echoed key: mask it here too
-    cases = redact_obj(case_data(run_dir, max_items=max_items) if cases is None else cases)
+    cases = redact_json(case_data(run_dir, max_items=max_items) if cases is None else cases)
     payload = _script_json(cases)
     banner = ('<p class="banner" id="simulated-banner">SIMULATED EXAMINEE — these results come '
               "from a simulated examinee and are not measurements of any model. They exercise "

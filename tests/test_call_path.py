@@ -1,0 +1,321 @@
+"""The per-call shortcuts of a run, each checked against the long way it replaces.
+
+- ``json_needs_redaction`` may only say "nothing to mask" when the full redaction walk
+  indeed changes nothing (fuzzed with the patterns' own look-alikes and credential names);
+- ``scrub_lines`` writes what serialising the fully redacted record and trace would write;
+- ``ainvoke_chat`` returns the message ``ainvoke`` returns, through the real openai SDK and
+  transport against a 127.0.0.1 server, and takes ``ainvoke`` whenever a callback, a cache,
+  streaming or the switch would notice the difference;
+- the cookie jar still keeps a cookie a server sets;
+- a fresh folder's resume plan and outcome equal the DuckDB reads they skip;
+- ``exit_now`` runs ``atexit`` handlers and flushes output before it ends the process;
+- importing the defenders does not import LangGraph.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from langchain_core.callbacks import AsyncCallbackHandler
+from langchain_core.messages import HumanMessage, SystemMessage
+from langchain_core.runnables import RunnableLambda
+
+from medmis.agents import ModelOptions, aclose_transports, load_model
+from medmis.agents._direct import ainvoke_chat, direct_target
+from medmis.agents._transport import async_client
+from medmis.experiments.benchmark._types import Record
+from medmis.experiments.harness._io import scrub_lines
+from medmis.experiments.harness._outcome import record_outcome
+from medmis.experiments.harness._resume import CasePlan, resume_state
+from medmis.tools._redact import json_needs_redaction, redact_json, redact_obj
+
+_PIECES = ["sk-", "sk-proj-", "AIza", "tvly-", "jina_", "Bearer ", "BEARER\t", "apı_key=", "APİ-KEY: ",
+           "x-api-key", "Authorization: ", "?key=", "&token=", "https://", "user:pw@", "@", "=", "K", "ſ",
+           "a" * 20, "Z9_-" * 9, " ", "\n", "é", "Final answer: B", '"', ":", "\\", "secret-value-1"]
+_NAMES = ["model", "api_key", "API-KEY", "auth", "Auth", "key", "keys", "pwd", "input_tokens", "access_token",
+          "x_token\n", "token", "tokenizer", "secret", "client.Secret", "password", "credentials", "Kelvin",
+          "aſecret", "note", "é"]
+
+
+def _tree(rng: random.Random, depth: int = 0) -> Any:
+    kind = rng.random()
+    if depth > 2 or kind < 0.45:
+        return "".join(rng.choice(_PIECES) for _ in range(rng.randint(0, 6)))
+    if kind < 0.55:
+        return rng.choice([None, 3, 2.5, True])
+    if kind < 0.75:
+        return [_tree(rng, depth + 1) for _ in range(rng.randint(0, 3))]
+    return {rng.choice(_NAMES): _tree(rng, depth + 1) for _ in range(rng.randint(0, 4))}
+
+
+def test_the_json_quick_check_only_skips_what_the_full_walk_leaves_alone() -> None:
+    rng = random.Random(11)
+    secrets = ["secret-value-1"]
+    skipped = changed = 0
+    for _ in range(6000):
+        obj = _tree(rng)
+        text = json.dumps(obj, ensure_ascii=False)
+        full = redact_obj(obj, secrets)
+        if full != obj:
+            changed += 1
+        if not json_needs_redaction(text, secrets):
+            skipped += 1
+            assert full == obj, text
+            assert redact_json(obj, secrets) is obj
+        else:
+            assert redact_json(obj, secrets) == full
+    assert changed > 1000 and skipped > 500  # both sides were exercised
+
+
+def test_a_trace_of_plain_text_needs_no_walk() -> None:
+    trace = {"raw": "Reasoning.\nFinal answer: C", "usage": {"input_tokens": 5, "output_tokens": 2},
+             "steps": [{"input": [{"role": "human", "content": "Which drug? µg/kg – 5 °C"}]}]}
+    assert not json_needs_redaction(json.dumps(trace, ensure_ascii=False), ["sk-configured-123456"])
+
+
+def _record(**update: Any) -> Record:
+    base = dict(model="openai/x", defender="none", protocol="clean", item_id="q1", subset="S", target=None,
+                gold="A", choice="A", correct=True, error=None, latency_s=0.1, seed=0,
+                trace_file="traces/openai_x__none.jsonl")
+    base.update(update)
+    return Record(**base)
+
+
+@pytest.mark.parametrize("error", [None, "AuthenticationError: Incorrect API key provided: sk-proj-abcdefghijklmnop1234",
+                                   "BadRequest: key=configured-secret-99"])
+def test_scrub_lines_writes_what_the_full_redaction_would(error: str | None) -> None:
+    secrets = ["configured-secret-99"]
+    record = _record(error=error, choice=None if error else "A", correct=None if error else True)
+    trace = {"raw": error or "Final answer: A", "steps": [{"input": "ask", "when": Path("/x")}],
+             "extra": {"api_key": "plain"} if error else {}}
+    masked, record_line, trace_line = scrub_lines(record, trace, secrets)
+    full_record = Record.model_validate(redact_obj(record.model_dump(mode="json"), secrets))
+    full_trace = redact_obj(json.loads(json.dumps(trace, default=str)), secrets)
+    assert masked == full_record
+    assert json.loads(record_line) == json.loads(full_record.model_dump_json())
+    assert json.loads(trace_line) == full_trace
+    if error:
+        assert "abcdefghijklmnop" not in record_line + trace_line and "configured-secret-99" not in trace_line
+        assert json.loads(trace_line)["extra"]["api_key"] == "***"
+    else:
+        assert masked is record and record_line == record.model_dump_json()
+
+
+_COMPLETION = {
+    "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "served-model",
+    "system_fingerprint": "fp_1",
+    "choices": [{"index": 0, "finish_reason": "tool_calls", "logprobs": None,
+                 "message": {"role": "assistant", "content": "Looking it up.", "refusal": None,
+                             "tool_calls": [{"id": "call_1", "type": "function",
+                                             "function": {"name": "search_web", "arguments": "{\"query\": \"x\"}"}}]}}],
+    "usage": {"prompt_tokens": 12, "completion_tokens": 7, "total_tokens": 19,
+              "completion_tokens_details": {"reasoning_tokens": 3}},
+}
+
+
+class _FixedServer:
+    """A 127.0.0.1 server answering every request with one chat completion (keep-alive)."""
+
+    def __init__(self, body: dict[str, Any], headers: str = "") -> None:
+        self.payload = json.dumps(body).encode()
+        self.extra = headers.encode()
+        self.requests = 0
+
+    async def __aenter__(self) -> str:
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        return f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}/v1"
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._server.close()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                               if line.lower().startswith(b"content-length:")), 0)
+                await reader.readexactly(length)
+                self.requests += 1
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n" + self.extra
+                             + b"Content-Length: " + str(len(self.payload)).encode() + b"\r\n\r\n" + self.payload)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+
+
+def _messages() -> list[Any]:
+    return [SystemMessage("Answer with JSON."), HumanMessage("Question?\nA: x\nB: y")]
+
+
+def _comparable(message: Any) -> dict[str, Any]:
+    data = message.model_dump()
+    data.pop("id")
+    return data
+
+
+class _Seen(AsyncCallbackHandler):
+    def __init__(self) -> None:
+        self.starts = 0
+
+    async def on_chat_model_start(self, *args: Any, **kwargs: Any) -> None:
+        self.starts += 1
+
+
+def test_a_direct_call_returns_what_ainvoke_returns(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MEDMIS_HTTP_TRANSPORT", raising=False)
+    monkeypatch.delenv("MEDMIS_DIRECT_CALLS", raising=False)
+
+    async def go() -> None:
+        async with _FixedServer(_COMPLETION) as url:
+            chat = load_model("openai/served-model", ModelOptions(base_url=url, max_output_tokens=64))
+            tools = [{"type": "function", "function": {"name": "search_web", "description": "search",
+                                                        "parameters": {"type": "object", "properties": {}}}}]
+            for runnable in (chat, chat.bind_tools(tools), chat.bind(structured_output={
+                    "name": "answer", "schema": {"type": "object", "properties": {"answer_letter": {"type": "string"}}}})):
+                assert direct_target(runnable) is not None
+                direct = await ainvoke_chat(runnable, _messages())
+                long_way = await runnable.ainvoke(_messages())
+                assert _comparable(direct) == _comparable(long_way)
+                assert direct.tool_calls[0]["name"] == "search_web"
+                assert direct.usage_metadata["output_tokens"] == 7
+                assert direct.response_metadata["finish_reason"] == "tool_calls"
+            await aclose_transports()
+
+    asyncio.run(go())
+
+
+def test_anything_that_would_notice_takes_the_long_way(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MEDMIS_HTTP_TRANSPORT", raising=False)
+    monkeypatch.delenv("MEDMIS_DIRECT_CALLS", raising=False)
+    from medmis.tools._llm_cache import StoreCache
+    from medmis.tools._store import RecordStore
+
+    async def go(tmp: Path) -> None:
+        async with _FixedServer(_COMPLETION) as url:
+            chat = load_model("openai/served-model", ModelOptions(base_url=url))
+            seen = _Seen()
+            # a handler on the model, one inherited from an enclosing runnable, a cache
+            await ainvoke_chat(chat.model_copy(update={"callbacks": [seen]}), _messages())
+            assert seen.starts == 1
+
+            async def nested(_: Any) -> Any:
+                assert direct_target(chat) is None
+                return await ainvoke_chat(chat, _messages())
+
+            await RunnableLambda(nested).ainvoke(None, config={"callbacks": [seen]})
+            assert seen.starts == 2
+            cached = chat.model_copy(update={"cache": StoreCache(RecordStore(tmp / "cache", "record"))})
+            assert direct_target(cached) is None
+            assert direct_target(chat.model_copy(update={"streaming": True})) is None
+            monkeypatch.setenv("MEDMIS_DIRECT_CALLS", "0")
+            assert direct_target(chat) is None
+            monkeypatch.delenv("MEDMIS_DIRECT_CALLS")
+            assert direct_target(chat) is not None
+            await aclose_transports()
+
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        asyncio.run(go(Path(tmp)))
+
+
+def test_the_cookie_jar_still_keeps_a_cookie_a_server_sets(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MEDMIS_HTTP_TRANSPORT", raising=False)
+
+    async def go() -> tuple[dict[str, str], dict[str, str]]:
+        jars = []
+        for extra in ("Set-Cookie: route=replica-2; Path=/\r\n", ""):
+            async with _FixedServer(_COMPLETION, headers=extra) as url:
+                client = async_client(5)
+                await client.post(f"{url}/chat/completions", json={})
+                jars.append(dict(client.cookies))
+                await aclose_transports()
+        return jars[0], jars[1]
+
+    with_cookie, without = asyncio.run(go())
+    assert with_cookie == {"route": "replica-2"} and without == {}
+
+
+def _plan() -> CasePlan:
+    cases = [("clean", "S/q1", None), ("type1", "S/q1", "B"), ("clean", "S/q2", None)]
+    return CasePlan(["m1", "m2"], ["none", "warn"], cases)
+
+
+def test_a_fresh_folder_plans_what_the_duckdb_read_plans(tmp_path: Path) -> None:
+    fresh = resume_state(tmp_path / "absent.jsonl", _plan())
+    # a records file whose only record belongs to no planned key goes through DuckDB
+    other = tmp_path / "records.jsonl"
+    other.write_text(_record(model="other/model", item_id="zz").model_dump_json() + "\n", encoding="utf-8")
+    scanned = resume_state(other, _plan())
+    assert fresh.missing == scanned.missing and len(fresh.missing) == 2 * 2 * 3
+    assert fresh.records == 0 and scanned.records == 1
+
+
+def test_an_outcome_from_the_runs_own_tally_equals_the_files(tmp_path: Path) -> None:
+    (tmp_path / "manifest.json").write_text("{}", encoding="utf-8")
+    records = tmp_path / "records.jsonl"
+    lines = [_record(item_id=f"q{i}", error="RateLimitError: 429" if i % 2 else None).model_dump_json()
+             for i in range(5)]
+    records.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    argv = ["medmis", "run", "--data", "d.jsonl"]
+    n_file, from_file = record_outcome(tmp_path, records, None, argv)
+    n_tally, from_tally = record_outcome(tmp_path, records, None, argv,
+                                         tally=(5, ["RateLimitError: 429", "RateLimitError: 429"]))
+    assert (n_file, from_file) == (n_tally, from_tally) and from_file.code != 0
+
+
+def _python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
+    import os
+
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          timeout=60, env={**os.environ, **env}, check=False)
+
+
+def test_exit_now_runs_exit_handlers_and_flushes(tmp_path: Path) -> None:
+    marker = tmp_path / "atexit.txt"
+    code = f"""
+        import atexit, sys
+        from medmis.tools._exit import exit_now
+        atexit.register(lambda: open({str(marker)!r}, "w").write("ran"))
+        sys.stdout.write("buffered output")
+        print("to stderr", file=sys.stderr)
+        exit_now(3)
+    """
+    done = _python(code)
+    assert done.returncode == 3 and done.stdout == "buffered output" and "to stderr" in done.stderr
+    assert marker.read_text() == "ran"
+    # a live thread takes the ordinary exit, which waits for it
+    threaded = _python("""
+        import threading, time, sys
+        from medmis.tools._exit import exit_now
+        threading.Thread(target=lambda: (time.sleep(0.3), print("thread done", flush=True))).start()
+        exit_now(4)
+    """)
+    assert threaded.returncode == 4 and "thread done" in threaded.stdout
+
+
+def test_importing_the_defenders_does_not_import_langgraph() -> None:
+    done = _python("""
+        import sys
+        import medmis.defenses, medmis.experiments.harness._runner
+        assert not any(m.startswith("langgraph") for m in sys.modules), sorted(sys.modules)
+        from medmis.defenses import create_defender
+        create_defender("search_agent", {})
+    """)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_scrub_lines_handles_httpx_objects_in_a_trace() -> None:
+    """What json cannot encode is written as its str(), as before."""
+    record = _record()
+    _, _, line = scrub_lines(record, {"url": httpx.URL("https://example.org/a?b=1")}, [])
+    assert json.loads(line) == {"url": "https://example.org/a?b=1"}
