@@ -20,30 +20,12 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import ConfigDict, Field, PrivateAttr
 
+from ._text import content_text, estimate_tokens, message_text
+
+__all__ = ["ScriptedChatModel", "content_text", "cycle", "estimate_tokens", "message_text", "with_usage"]
+
 Output = str | AIMessage | BaseException
 Script = Sequence[Output] | Iterator[Output] | Callable[[list[BaseMessage], list[dict[str, Any]]], Output]
-
-
-def estimate_tokens(text: str) -> int:
-    """A rough, deterministic token count (about four characters a token)."""
-    return max(1, (len(text) + 3) // 4) if text else 0
-
-
-def content_text(content: str | list[Any]) -> str:
-    """The text of a message's content (a string, or a list of text / other blocks)."""
-    if isinstance(content, str):
-        return content
-    parts = []
-    for part in content:
-        if isinstance(part, str):
-            parts.append(part)
-        elif isinstance(part, dict) and part.get("type") == "text":
-            parts.append(str(part.get("text", "")))
-    return "".join(parts)
-
-
-def message_text(message: BaseMessage) -> str:
-    return content_text(message.content)
 
 
 def with_usage(reply: AIMessage, messages: Sequence[BaseMessage]) -> AIMessage:

@@ -223,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     if "throughput" in wanted:
         from medmis.experiments._bench_throughput import bench_throughput
 
-        out["throughput"] = bench_throughput(123 if args.quick else 1224)
+        out["throughput"] = bench_throughput(123 if args.quick else 1224, repeats=1 if args.quick else 3)
     if "store_lookup" in wanted:
         out["store_lookup"] = asyncio.run(bench_store(200 if args.quick else 2000))
     if "extraction" in wanted:

@@ -33,6 +33,7 @@ from medmis.experiments._cli_flags import (
     thinking_budget,
 )
 from medmis.experiments._errors import CliError
+from medmis.tools._exit import exit_now
 
 EXIT_CONFIG = 2
 
@@ -183,6 +184,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    import gc
+
+    # start-up makes ~200k objects that live as long as the process (the SDKs' classes): the
+    # collector would only scan them again and again; the harness freezes them and turns it
+    # back on when the cases begin (medmis.tools._exit.collect_from_here)
+    gc.disable()
+    try:
+        return _run_command(args, argv)
+    finally:
+        gc.unfreeze()  # a caller of main() in this process gets its collector back as it was
+        gc.enable()
+
+
+def _run_command(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from medmis.agents._registry import ModelOptions
     from medmis.experiments.harness._runner import DefenderConfig, RunConfig, run_experiment
 
@@ -428,8 +443,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def console() -> None:
     """The ``medmis`` command: :func:`main`, then an exit without the interpreter's teardown."""
-    from medmis.tools._exit import exit_now
-
     exit_now(main())
 
 

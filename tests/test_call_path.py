@@ -319,3 +319,23 @@ def test_scrub_lines_handles_httpx_objects_in_a_trace() -> None:
     record = _record()
     _, _, line = scrub_lines(record, {"url": httpx.URL("https://example.org/a?b=1")}, [])
     assert json.loads(line) == {"url": "https://example.org/a?b=1"}
+
+
+def test_a_type1_record_that_overtakes_its_clean_one_is_paired_when_it_arrives() -> None:
+    from medmis.experiments.harness._config import RunStats
+
+    def rec(protocol: str, item: str, correct: bool) -> Record:
+        return _record(protocol=protocol, item_id=item, target="B" if protocol == "type1" else None,
+                       choice="A" if correct else "B", correct=correct)
+
+    in_order, overtaken = RunStats(), RunStats()
+    stream = [rec("clean", "q1", True), rec("type1", "q1", False), rec("clean", "q2", True),
+              rec("type1", "q2", True), rec("clean", "q3", False), rec("type1", "q3", False)]
+    clean_a: dict[tuple[str, str, str], bool] = {}
+    for r in stream:
+        in_order.add(r, clean_a)
+    clean_b: dict[tuple[str, str, str], bool] = {}
+    for r in [stream[1], stream[3], stream[5], stream[0], stream[4], stream[2]]:
+        overtaken.add(r, clean_b)
+    assert in_order.flips == overtaken.flips == [1, 2]
+    assert not overtaken.waiting

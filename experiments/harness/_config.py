@@ -99,9 +99,15 @@ class RunStats:
     output_tokens: int = 0
     by_model_tokens: dict[str, list[int]] = field(default_factory=dict)
     stopped_reason: str | None = None
+    # Type 1 outcomes (correct or not) recorded before their item's clean answer, by key
+    waiting: dict[tuple[str, str, str], list[bool]] = field(default_factory=dict, repr=False)
 
     def add(self, record: Record, clean: dict[tuple[str, str, str], bool]) -> None:
-        """Count one record; ``clean`` maps (model, defender, item) to clean correctness."""
+        """Count one record; ``clean`` maps (model, defender, item) to clean correctness.
+
+        A Type 1 record that arrives before its item's clean record (cases are queued clean
+        first, but the last clean calls may still be in flight) is paired when that arrives.
+        """
         self.done += 1
         self.input_tokens += record.usage.input_tokens
         self.output_tokens += record.usage.output_tokens
@@ -117,8 +123,17 @@ class RunStats:
         key = (record.model, record.defender, record.item_key)
         if record.protocol == "clean":
             clean[key] = bool(record.correct)
-        elif record.protocol == "type1" and clean.get(key):
-            self.flips[0] += int(not record.correct)
+            for correct in self.waiting.pop(key, ()):
+                self._pair(clean[key], correct)
+        elif record.protocol == "type1":
+            if key in clean:
+                self._pair(clean[key], bool(record.correct))
+            else:
+                self.waiting.setdefault(key, []).append(bool(record.correct))
+
+    def _pair(self, clean_correct: bool, type1_correct: bool) -> None:
+        if clean_correct:
+            self.flips[0] += int(not type1_correct)
             self.flips[1] += 1
 
     def describe(self) -> str:

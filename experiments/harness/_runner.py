@@ -4,8 +4,8 @@ A run directory holds ``manifest.json`` (what was run, with which versions and d
 ``records.jsonl`` (one graded line per case key), ``traces/`` (one JSONL per model x defender,
 one line per case with every step) and the report files. Re-running the same command skips
 keys already recorded; ``retry_errors`` re-runs only the keys whose last record is an error.
-Clean cases run first, as a phase of their own, so that pairing is available for the live
-ASR figure and for any defender that wants it.
+Clean cases are queued first, so that most pairs are complete early for the live ASR figure
+(a Type 1 record that overtakes its clean one is paired when that arrives).
 """
 
 
@@ -29,6 +29,7 @@ from medmis.defenses._base import Defender, DefenderContext, create_defender
 from medmis.experiments.benchmark._prompts import prompt_preset
 from medmis.experiments.benchmark._protocols import build_cases, cases_for_item, plan_cases
 from medmis.experiments.benchmark._types import Answer, Case, Item, ProtocolName, Record
+from medmis.tools._exit import collect_from_here
 from medmis.tools._redact import configured_secrets, redact
 
 from ._config import (
@@ -348,12 +349,12 @@ class Harness:
         new = 0
         trace_handles: dict[str, Any] = {}
         progress = RunProgress(total, enabled=cfg.progress and total > 0)
+        collect_from_here()
         try:
             with records_path.open("a", encoding="utf-8") as rec_fh:
-                for phase in todo:
-                    if self.stats.stopped_reason:
-                        break
-                    new += await self._run_phase(phase, rec_fh, trace_handles, clean_state, progress)
+                # one queue, clean cases first: the last clean calls overlap the first
+                # injected ones instead of the whole run waiting for the slowest of them
+                new += await self._run_phase(todo[0] + todo[1], rec_fh, trace_handles, clean_state, progress)
                 rec_fh.flush()
                 os.fsync(rec_fh.fileno())
         except (KeyboardInterrupt, asyncio.CancelledError):

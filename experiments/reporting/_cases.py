@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from medmis.agents._mock import content_text
+from medmis.agents._text import content_text
 
 RAW_LIMIT = 4000
 TEXT_LIMIT = 600  # claims, quotes, queries, URLs

@@ -16,7 +16,7 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from matplotlib.axes import Axes
@@ -25,6 +25,11 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from medmis.experiments.benchmark._types import CONTENT_TYPES, PROVENANCES
+
+from ._plot_helper import HELPER_KEYS
+
+if TYPE_CHECKING:
+    from ._plot_helper import PlotHelper
 
 PLOTS_DIR = "plots"
 """Sub-directory of the run directory the PNGs are written to."""
@@ -151,33 +156,36 @@ def crossed_labels(by_defender: Mapping[str, Any]) -> tuple[list[str], list[str]
 # Figures
 
 
-def write_plots(run_dir: Path, metrics: dict[str, Any]) -> dict[str, Path]:
-    """Write the run's figures as PNGs under ``run_dir/plots``.
+def write_plots(run_dir: Path, metrics: dict[str, Any], *, helper: PlotHelper | None = None,
+                submitted: bool = False) -> dict[str, Path]:
+    """Write the run's figures as PNGs under ``run_dir/plots``; their paths, keyed as in
+    ``PLOT_FILES`` (empty when ``metrics``, the parsed ``metrics.json``, holds no model).
 
-    Args:
-        run_dir: The run directory.
-        metrics: Parsed ``metrics.json`` (``{model: {defender: {...}}}``).
-
-    Returns:
-        Paths written, keyed as in ``PLOT_FILES``; empty when ``metrics`` holds no model.
+    A ``helper`` draws :data:`HELPER_KEYS` meanwhile (already asked when ``submitted``);
+    whatever it does not deliver is drawn here, so the files are the same either way.
     """
-    models = model_order(metrics)
-    if not models:
+    if not model_order(metrics):
         return {}
     out_dir = Path(run_dir) / PLOTS_DIR
     out_dir.mkdir(parents=True, exist_ok=True)
-    baseline = find_baseline(metrics)
-    builders = {
-        "asr_by_defender": _asr_by_defender,
-        "robustness_tradeoff": _robustness_tradeoff,
-        "cost_vs_asr": _cost_vs_asr,
-        "strata_heatmap": _strata_heatmap,
-    }
-    paths: dict[str, Path] = {}
-    for key, build in builders.items():
-        fig = build(metrics, models, baseline)
-        paths[key] = _save(fig, out_dir / PLOT_FILES[key])
-    return paths
+    if helper is not None and not submitted:
+        helper.submit(Path(run_dir), metrics, HELPER_KEYS)
+    elsewhere = HELPER_KEYS if helper is not None else ()
+    paths = draw_plots(out_dir, metrics, [k for k in PLOT_FILES if k not in elsewhere])
+    if helper is not None:
+        drawn = helper.collect()
+        if drawn is None or set(drawn) != set(elsewhere):  # the helper failed: draw them here
+            drawn = draw_plots(out_dir, metrics, elsewhere)
+        paths.update(drawn)
+    return {key: paths[key] for key in PLOT_FILES}
+
+
+def draw_plots(out_dir: Path, metrics: dict[str, Any], keys: Sequence[str]) -> dict[str, Path]:
+    """Draw the figures ``keys`` (of ``PLOT_FILES``) into ``out_dir``; their paths."""
+    models, baseline = model_order(metrics), find_baseline(metrics)
+    builders = {"asr_by_defender": _asr_by_defender, "robustness_tradeoff": _robustness_tradeoff,
+                "cost_vs_asr": _cost_vs_asr, "strata_heatmap": _strata_heatmap}
+    return {key: _save(builders[key](metrics, models, baseline), Path(out_dir) / PLOT_FILES[key]) for key in keys}
 
 
 def _new_figure(width: float, height: float) -> Figure:

@@ -47,6 +47,7 @@ from ._verdict_text import (
 
 if TYPE_CHECKING:
     from ._cases import PendingCases
+    from ._plots import PlotHelper
 
 # Re-exported: the report's public pieces have always been importable from here.
 __all__ = [
@@ -71,7 +72,8 @@ __all__ = [
 
 
 def write_report(
-    run_dir: str | Path, *, baseline: str = "none", seed: int = 0, figures: bool = True
+    run_dir: str | Path, *, baseline: str = "none", seed: int = 0, figures: bool = True,
+    plot_helper: PlotHelper | None = None,
 ) -> dict[str, Path]:
     """Compute metrics for a run and (re)write its report files.
 
@@ -80,6 +82,8 @@ def write_report(
         baseline: Defender the others are compared against.
         seed: Seed of the paired bootstrap.
         figures: Also write the PNG plots and the self-contained ``report.html``.
+        plot_helper: Draws some of the figures meanwhile (the report worker's; see
+            :class:`~._plots.PlotHelper`); the files are the same either way.
 
     Returns:
         Paths written, keyed by file name: ``"metrics.json"``, ``"metrics.csv"``,
@@ -103,6 +107,11 @@ def write_report(
     _write_text(paths["metrics.csv"], render_csv(report))
     paths["verdict.json"] = run.run_dir / "verdict.json"
     _write_text(paths["verdict.json"], json.dumps(asdict(verdict), indent=2, ensure_ascii=False) + "\n")
+    submitted = figures and bool(metrics) and plot_helper is not None
+    if submitted:  # the helper draws its figures while the rest of the report is written
+        from ._plots import HELPER_KEYS
+
+        plot_helper.submit(run.run_dir, metrics, HELPER_KEYS)  # type: ignore[union-attr]
     from ._cases import PendingCases
     from ._html import delivery_sensitivity
 
@@ -110,7 +119,8 @@ def write_report(
     # the case sample's trace reads go on (in worker processes on a big run) while plots draw
     pending = PendingCases(run.run_dir) if figures else None
     try:
-        return _write_rest(run, report, verdict, metrics, paths, sensitivity, pending, figures)
+        return _write_rest(run, report, verdict, metrics, paths, sensitivity, pending, figures,
+                           plot_helper if submitted else None)
     finally:
         if pending is not None:
             pending.close()
@@ -118,14 +128,14 @@ def write_report(
 
 def _write_rest(run: RunData, report: MetricsReport, verdict: Verdict, metrics: dict[str, Any],
                 paths: dict[str, Path], sensitivity: list[dict[str, Any]], pending: PendingCases | None,
-                figures: bool) -> dict[str, Path]:
+                figures: bool, plot_helper: PlotHelper | None = None) -> dict[str, Path]:
     from ._html import sensitivity_markdown, write_html
 
     plots: dict[str, Path] = {}
     if figures and metrics:
         from ._plots import write_plots
 
-        plots = write_plots(run.run_dir, metrics)
+        plots = write_plots(run.run_dir, metrics, helper=plot_helper, submitted=plot_helper is not None)
     extra = [sensitivity_markdown(sensitivity)]
     if plots:
         extra.append("## Plots\n\n" + "\n".join(

@@ -123,18 +123,25 @@ _WARM = ("duckdb", "pyarrow", "threadpoolctl", "matplotlib.figure", "matplotlib.
 
 def _serve(requests: IO[str], answers: IO[str]) -> None:
     import contextlib
+    import gc
     import importlib
 
+    gc.disable()  # the imports' objects live as long as the process: frozen below
     from ._report import write_report  # the import this process exists to do early
 
     for name in _WARM:
         with contextlib.suppress(ImportError):  # a missing one fails loudly where it is used
             importlib.import_module(name)
+    gc.freeze()
+    gc.enable()
+    from ._plot_helper import ForkedPlotter
+
+    plotter = ForkedPlotter.start()
 
     for line in requests:
         try:
             run_dir = json.loads(line)["run_dir"]
-            paths = write_report(run_dir)
+            paths = write_report(run_dir, plot_helper=plotter)
             answer: dict[str, Any] = {"paths": {name: str(path) for name, path in paths.items()}}
         except Exception as exc:  # reported to the parent, which redoes it in-process
             answer = {"error": f"{type(exc).__name__}: {exc}"}

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from medmis.agents._mock import content_text
+from medmis.agents._text import content_text
 from medmis.experiments.benchmark import DataError, load_dataset
 from medmis.experiments.reporting._cases import question_from_trace
 
