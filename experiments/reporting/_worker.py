@@ -116,9 +116,11 @@ class ReportWorker:
 
 # What a first report imports besides ``_report`` itself (its modules import some lazily).
 _WARM = ("duckdb", "pyarrow", "threadpoolctl", "matplotlib.figure", "matplotlib.backends.backend_agg",
-         "PIL.PngImagePlugin", "medmis.experiments.harness._scan", "medmis.experiments.analysis._columnar",
+         "PIL.PngImagePlugin", "PIL.BmpImagePlugin", "PIL.GifImagePlugin",
+         "PIL.JpegImagePlugin", "PIL.PpmImagePlugin", "medmis.experiments.harness._scan", "medmis.experiments.analysis._columnar",
          "medmis.experiments.reporting._plots", "medmis.experiments.reporting._html",
-         "medmis.experiments.reporting._cases")
+         "medmis.experiments.reporting._cases",
+         "medmis.defenses")  # the verdict asks the defender registry which defenders are controls
 
 
 def _serve(requests: IO[str], answers: IO[str]) -> None:
