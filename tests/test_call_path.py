@@ -28,6 +28,7 @@ import pytest
 from langchain_core.callbacks import AsyncCallbackHandler
 from langchain_core.messages import HumanMessage, SystemMessage
 from langchain_core.runnables import RunnableLambda
+from raw_http import RawServer
 
 from medmis.agents import ModelOptions, aclose_transports, load_model
 from medmis.agents._direct import ainvoke_chat, direct_target
@@ -122,34 +123,12 @@ _COMPLETION = {
 }
 
 
-class _FixedServer:
-    """A 127.0.0.1 server answering every request with one chat completion (keep-alive)."""
-
-    def __init__(self, body: dict[str, Any], headers: str = "") -> None:
-        self.payload = json.dumps(body).encode()
-        self.extra = headers.encode()
-        self.requests = 0
-
-    async def __aenter__(self) -> str:
-        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
-        return f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}/v1"
-
-    async def __aexit__(self, *exc: object) -> None:
-        self._server.close()
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                               if line.lower().startswith(b"content-length:")), 0)
-                await reader.readexactly(length)
-                self.requests += 1
-                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n" + self.extra
-                             + b"Content-Length: " + str(len(self.payload)).encode() + b"\r\n\r\n" + self.payload)
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            writer.close()
+def _fixed_server(body: dict[str, Any], headers: str = "") -> RawServer:
+    """A keep-alive 127.0.0.1 server answering every request with one chat completion."""
+    payload = json.dumps(body).encode()
+    reply = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n" + headers.encode()
+             + b"Content-Length: " + str(len(payload)).encode() + b"\r\n\r\n" + payload)
+    return RawServer(reply, keep_alive=True)
 
 
 def _messages() -> list[Any]:
@@ -175,7 +154,8 @@ def test_a_direct_call_returns_what_ainvoke_returns(monkeypatch: pytest.MonkeyPa
     monkeypatch.delenv("MEDMIS_DIRECT_CALLS", raising=False)
 
     async def go() -> None:
-        async with _FixedServer(_COMPLETION) as url:
+        async with _fixed_server(_COMPLETION) as root:
+            url = root + "/v1"
             chat = load_model("openai/served-model", ModelOptions(base_url=url, max_output_tokens=64))
             tools = [{"type": "function", "function": {"name": "search_web", "description": "search",
                                                         "parameters": {"type": "object", "properties": {}}}}]
@@ -200,7 +180,8 @@ def test_anything_that_would_notice_takes_the_long_way(monkeypatch: pytest.Monke
     from medmis.tools._store import RecordStore
 
     async def go(tmp: Path) -> None:
-        async with _FixedServer(_COMPLETION) as url:
+        async with _fixed_server(_COMPLETION) as root:
+            url = root + "/v1"
             chat = load_model("openai/served-model", ModelOptions(base_url=url))
             seen = _Seen()
             # a handler on the model, one inherited from an enclosing runnable, a cache
@@ -234,7 +215,7 @@ def test_the_cookie_jar_still_keeps_a_cookie_a_server_sets(monkeypatch: pytest.M
     async def go() -> tuple[dict[str, str], dict[str, str]]:
         jars = []
         for extra in ("Set-Cookie: route=replica-2; Path=/\r\n", ""):
-            async with _FixedServer(_COMPLETION, headers=extra) as url:
+            async with _fixed_server(_COMPLETION, headers=extra) as url:
                 client = async_client(5)
                 await client.post(f"{url}/chat/completions", json={})
                 jars.append(dict(client.cookies))

@@ -19,6 +19,7 @@ import httpx
 import openai
 import pytest
 import respx
+from raw_http import RawServer
 
 from medmis.agents import ModelOptions, aclose_transports, classify, load_model
 from medmis.agents._openai import _wire_body
@@ -173,34 +174,9 @@ def test_fast_path_body_equals_the_sdk_create_body(payload: dict[str, Any]) -> N
     assert via_post == via_create
 
 
-class _RawServer:
-    """A 127.0.0.1 server answering every request with fixed bytes (or hanging up, or stalling)."""
-
-    def __init__(self, reply: bytes | None, *, stall_s: float = 0.0) -> None:
-        self.reply, self.stall_s, self.requests = reply, stall_s, []  # type: ignore[var-annotated]
-
-    async def __aenter__(self) -> str:
-        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
-        return f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
-
-    async def __aexit__(self, *exc: object) -> None:
-        self._server.close()
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        head = await reader.readuntil(b"\r\n\r\n")
-        length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                       if line.lower().startswith(b"content-length:")), 0)
-        self.requests.append(head + await reader.readexactly(length))
-        await asyncio.sleep(self.stall_s)
-        if self.reply is not None:
-            writer.write(self.reply)
-            await writer.drain()
-        writer.close()
-
-
 def _exchange(reply: bytes | None, *, stall_s: float = 0.0, timeout_s: float = 5) -> tuple[Any, list[bytes]]:
     async def go() -> tuple[Any, list[bytes]]:
-        server = _RawServer(reply, stall_s=stall_s)
+        server = RawServer(reply, stall_s=stall_s)
         async with server as url:
             client = async_client(timeout_s)
             try:
