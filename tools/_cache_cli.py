@@ -13,9 +13,6 @@ import sys
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from ._cassette import CassetteError, cache_verify
-from ._types import StoreCorruptError
-
 # a damaged entry is a finished check that found problems (exit 1, like case errors in a
 # run); an unreadable store or a missing folder is a usage/data error (exit 2)
 EXIT_DAMAGED = 1
@@ -38,6 +35,8 @@ def add_verify_parser(csub: Any) -> argparse.ArgumentParser:
 
 def run_verify(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """Handle ``medmis cache verify``; returns the exit status."""
+    from ._cassette import cache_verify
+
     stream = sys.stdout if out is None else out
     checked, problems = cache_verify(args.cache_dir, args.kind)
     for problem in problems:
@@ -58,6 +57,9 @@ def one_line(handler: Callable[[], int], error: type[Exception]) -> int:
 
     ``error`` is the CLI's user-error type (it prints the message and exits 2).
     """
+    from ._cassette import CassetteError
+    from ._types import StoreCorruptError
+
     try:
         return handler()
     except (StoreCorruptError, CassetteError) as exc:
