@@ -210,7 +210,10 @@ def test_ctrl_c_exits_3_and_the_manifest_says_interrupted(tmp_path: Path) -> Non
     cmd = [sys.executable, "-m", "medmis.experiments.cli",
            *run_args(out, "--model-option", "latency_s=0.2", "--max-connections", "1")]
     cmd[cmd.index("--limit") + 1] = "8"
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # a shell without job control starts background commands with SIGINT ignored, which the
+    # child would inherit: give it the default disposition, as a terminal's Ctrl-C meets it
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     path = out / "records.jsonl"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
