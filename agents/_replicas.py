@@ -25,7 +25,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -234,6 +235,31 @@ class ReplicaChatModel(BaseChatModel):
         return True
 
     # -- calling ----------------------------------------------------------------------------------
+    def _candidates(self) -> Iterator[ReplicaState]:
+        """The replicas to try for one call, in turn; none is offered twice, and it ends when
+        every replica has failed this call or is still cooling down. The first pick always
+        offers one, so a caller whose loop runs out has seen at least one failure."""
+        tried: list[ReplicaState] = []
+        for _ in range(len(self._pool.replicas)):
+            replica = self._pick(tried)
+            if replica is None:
+                break
+            yield replica
+            tried.append(replica)  # only reached when the attempt failed over
+
+    @contextmanager
+    def _attempt(self, replica: ReplicaState, failures: list[Exception]) -> Iterator[None]:
+        """Book one call on ``replica``: a failure that should move on is kept in ``failures``
+        and swallowed (the caller's loop tries the next replica); any other is raised."""
+        try:
+            yield
+        except Exception as exc:
+            if not self._done(replica, exc):
+                raise
+            failures.append(exc)
+        else:
+            self._done(replica, None)
+
     async def _agenerate(
         self,
         messages: list[BaseMessage],
@@ -241,29 +267,16 @@ class ReplicaChatModel(BaseChatModel):
         run_manager: AsyncCallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        tried: list[ReplicaState] = []
-        last: Exception | None = None
-        for _ in range(len(self._pool.replicas)):
-            replica = self._pick(tried)
-            if replica is None:
-                break
+        failures: list[Exception] = []
+        for replica in self._candidates():
             member = replica.model
 
             async def call(member: BaseChatModel = member) -> ChatResult:
                 return await member._agenerate(messages, stop, run_manager, **kwargs)
 
-            try:
-                result = await replica.limiter.run(call)
-            except Exception as exc:
-                if not self._done(replica, exc):
-                    raise
-                tried.append(replica)
-                last = exc
-                continue
-            self._done(replica, None)
-            return result
-        assert last is not None  # the loop runs at least once and only breaks after a failure
-        raise last
+            with self._attempt(replica, failures):
+                return await replica.limiter.run(call)
+        raise failures[-1]
 
     def _generate(
         self,
@@ -274,21 +287,8 @@ class ReplicaChatModel(BaseChatModel):
     ) -> ChatResult:
         # The limiters are asyncio's: synchronous calls spread and fail over without them
         # (a 429 moves the call on but pauses nothing).
-        tried: list[ReplicaState] = []
-        last: Exception | None = None
-        for _ in range(len(self._pool.replicas)):
-            replica = self._pick(tried)
-            if replica is None:
-                break
-            try:
-                result = replica.model._generate(messages, stop, run_manager, **kwargs)
-            except Exception as exc:
-                if not self._done(replica, exc):
-                    raise
-                tried.append(replica)
-                last = exc
-                continue
-            self._done(replica, None)
-            return result
-        assert last is not None  # the loop runs at least once and only breaks after a failure
-        raise last
+        failures: list[Exception] = []
+        for replica in self._candidates():
+            with self._attempt(replica, failures):
+                return replica.model._generate(messages, stop, run_manager, **kwargs)
+        raise failures[-1]
