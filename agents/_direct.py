@@ -22,12 +22,13 @@ LangChain derives from the callback run it would have opened.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage
+
+from medmis.tools._switch import switched_on
 
 ENV_VARIABLE = "MEDMIS_DIRECT_CALLS"
 
@@ -51,7 +52,7 @@ _TRACING_KWARGS = ("ls_structured_output_format", "structured_output_format")
 
 def enabled() -> bool:
     """Whether direct calls are allowed (``MEDMIS_DIRECT_CALLS`` is not ``0``)."""
-    return _AVAILABLE and os.environ.get(ENV_VARIABLE, "1").strip().lower() not in ("0", "false", "no", "off")
+    return _AVAILABLE and switched_on(ENV_VARIABLE)
 
 
 def _plain_chain(cls: type) -> bool:

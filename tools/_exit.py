@@ -26,12 +26,14 @@ import sys
 import threading
 from typing import NoReturn
 
+from ._switch import switched_on
+
 ENV_VARIABLE = "MEDMIS_FAST_EXIT"
 
 
 def enabled() -> bool:
     """Whether :func:`exit_now` may skip the teardown (``MEDMIS_FAST_EXIT`` is not ``0``)."""
-    return os.environ.get(ENV_VARIABLE, "1").strip().lower() not in ("0", "false", "no", "off")
+    return switched_on(ENV_VARIABLE)
 
 
 def exit_now(code: int) -> NoReturn:

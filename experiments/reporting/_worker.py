@@ -19,19 +19,20 @@ a failure is never hidden. ``MEDMIS_REPORT_WORKER=0`` turns the worker off.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
 from typing import IO, Any
 
+from medmis.tools._switch import switched_on
+
 ENV_VARIABLE = "MEDMIS_REPORT_WORKER"
 
 
 def enabled() -> bool:
     """Whether ``medmis run`` should start a worker (``MEDMIS_REPORT_WORKER`` is not ``0``)."""
-    return os.environ.get(ENV_VARIABLE, "1").strip().lower() not in ("0", "false", "no", "off")
+    return switched_on(ENV_VARIABLE)
 
 
 class ReportWorker:
