@@ -87,9 +87,9 @@ class Harness:
         self.stats = RunStats()
         self.outcome: Outcome | None = None
         self._trace_files: dict[tuple[str, str], str] = {}
-        # (records, error texts) written by this invocation into a folder that had none:
-        # then the outcome needs no second read of records.jsonl
-        self._tally: tuple[list[int], list[str]] | None = None
+        # the error texts this invocation wrote into a folder that had no records: with the
+        # count of records written (stats.done) the outcome needs no read of records.jsonl
+        self._fresh_errors: list[str] | None = None
         self.retry = RetryPolicy(
             max_retries=config.max_retries,
             base_delay=config.retry_base_delay,
@@ -201,9 +201,6 @@ class Harness:
         write_manifest(self.out, self.config, self.defenders, dataset, n_cases, self.argv,
                        fingerprint=fingerprint, accepted=claim.accepted if claim else None)
 
-    def _trace_path(self, model: str, defender: str) -> Path:
-        return self.out / self._trace_file(model, defender)
-
     def _trace_file(self, model: str, defender: str) -> str:
         """The trace file of a model x defender, relative to the run folder (``traces/…``)."""
         name = self._trace_files.get((model, defender))
@@ -310,7 +307,7 @@ class Harness:
         plan = CasePlan(cfg.models, [d.label for d in self.defenders],
                         [(protocol, items[i].key, target) for i, protocol, target in planned])
         resumed = resume_state(records_path, plan, retry_errors=cfg.retry_errors)
-        self._tally = ([0], []) if resumed.records == 0 else None
+        self._fresh_errors = [] if resumed.records == 0 else None
         clean_state: dict[tuple[str, str, str], bool] = {}
         resumed.apply(self.stats, clean_state)
         self.stats.done = 0  # progress counts this invocation's work
@@ -379,7 +376,7 @@ class Harness:
                          outcome=self.outcome)
 
     def _finish(self, records_path: Path) -> int:
-        tally = (self._tally[0][0], self._tally[1]) if self._tally is not None else None
+        tally = (self.stats.done, self._fresh_errors) if self._fresh_errors is not None else None
         n, self.outcome = record_outcome(self.out, records_path, self.stats.stopped_reason,
                                          scrub_argv(self.argv), self.limiter.summary(), tally=tally)
         return n
@@ -416,10 +413,8 @@ class Harness:
                 rec_fh.write(record_line + "\n")
                 rec_fh.flush()
                 written += 1
-                if self._tally is not None:
-                    self._tally[0][0] += 1
-                    if record.error is not None:
-                        self._tally[1].append(record.error)
+                if self._fresh_errors is not None and record.error is not None:
+                    self._fresh_errors.append(record.error)
                 self.stats.add(record, clean_state)
                 progress.advance(self.stats.describe(), self.limiter.state())
                 if self.stop_when is not None:
