@@ -98,16 +98,7 @@ class ForkedPlotter:
 
 def _draw_requests(requests: IO[str], answers: IO[str]) -> None:  # pragma: no cover - in the child
     from ._plots import PLOTS_DIR, draw_plots
+    from ._worker import serve_paths
 
-    for line in requests:
-        try:
-            request = json.loads(line)
-            out_dir = Path(request["run_dir"]) / PLOTS_DIR
-            paths = draw_plots(out_dir, request["metrics"], request["keys"])
-            answer: dict[str, Any] = {"paths": {key: str(path) for key, path in paths.items()}}
-        except Exception as exc:
-            answer = {"error": f"{type(exc).__name__}: {exc}"}
-        answers.write(json.dumps(answer) + "\n")
-        answers.flush()
-
-
+    serve_paths(requests, answers, lambda request: draw_plots(
+        Path(request["run_dir"]) / PLOTS_DIR, request["metrics"], request["keys"]))

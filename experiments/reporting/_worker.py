@@ -22,6 +22,7 @@ import json
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
@@ -124,10 +125,25 @@ _WARM = ("duckdb", "pyarrow", "threadpoolctl", "matplotlib.figure", "matplotlib.
          "medmis.defenses")  # the verdict asks the defender registry which defenders are controls
 
 
+def serve_paths(requests: IO[str], answers: IO[str], handle: Callable[[dict[str, Any]], dict[str, Path]]) -> None:
+    """Answer JSON requests, one per line, until ``requests`` ends: ``{"paths": {name: path}}``
+    with what ``handle`` wrote, or ``{"error": "Type: message"}`` for the asker to redo itself."""
+    for line in requests:
+        try:
+            paths = handle(json.loads(line))
+            answer: dict[str, Any] = {"paths": {name: str(path) for name, path in paths.items()}}
+        except Exception as exc:  # reported to the asker, which redoes the work in-process
+            answer = {"error": f"{type(exc).__name__}: {exc}"}
+        answers.write(json.dumps(answer) + "\n")
+        answers.flush()
+
+
 def _serve(requests: IO[str], answers: IO[str]) -> None:
     import contextlib
     import gc
     import importlib
+
+    from medmis.tools._exit import collect_from_here
 
     gc.disable()  # the imports' objects live as long as the process: frozen below
     from ._report import write_report  # the import this process exists to do early
@@ -135,21 +151,11 @@ def _serve(requests: IO[str], answers: IO[str]) -> None:
     for name in _WARM:
         with contextlib.suppress(ImportError):  # a missing one fails loudly where it is used
             importlib.import_module(name)
-    gc.freeze()
-    gc.enable()
+    collect_from_here()
     from ._plot_helper import ForkedPlotter
 
     plotter = ForkedPlotter.start()
-
-    for line in requests:
-        try:
-            run_dir = json.loads(line)["run_dir"]
-            paths = write_report(run_dir, plot_helper=plotter)
-            answer: dict[str, Any] = {"paths": {name: str(path) for name, path in paths.items()}}
-        except Exception as exc:  # reported to the parent, which redoes it in-process
-            answer = {"error": f"{type(exc).__name__}: {exc}"}
-        answers.write(json.dumps(answer) + "\n")
-        answers.flush()
+    serve_paths(requests, answers, lambda request: write_report(request["run_dir"], plot_helper=plotter))
 
 
 def main() -> None:
