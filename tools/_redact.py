@@ -53,28 +53,25 @@ _USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)[^/\s@:]+(?::[^/\s@]*)?@")
 # Something every pattern above needs (the case-insensitive ones under the same flag, so the
 # same Unicode look-alikes count): text without any of these is left as it is, unscanned.
 _MAY_HOLD = ("sk-", "AIza", "tvly-", "jina_", "=", "@")
-_MAY_HOLD_I = re.compile(r"(?i)bearer|api|authorization")
+_MAY_HOLD_WORDS = ("bearer", "api", "authorization")  # matched case-insensitively
+_MAY_HOLD_I = re.compile("(?i)" + "|".join(_MAY_HOLD_WORDS))
 
 
 def _may_hold_key(text: str) -> bool:
     return any(s in text for s in _MAY_HOLD) or _MAY_HOLD_I.search(text) is not None
 
 
-# Field names :func:`is_secret_name` may accept, as they appear in JSON text (a key's closing
-# quote marks where the name ends; ``$`` also matches before a final newline, written ``\n``).
-# It over-matches (any mention of "secret"), which only sends a text to the full pass.
-_SECRET_KEY_HINT = re.compile(
-    r"(?i)api[_\-]?key|apikey|secret|passw(?:or)?d|authorization|(?:token|credentials?)(?:\\n)?\"|"
-    r"\"(?:auth|key|pwd)(?:\\n)?\""
-)
-
-
-# The only characters outside ASCII that a case-insensitive pattern matches to an ASCII
-# letter (İ, ı -> i; ſ -> s; Kelvin sign -> k), and the same searches as plain lowered words.
-_FOLDS_TO_ASCII = ("\u0130", "\u0131", "\u017f", "\u212a")
-_LOWER_HINTS = ("bearer", "api", "authorization", "secret", "passwd", "password",
-                *(f'{name}{end}"' for name in ("token", "credential", "credentials") for end in ("", "\\n")),
-                *(f'"{name}{end}"' for name in ("auth", "key", "pwd") for end in ("", "\\n")))
+# Field names :func:`is_secret_name` may accept, as lowered JSON text shows them (a key's
+# closing quote marks where the name ends; ``$`` also matches before a final newline, written
+# ``\n``). It over-matches (any mention of "secret"), which only sends a text to the full pass.
+_SECRET_KEY_HINTS = ("secret", "passwd", "password",
+                     *(f'{name}{end}"' for name in ("token", "credential", "credentials") for end in ("", "\\n")),
+                     *(f'"{name}{end}"' for name in ("auth", "key", "pwd") for end in ("", "\\n")))
+# The only characters outside ASCII that a case-insensitive pattern matches to an ASCII letter
+# (İ, ı -> i; ſ -> s; Kelvin sign -> k): folded first, a case-insensitive search for an ASCII
+# word is a search in the lowered text.
+_FOLD_TO_ASCII = str.maketrans({"\u0130": "i", "\u0131": "i", "\u017f": "s", "\u212a": "k"})
+_LOWER_HINTS = (*_MAY_HOLD_WORDS, *_SECRET_KEY_HINTS)
 
 
 def json_needs_redaction(text: str, secrets: Iterable[str]) -> bool:
@@ -88,13 +85,10 @@ def json_needs_redaction(text: str, secrets: Iterable[str]) -> bool:
     for value in secrets:
         if value and len(value) >= 8 and (value in text or json.dumps(value, ensure_ascii=False)[1:-1] in text):
             return True
-    if any(c in text for c in _FOLDS_TO_ASCII):  # the case-insensitive patterns' look-alikes
-        return _may_hold_key(text) or _SECRET_KEY_HINT.search(text) is not None
-    # Without those, a case-insensitive match is a substring of the lowered text: scanning
-    # for a few words beats the two regular expressions over a whole record several times.
     if any(s in text for s in _MAY_HOLD):
         return True
-    lowered = text.lower()
+    # a few substring searches beat the case-insensitive expressions over a whole record
+    lowered = (text.translate(_FOLD_TO_ASCII) if not text.isascii() else text).lower()
     return any(s in lowered for s in _LOWER_HINTS)
 
 
