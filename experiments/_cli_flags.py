@@ -42,6 +42,28 @@ def add_batch_flags(p: argparse.ArgumentParser) -> None:
                         "batch discount; 0 when the prices given are batch prices)")
 
 
+def processes_value(value: str) -> int | str:
+    """``--processes``: ``auto`` or a whole number of at least 1."""
+    if value == "auto":
+        return value
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected auto or a whole number >= 1, got {value!r}")
+    return n
+
+
+def add_scale_flags(p: argparse.ArgumentParser) -> None:
+    """How a run spreads: processes sharing its calls, and provider batch jobs."""
+    p.add_argument("--processes", type=processes_value, default="auto", metavar="N|auto",
+                   help="processes sharing the calls and --max-connections (Linux; forked once the "
+                        "models are built). auto (default): one per core, up to 4, when the models "
+                        "are remote and there are at least 8 connections and 128 cases per process")
+    add_batch_flags(p)
+
+
 def _float_range(above: float | None, below: float | None, what: str) -> Callable[[str], float]:
     def parse(value: str) -> float:
         try:

@@ -22,9 +22,9 @@ from medmis.experiments._argtypes import (
     int_at_least,
 )
 from medmis.experiments._cli_flags import (
-    add_batch_flags,
     add_cache_flags,
     add_hub_repo_flag,
+    add_scale_flags,
     base_url_list,
     parse_flat,
     parse_kv,
@@ -106,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
                           "report then shows dollar cost per case and per 1,000 cases")
     run.add_argument("--no-progress", action="store_true")
     add_cache_flags(run)
-    add_batch_flags(run)
+    add_scale_flags(run)
 
     rep = sub.add_parser("report", help="(re)write DIR/metrics.json, metrics.csv, report.md (and plots/HTML)")
     rep.add_argument("dir")
@@ -235,7 +235,7 @@ def _run_command(args: argparse.Namespace, argv: Sequence[str]) -> int:
         prompt=args.prompt,
         seed=args.seed,
         out=args.out,
-        max_connections=args.max_connections,
+        max_connections=args.max_connections, processes=args.processes,
         max_retries=args.max_retries,
         cache=args.cache,
         cache_dir=args.cache_dir,

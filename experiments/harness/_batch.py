@@ -35,6 +35,7 @@ from medmis.tools._redact import redact
 from ._batch_model import BatchChat, BatchRequest, RequestCollected
 from ._batch_providers import BatchDriver, JobStatus, driver_for
 from ._batch_store import BatchBook, BatchJob, CaseKey
+from ._caseloop import CaseLoop
 from ._config import RunResult, RunSetupError
 from ._io import repair_torn_tail
 from ._models import ModelPool
@@ -283,7 +284,8 @@ class BatchHarness(Harness):
         jobs.sort(key=lambda j: j[2].protocol != "clean")  # clean first, as the harness does
         progress = RunProgress(len(jobs), enabled=self.config.progress)
         try:
-            written = await self._run_phase(jobs, rec_fh, trace_handles, clean_state, progress)
+            loop = CaseLoop(self, jobs, rec_fh, clean_state, trace_handles=trace_handles)
+            written = await loop.run(1, lambda: progress)
         finally:
             progress.close()
             self._pool, self.retry, self._answering = interactive, retry, None

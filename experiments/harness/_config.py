@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -59,6 +59,9 @@ class RunConfig(BaseModel):
     seed: int = 0
     out: str
     max_connections: int = Field(default=8, ge=1)
+    processes: Annotated[int, Field(ge=1)] | Literal["auto"] = 1
+    """Processes sharing the calls (forked helpers, Linux): a number, or ``auto`` for one per
+    usable core when the models are remote and the run is big enough (see ``._caseloop``)."""
     max_retries: int = Field(default=4, ge=0)
     retry_base_delay: float = 1.0
     retry_deadline_s: float = 300.0

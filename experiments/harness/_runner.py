@@ -30,8 +30,9 @@ from medmis.experiments.benchmark._prompts import prompt_preset
 from medmis.experiments.benchmark._protocols import build_cases, cases_for_item, plan_cases
 from medmis.experiments.benchmark._types import Answer, Case, Item, ProtocolName, Record
 from medmis.tools._exit import collect_from_here
-from medmis.tools._redact import configured_secrets, redact
+from medmis.tools._redact import redact
 
+from ._caseloop import CaseLoop, fork_ready, resolve_processes
 from ._config import (
     INVALID_ROWS_FILE,
     CacheMode,
@@ -44,7 +45,7 @@ from ._config import (
     VisitBackendName,
 )
 from ._fingerprint import merge_fingerprints, run_fingerprint
-from ._io import repair_torn_tail, scrub_lines
+from ._io import repair_torn_tail
 from ._manifest import is_simulated, package_versions, scrub_argv, write_manifest
 from ._models import ModelPool
 from ._outcome import Outcome, record_outcome
@@ -79,6 +80,7 @@ class Harness:
     ) -> None:
         self.config = config
         self.notice = notice
+        self._factory_given = model_factory is not None
         self.out = Path(config.out)
         self._tools = tools
         self._tools_built = tools is not None
@@ -90,6 +92,8 @@ class Harness:
         # the error texts this invocation wrote into a folder that had no records: with the
         # count of records written (stats.done) the outcome needs no read of records.jsonl
         self._fresh_errors: list[str] | None = None
+        self._tools_injected = tools is not None
+        self._loop: CaseLoop | None = None
         self.retry = RetryPolicy(
             max_retries=config.max_retries,
             base_delay=config.retry_base_delay,
@@ -151,6 +155,24 @@ class Harness:
                 except ToolError as exc:
                     raise RunSetupError(f"web tools: {exc.message}") from exc
         return self._tools
+
+    def _processes(self, jobs: int) -> int:
+        """How many processes share the calls (``config.processes``; see ``._caseloop``)."""
+        cfg = self.config
+        if cfg.processes == 1 or not fork_ready():
+            return 1
+        # "auto" only for models over the network, built here (a caller's factory or tools may
+        # hold what must not cross a fork)
+        remote = (self._factory_given is False and not self._tools_injected
+                  and not any(is_simulated(m) for m in cfg.models))
+        return resolve_processes(cfg.processes, jobs=jobs, connections=cfg.max_connections, remote=remote)
+
+    def after_fork(self, connections: int) -> None:
+        """In a forked call process: its own limiter, store and tools (none crosses a fork)."""
+        self.limiter = AdaptiveLimiter(connections)
+        self._pool.after_fork()
+        if not self._tools_injected:
+            self._tools, self._tools_built = None, False
 
     async def aclose(self) -> None:
         closer = getattr(self._tools, "aclose", None)
@@ -344,14 +366,20 @@ class Harness:
         if total == 0:
             return await self._nothing_to_do(records_path, resumed.records, skipped)
         new = 0
-        trace_handles: dict[str, Any] = {}
-        progress = RunProgress(total, enabled=cfg.progress and total > 0)
+        progress: list[RunProgress] = []
+
+        def make_progress() -> RunProgress:
+            progress.append(RunProgress(total, enabled=cfg.progress and total > 0))
+            return progress[0]
+
         collect_from_here()
         try:
             with records_path.open("a", encoding="utf-8") as rec_fh:
                 # one queue, clean cases first: the last clean calls overlap the first
                 # injected ones instead of the whole run waiting for the slowest of them
-                new += await self._run_phase(todo[0] + todo[1], rec_fh, trace_handles, clean_state, progress)
+                jobs = todo[0] + todo[1]
+                self._loop = CaseLoop(self, jobs, rec_fh, clean_state)
+                new += await self._loop.run(self._processes(len(jobs)), make_progress)
                 rec_fh.flush()
                 os.fsync(rec_fh.fileno())
         except (KeyboardInterrupt, asyncio.CancelledError):
@@ -360,9 +388,11 @@ class Harness:
             self._finish(records_path)
             raise
         finally:
-            progress.close()
-            for fh in trace_handles.values():
-                fh.close()
+            for bar in progress:
+                bar.close()
+            if self._loop is not None:
+                for fh in self._loop.trace_handles.values():
+                    fh.close()
             await self.aclose()
         result = RunResult(self.out, self._finish(records_path), new, self.stats, skipped_rows=skipped,
                            outcome=self.outcome)
@@ -377,54 +407,10 @@ class Harness:
 
     def _finish(self, records_path: Path) -> int:
         tally = (self.stats.done, self._fresh_errors) if self._fresh_errors is not None else None
+        limiter = self._loop.limiter_summary() if self._loop is not None else self.limiter.summary()
         n, self.outcome = record_outcome(self.out, records_path, self.stats.stopped_reason,
-                                         scrub_argv(self.argv), self.limiter.summary(), tally=tally)
+                                         scrub_argv(self.argv), limiter, tally=tally)
         return n
-
-    async def _run_phase(
-        self,
-        jobs: list[tuple[str, Defender, Case]],
-        rec_fh: Any,
-        trace_handles: dict[str, Any],
-        clean_state: dict[tuple[str, str, str], bool],
-        progress: RunProgress,
-    ) -> int:
-        queue: asyncio.Queue[tuple[str, Defender, Case]] = asyncio.Queue()
-        for job in jobs:
-            queue.put_nowait(job)
-        written = 0
-        secrets = configured_secrets()
-
-        async def worker() -> None:
-            nonlocal written
-            while not queue.empty() and not self.stats.stopped_reason:
-                spec, d, case = queue.get_nowait()
-                record, trace = await self.run_case(spec, d, case)
-                record, record_line, trace_line = scrub_lines(record, trace, secrets)
-                # single-threaded event loop: these writes never interleave within a line
-                key = record.trace_file or self._trace_file(spec, d.label)
-                fh = trace_handles.get(key)
-                if fh is None:
-                    path = self.out / key
-                    repair_torn_tail(path)
-                    fh = trace_handles[key] = path.open("a", encoding="utf-8")
-                fh.write(trace_line + "\n")
-                fh.flush()
-                rec_fh.write(record_line + "\n")
-                rec_fh.flush()
-                written += 1
-                if self._fresh_errors is not None and record.error is not None:
-                    self._fresh_errors.append(record.error)
-                self.stats.add(record, clean_state)
-                progress.advance(self.stats.describe(), self.limiter.state())
-                if self.stop_when is not None:
-                    reason = self.stop_when(self.stats)
-                    if reason:
-                        self.stats.stopped_reason = reason
-
-        n_workers = max(1, min(self.config.max_connections, len(jobs)))
-        await asyncio.gather(*(worker() for _ in range(n_workers)))
-        return written
 
 
 def append_line(fh: Any, record: Record) -> None:

@@ -1,0 +1,368 @@
+"""The loop that runs a run's cases, in this process or shared with forked call processes.
+
+One process drives a run's calls with one event loop; with a fast provider and many
+connections that loop, not the provider, becomes the bottleneck (building requests, parsing
+replies, writing records: a few milliseconds of CPU per call). ``processes > 1`` forks
+helpers once the run has built its models and found its cases (Linux; no other thread may be
+alive then, see :func:`fork_ready`). Every process takes the next case from one shared
+counter over the same clean-first list, so the order and the balance are those of a single
+queue; ``--max-connections`` is split between them, each with its own adaptive limiter.
+
+The parent stays the only writer: a helper sends each case's record and its scrubbed lines
+over a pipe, and the parent writes them, counts them and draws the progress exactly as for
+its own cases. A stop (a budget, an error ceiling) closes the counter for every process; the
+calls in flight finish and are written. A helper that dies is noticed at the end of its pipe:
+the cases it had taken and not sent back are run by the parent, and the run says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from medmis.agents._limiter import AdaptiveLimiter, LimiterState
+from medmis.tools._redact import configured_secrets
+
+from ._io import repair_torn_tail, scrub_lines
+
+# (model spec, defender, case); the defender and case types live in the runner's imports
+Job = tuple[str, Any, Any]
+
+AUTO_MAX_PROCESSES = 4
+"""``processes="auto"`` uses at most this many, one per usable core."""
+AUTO_MIN_CONNECTIONS = 8
+"""... and at least this many connections per process (fewer calls in flight keep one loop idle)."""
+AUTO_MIN_JOBS = 128
+"""... and at least this many cases per process (a fork costs about as much as a few cases)."""
+
+
+def fork_ready() -> bool:
+    """Whether this process may fork helpers: Linux, and no thread but this one alive."""
+    return sys.platform.startswith("linux") and hasattr(os, "fork") and threading.active_count() == 1
+
+
+def usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def resolve_processes(requested: int | str, *, jobs: int, connections: int, remote: bool) -> int:
+    """How many processes run ``jobs`` cases: ``requested`` or, for ``"auto"``, one per usable
+    core (at most :data:`AUTO_MAX_PROCESSES`) when the models are remote and there is work and
+    concurrency enough to share; never more than there are connections or cases."""
+    if requested == "auto":
+        if not remote:
+            return 1
+        n = min(usable_cores(), AUTO_MAX_PROCESSES, connections // AUTO_MIN_CONNECTIONS, jobs // AUTO_MIN_JOBS)
+    else:
+        n = int(requested)
+    return max(1, min(n, connections, jobs))
+
+
+def connection_shares(connections: int, processes: int) -> list[int]:
+    """``connections`` split over ``processes`` (the parent's share first), summing to it."""
+    base, extra = divmod(connections, processes)
+    return [base + (1 if i < extra else 0) for i in range(processes)]
+
+
+def merge_limiter_summaries(summaries: list[dict[str, Any]], processes: int | None = None) -> dict[str, Any]:
+    """The limiters of every process as one: the run's ceiling and limits are their sums
+    (``processes``: how many shared the run, when some of them never reported)."""
+    processes = len(summaries) if processes is None else processes
+    if processes == 1:
+        return summaries[0]
+    merged: dict[str, Any] = {key: sum(s[key] for s in summaries)
+                              for key in ("ceiling", "final", "lowest", "rate_limited", "decreases")}
+    merged["waited_s"] = round(max(s["waited_s"] for s in summaries), 3)
+    merged["processes"] = processes
+    return merged
+
+
+class _Counter:
+    """Hands out job indices in order; with helpers, from shared memory under a lock."""
+
+    def __init__(self, n: int, shared: bool) -> None:
+        self.n = n
+        self._cell: Any = None
+        self._next = 0
+        self._closed = False
+        if shared:
+            import multiprocessing
+
+            # [next index, closed]; a semaphore-guarded block that forked children share
+            self._cell = multiprocessing.get_context("fork").Array("q", 2)
+
+    def take(self) -> int | None:
+        if self._cell is None:
+            if self._closed or self._next >= self.n:
+                return None
+            self._next += 1
+            return self._next - 1
+        with self._cell.get_lock():
+            cell = self._cell.get_obj()
+            if cell[1] or cell[0] >= self.n:
+                return None
+            cell[0] += 1
+            return int(cell[0] - 1)
+
+    def close(self) -> None:
+        """No index is handed out any more (the run stops)."""
+        if self._cell is None:
+            self._closed = True
+            return
+        with self._cell.get_lock():
+            self._cell.get_obj()[1] = 1
+
+    def handed_out(self) -> int:
+        if self._cell is None:
+            return self._next
+        with self._cell.get_lock():
+            return int(self._cell.get_obj()[0])
+
+
+class _Helper:
+    """The parent's end of one forked helper."""
+
+    def __init__(self, pid: int, conn: Any, share: int) -> None:
+        self.pid = pid
+        self.alive = True  # not reaped yet
+        self.conn = conn
+        self.share = share
+        self.ended: asyncio.Future[None] | None = None
+        self.state: LimiterState | None = None  # sent with each case
+        self.limiter: dict[str, Any] | None = None  # sent with its last message
+        self.error: str | None = None
+        self.exit_code: int | None = None
+
+
+class CaseLoop:
+    """Runs jobs through a harness's :meth:`run_case`, writing records and traces as they come.
+
+    Args:
+        harness: The run's :class:`~._runner.Harness` (its cases, models, stats, stop rule).
+        jobs: The cases to run, clean first.
+        rec_fh: ``records.jsonl``, open for appending.
+        clean_state: Clean correctness by (model, defender, item), for the live ASR.
+        trace_handles: Open trace files by name, shared with the caller (it closes them).
+    """
+
+    def __init__(self, harness: Any, jobs: list[Job], rec_fh: Any,
+                 clean_state: dict[tuple[str, str, str], bool],
+                 trace_handles: dict[str, Any] | None = None) -> None:
+        self.harness = harness
+        self.jobs = jobs
+        self.rec_fh = rec_fh
+        self.clean_state = clean_state
+        self.trace_handles: dict[str, Any] = {} if trace_handles is None else trace_handles
+        self.written = 0
+        self.progress: Any = None
+        self.helpers: list[_Helper] = []
+        self._secrets = configured_secrets()
+        self._counter = _Counter(len(jobs), shared=False)
+        self._done: set[int] = set()
+
+    # -- writing (parent) ------------------------------------------------------------------
+    def accept(self, index: int, record: Any, record_line: str, trace_line: str) -> None:
+        """Write one case's record and trace, count it, and apply the run's stop rule."""
+        h = self.harness
+        key = record.trace_file or h._trace_file(record.model, record.defender)
+        fh = self.trace_handles.get(key)
+        if fh is None:
+            path = h.out / key
+            repair_torn_tail(path)
+            fh = self.trace_handles[key] = path.open("a", encoding="utf-8")
+        # one event loop writes: lines never interleave
+        fh.write(trace_line + "\n")
+        fh.flush()
+        self.rec_fh.write(record_line + "\n")
+        self.rec_fh.flush()
+        self.written += 1
+        self._done.add(index)
+        if h._fresh_errors is not None and record.error is not None:
+            h._fresh_errors.append(record.error)
+        h.stats.add(record, self.clean_state)
+        if self.progress is not None:
+            self.progress.advance(h.stats.describe(), self._limiter_state())
+        if h.stop_when is not None and not h.stats.stopped_reason:
+            reason = h.stop_when(h.stats)
+            if reason:
+                h.stats.stopped_reason = reason
+        if h.stats.stopped_reason:
+            self._counter.close()
+
+    async def _case(self, index: int) -> tuple[Any, str, str]:
+        spec, defender, case = self.jobs[index]
+        record, trace = await self.harness.run_case(spec, defender, case)
+        return scrub_lines(record, trace, self._secrets)
+
+    async def _work(self, indices: Callable[[], int | None], workers: int) -> None:
+        async def worker() -> None:
+            while not self.harness.stats.stopped_reason and (index := indices()) is not None:
+                self.accept(index, *await self._case(index))
+
+        await asyncio.gather(*(worker() for _ in range(max(1, workers))))
+
+    # -- the run ---------------------------------------------------------------------------
+    async def run(self, processes: int, make_progress: Callable[[], Any]) -> int:
+        """Run every job (or until the run stops); the number of records written.
+
+        ``make_progress`` is called once the helpers are forked (a progress bar's refresh
+        thread must not exist at a fork).
+        """
+        h = self.harness
+        shares = connection_shares(h.config.max_connections, processes)
+        if processes > 1:
+            self._counter = _Counter(len(self.jobs), shared=True)
+            self._fork(shares[1:])
+            shares = shares[: 1 + len(self.helpers)] if self.helpers else [h.config.max_connections]
+            if self.helpers:
+                h.limiter = AdaptiveLimiter(shares[0])
+        self.progress = make_progress()
+        try:
+            self._listen()
+            await self._work(self._counter.take, min(shares[0], len(self.jobs)))
+            for helper in self.helpers:
+                assert helper.ended is not None
+                await helper.ended
+            self._take_over()
+            await self._work(self._leftovers(), min(shares[0], len(self.jobs)))
+        finally:
+            self._stop_helpers()
+        return self.written
+
+    def _limiter_state(self) -> LimiterState:
+        """This process's limiter and the helpers' last reported ones, as one."""
+        own = self.harness.limiter.state()
+        states = [x.state for x in self.helpers if x.state is not None]
+        if not states:
+            return own
+        every = [own, *states]
+        return LimiterState(sum(x.limit for x in every), sum(x.ceiling for x in every),
+                            sum(x.in_flight for x in every), max(x.paused_s for x in every),
+                            sum(x.rate_limited for x in every))
+
+    def limiter_summary(self) -> dict[str, Any]:
+        own = self.harness.limiter.summary()
+        return merge_limiter_summaries([own, *(x.limiter for x in self.helpers if x.limiter)],
+                                       1 + len(self.helpers))
+
+    # -- helpers: parent side --------------------------------------------------------------
+    def _fork(self, shares: list[int]) -> None:
+        from multiprocessing.connection import Connection
+
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for share in shares:
+            read_fd, write_fd = os.pipe()
+            try:
+                pid = os.fork()
+            except OSError:  # no more processes: the ones made share the work
+                os.close(read_fd)
+                os.close(write_fd)
+                return
+            if pid == 0:  # pragma: no cover - the child's coverage is not collected
+                os.close(read_fd)
+                for other in self.helpers:
+                    other.conn.close()
+                _helper_main(self, Connection(write_fd), share)
+            os.close(write_fd)
+            self.helpers.append(_Helper(pid, Connection(read_fd), share))
+
+    def _listen(self) -> None:
+        loop = asyncio.get_running_loop()
+        for helper in self.helpers:
+            helper.ended = loop.create_future()
+            loop.add_reader(helper.conn.fileno(), self._receive, helper)
+
+    def _receive(self, helper: _Helper) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while helper.conn.poll():
+                message = helper.conn.recv()
+                if message[0] == "case":
+                    helper.state = message[5]
+                    self.accept(*message[1:5])
+                elif message[0] == "end":
+                    helper.limiter, helper.error = message[1], message[2]
+        except (EOFError, OSError):
+            loop.remove_reader(helper.conn.fileno())
+            _, status = os.waitpid(helper.pid, 0)
+            helper.exit_code = os.waitstatus_to_exitcode(status)
+            helper.alive = False
+            assert helper.ended is not None
+            if not helper.ended.done():
+                helper.ended.set_result(None)
+
+    def _take_over(self) -> None:
+        lost = [x for x in self.helpers if x.limiter is None or x.error]
+        for helper in lost:
+            why = helper.error or f"exit code {helper.exit_code}"
+            if self.harness.notice is not None:
+                self.harness.notice(f"call process {helper.pid} ended early ({why}); "
+                                    "this process runs the cases it had taken")
+
+    def _leftovers(self) -> Callable[[], int | None]:
+        """The cases a helper took and never sent back (a helper that died)."""
+        pending = iter([i for i in range(self._counter.handed_out()) if i not in self._done])
+        return lambda: next(pending, None)
+
+    def _stop_helpers(self) -> None:
+        loop = asyncio.get_running_loop()
+        for helper in self.helpers:
+            if not helper.conn.closed:
+                loop.remove_reader(helper.conn.fileno())
+            if helper.alive:
+                with contextlib.suppress(ProcessLookupError, ChildProcessError):
+                    os.kill(helper.pid, signal.SIGTERM)
+                    os.waitpid(helper.pid, 0)
+                helper.alive = False
+            helper.conn.close()
+
+
+# -- helpers: child side -------------------------------------------------------------------
+def _helper_main(loop: CaseLoop, conn: Any, share: int) -> None:  # pragma: no cover - runs forked
+    """A forked helper: run cases from the shared counter, send each back; never returns."""
+    code = 0
+    try:
+        # the parent's event loop and its signal set-up came along with the fork; Python
+        # 3.12+ resets the first by itself
+        asyncio._set_running_loop(None)
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        loop.harness.after_fork(share)
+        asyncio.run(_helper_run(loop, conn, share))
+    except KeyboardInterrupt:
+        code = 130
+    except BaseException as exc:
+        code = 1
+        with contextlib.suppress(OSError):
+            conn.send(("end", None, f"{type(exc).__name__}: {exc}"))
+    finally:
+        try:
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+async def _helper_run(loop: CaseLoop, conn: Any, share: int) -> None:  # pragma: no cover - runs forked
+    h = loop.harness
+
+    async def worker() -> None:
+        while (index := loop._counter.take()) is not None:
+            lines = await loop._case(index)
+            conn.send(("case", index, *lines, h.limiter.state()))
+
+    try:
+        await asyncio.gather(*(worker() for _ in range(max(1, share))))
+    finally:
+        await h.aclose()
+    conn.send(("end", h.limiter.summary(), None))

@@ -1,0 +1,240 @@
+"""Runs whose calls are shared by forked processes (``--processes``; harness/_caseloop.py).
+
+The runs go through the real openai SDK to a fake OpenAI-compatible server in its own process,
+and each run is its own interpreter (the CLI, or a small driver script): a fork needs a
+process with no other thread, which a test process (pytest, a server thread) need not be.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from medmis.agents._limiter import AdaptiveLimiter
+from medmis.experiments._fake_openai import serve_in_processes
+from medmis.experiments.harness import _caseloop
+from medmis.experiments.harness._caseloop import (
+    connection_shares,
+    merge_limiter_summaries,
+    resolve_processes,
+)
+from medmis.experiments.harness._runner import DefenderConfig, Harness, RunConfig
+
+SAMPLE = Path(__file__).resolve().parents[1] / "fixtures" / "medmisbench_sample.jsonl"
+CASES = 90  # 30 sample items x clean, type1, type2
+ENV = {**os.environ, "OPENAI_API_KEY": "sk-test-placeholder-key-0000", "MEDMIS_REPORT_WORKER": "0"}
+
+
+@pytest.fixture(scope="module")
+def url() -> Iterator[str]:
+    with serve_in_processes(1, 0.01) as (base_url,):
+        yield base_url
+
+
+def run_cli(out: Path, url: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "medmis.experiments.cli", "run", "--data", str(SAMPLE),
+           "--model", "openai/served-model", "--model-base-url", url, "--defender", "none",
+           "--out", str(out), "--no-progress", "--max-retries", "0", *extra]  # fmt: skip
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=ENV)
+
+
+def records(out: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+
+
+def answers(out: Path) -> dict[tuple[str, str, str | None], tuple[str | None, bool | None]]:
+    rows = records(out)
+    found = {(r["item_id"], r["protocol"], r["target"]): (r["choice"], r["correct"]) for r in rows}
+    assert len(found) == len(rows), "a case was written twice"
+    return found
+
+
+def concurrency(out: Path) -> dict[str, Any]:
+    return json.loads((out / "manifest.json").read_text())["concurrency"]
+
+
+def no_process_left(out: Path) -> bool:
+    """No process still runs with this run folder on its command line (a forked helper keeps
+    its parent's)."""
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if str(out).encode() in (proc / "cmdline").read_bytes():
+                    return False
+            except OSError:
+                continue
+    return True
+
+
+# --------------------------------------------------------------------------- whole runs
+
+
+def test_two_processes_write_every_case_once_and_the_same_answers(tmp_path: Path, url: str) -> None:
+    one = run_cli(tmp_path / "one", url, "--processes", "1", "--max-connections", "8")
+    two = run_cli(tmp_path / "two", url, "--processes", "2", "--max-connections", "8")
+    assert one.returncode == 0 and two.returncode == 0, one.stderr + two.stderr
+    assert f"{CASES} new records" in two.stdout
+    assert answers(tmp_path / "two") == answers(tmp_path / "one") and len(answers(tmp_path / "one")) == CASES
+    # the parent wrote every helper's trace too, one line per case
+    traces = (tmp_path / "two" / "traces" / "openai_served-model__none.jsonl").read_text().splitlines()
+    assert sorted(json.loads(t)["item_id"] for t in traces) == sorted(r["item_id"] for r in records(tmp_path / "two"))
+    # the ceiling is split, not doubled; the manifest says how many processes shared it
+    assert concurrency(tmp_path / "two")["processes"] == 2 and concurrency(tmp_path / "two")["ceiling"] == 8
+    assert "processes" not in concurrency(tmp_path / "one") and concurrency(tmp_path / "one")["ceiling"] == 8
+    assert json.loads((tmp_path / "two" / "manifest.json").read_text())["outcome"]["status"] == "finished"
+    assert no_process_left(tmp_path / "two")
+
+
+def test_a_resume_with_two_processes_runs_only_what_is_missing(tmp_path: Path, url: str) -> None:
+    out = tmp_path / "run"
+    first = run_cli(out, url, "--processes", "2", "--limit", "10")
+    assert first.returncode == 0, first.stderr
+    assert len(records(out)) == 30
+    again = run_cli(out, url, "--processes", "2", "--accept-change", "limit")
+    assert again.returncode == 0, again.stderr
+    assert f"{CASES - 30} new records, {CASES} in total" in again.stdout
+    assert len(answers(out)) == CASES
+
+
+DRIVER = textwrap.dedent("""
+    import asyncio, json, os, sys
+    from medmis.agents._registry import ModelOptions
+    from medmis.experiments.harness._runner import DefenderConfig, Harness, RunConfig
+
+    data, url, out, mode = sys.argv[1:5]
+    parent = os.getpid()
+
+    class Driven(Harness):
+        async def run_case(self, spec, defender, case):
+            if mode == "die" and os.getpid() != parent:
+                os._exit(7)  # a helper dies on the first case it takes
+            return await super().run_case(spec, defender, case)
+
+    config = RunConfig(data=data, models=["openai/served-model"], out=out,
+                       model_options=ModelOptions(base_urls=(url,)), defenders=[DefenderConfig(name="none")],
+                       processes=2, max_connections=4, max_retries=0, progress=False, write_report=False)
+    stop = (lambda stats: "enough" if stats.done >= 5 else None) if mode == "stop" else None
+    notes = []
+    result = asyncio.run(Driven(config, notice=notes.append, stop_when=stop).run())
+    print(json.dumps({"new": result.new_records, "stopped": result.stats.stopped_reason, "notes": notes,
+                      "code": int(result.outcome.code)}))
+""")
+
+
+def drive(tmp_path: Path, url: str, mode: str) -> dict[str, Any]:
+    out = tmp_path / mode
+    done = subprocess.run([sys.executable, "-c", DRIVER, str(SAMPLE), url, str(out), mode],
+                          capture_output=True, text=True, timeout=120, env=ENV)
+    assert done.returncode == 0, done.stderr
+    return {**json.loads(done.stdout.strip().splitlines()[-1]), "out": out}
+
+
+def test_a_helper_that_dies_has_its_cases_run_by_the_parent_and_is_named(tmp_path: Path, url: str) -> None:
+    got = drive(tmp_path, url, "die")
+    assert got["new"] == CASES and len(answers(got["out"])) == CASES
+    assert any("ended early (exit code 7)" in note for note in got["notes"]), got["notes"]
+    assert no_process_left(got["out"])
+
+
+def test_a_stop_closes_the_queue_of_every_process(tmp_path: Path, url: str) -> None:
+    got = drive(tmp_path, url, "stop")
+    assert got["stopped"] == "enough"
+    # the cases in flight when the rule fired are finished and written, no new one starts
+    assert 5 <= got["new"] <= 5 + 4 and len(answers(got["out"])) == got["new"]
+    assert concurrency(got["out"])["processes"] == 2
+    assert no_process_left(got["out"])
+
+
+def test_ctrl_c_of_the_parent_ends_its_helpers_and_the_run_resumes(tmp_path: Path) -> None:
+    # (one process: tests/test_run_folder.py)
+    import signal
+
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "medmis.experiments.cli", "run", "--data", str(SAMPLE), "--limit", "8",
+           "--model", "mock/examinee", "--model-option", "latency_s=0.2", "--defender", "none",
+           "--out", str(out), "--no-progress", "--max-connections", "2", "--processes", "2"]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    path = out / "records.jsonl"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if path.exists() and len(path.read_text().splitlines()) >= 3:
+            break
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)  # the parent only, as `kill -INT` would
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 3 and "Traceback" not in stderr, stderr
+    assert no_process_left(out)
+    assert concurrency(out)["processes"] == 2
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert len(answers(out)) == 24
+
+
+# --------------------------------------------------------------------------- the rules
+
+
+def test_auto_uses_one_process_per_core_only_for_remote_models_and_enough_work(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_caseloop, "usable_cores", lambda: 2)
+    assert resolve_processes("auto", jobs=1224, connections=32, remote=True) == 2
+    assert resolve_processes("auto", jobs=1224, connections=32, remote=False) == 1  # simulated models
+    assert resolve_processes("auto", jobs=200, connections=32, remote=True) == 1  # < 128 cases each
+    assert resolve_processes("auto", jobs=1224, connections=8, remote=True) == 1  # < 8 connections each
+    monkeypatch.setattr(_caseloop, "usable_cores", lambda: 16)
+    assert resolve_processes("auto", jobs=100_000, connections=256, remote=True) == 4  # at most 4
+    monkeypatch.setattr(_caseloop, "usable_cores", lambda: 1)
+    assert resolve_processes("auto", jobs=100_000, connections=256, remote=True) == 1
+    # a number is taken as given, within the connections and the cases
+    assert resolve_processes(3, jobs=1000, connections=8, remote=False) == 3
+    assert resolve_processes(3, jobs=2, connections=8, remote=True) == 2
+    assert resolve_processes(3, jobs=1000, connections=1, remote=True) == 1
+
+
+def test_connections_are_split_and_limiters_summed() -> None:
+    assert connection_shares(32, 2) == [16, 16] and connection_shares(9, 2) == [5, 4]
+    assert sum(connection_shares(7, 3)) == 7
+    a, b = AdaptiveLimiter(16), AdaptiveLimiter(16)
+    b.limit, b.lowest, b.rate_limited, b.decreases, b.waited_s = 8, 8, 3, 1, 2.5
+    merged = merge_limiter_summaries([a.summary(), b.summary()])
+    assert merged == {"ceiling": 32, "final": 24, "lowest": 24, "rate_limited": 3, "decreases": 1,
+                      "waited_s": 2.5, "processes": 2}
+    assert merge_limiter_summaries([a.summary()]) == a.summary()
+
+
+def test_no_fork_while_another_thread_lives(tmp_path: Path) -> None:
+    config = RunConfig(data=str(SAMPLE), models=["openai/m"], defenders=[DefenderConfig(name="none")],
+                       out=str(tmp_path / "o"), processes=2, max_connections=8)
+    harness = Harness(config)
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait)
+    thread.start()
+    try:
+        assert harness._processes(1000) == 1
+    finally:
+        stop.set()
+        thread.join()
+    if threading.active_count() == 1 and sys.platform.startswith("linux"):
+        assert harness._processes(1000) == 2
+
+
+def test_processes_flag_takes_auto_or_a_whole_number(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from medmis.experiments.cli import main
+
+    for bad in ("0", "two", "-1"):
+        with pytest.raises(SystemExit) as exited:
+            main(["run", "--data", str(SAMPLE), "--model", "mock/examinee", "--defender", "none",
+                  "--out", str(tmp_path / "o"), "--processes", bad])
+        assert exited.value.code == 2
+        assert "--processes: expected auto or a whole number" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
