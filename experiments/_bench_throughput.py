@@ -6,8 +6,9 @@ own process. Two clients do the same work, one after the other, against the same
 
 - the lean reference: a plain async ``httpx`` client posting the same chat-completion bodies
   (a semaphore of 32, nothing else), started as its own interpreter;
-- ``medmis run`` as a user runs it (``--defender none``, one case per call), whole process:
-  start-up, imports, the model check, the run, records, the report and plots.
+- ``medmis run`` as a user runs it (``--defender none``, one case per call, ``--processes``
+  left at ``auto``), whole process: start-up, imports, the model check, the run, records, the
+  report and plots.
 
 Both walls include interpreter start-up. The two take turns three times and the ratio is
 that of their median walls. Target: ``medmis run`` <= 1.3 x the lean client. CPU seconds of
@@ -105,6 +106,7 @@ def bench_throughput(calls: int = 1224, connections: int = 32, latency: float = 
         _write_items(data, calls // 3)
         env = {**os.environ, "OPENAI_API_KEY": "sk-bench-placeholder-key"}
         env.pop("MEDMIS_HTTP_TRANSPORT", None)
+        processes = 1
         for turn in range(max(1, repeats)):
             wall, cpu, out = _timed([sys.executable, "-c", _LEAN, base_url, str(data), str(connections)])
             lean_runs.append((wall, cpu, json.loads(out.strip().splitlines()[-1])))
@@ -116,6 +118,8 @@ def bench_throughput(calls: int = 1224, connections: int = 32, latency: float = 
             wall, cpu, _ = _timed(run_argv, env)
             records = sum(1 for _ in (folder / "records.jsonl").open(encoding="utf-8"))
             run_runs.append((wall, cpu, records))
+            manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+            processes = int(manifest.get("concurrency", {}).get("processes", 1))
     served = stats[0] if stats else {}
     lean_wall = statistics.median(w for w, _, _ in lean_runs)
     run_wall = statistics.median(w for w, _, _ in run_runs)
@@ -132,7 +136,8 @@ def bench_throughput(calls: int = 1224, connections: int = 32, latency: float = 
         "lean_client": {"calls": lean_runs[-1][2]["calls"], "wall_s": round(lean_wall, 3), "cpu_s": round(lean_cpu, 2),
                         "walls_s": [round(w, 3) for w, _, _ in lean_runs],
                         "in_process_s": statistics.median(r["in_process_s"] for _, _, r in lean_runs)},
-        "medmis_run": {"records": min(n for _, _, n in run_runs), "wall_s": round(run_wall, 3),
+        "medmis_run": {"records": min(n for _, _, n in run_runs), "processes": processes,
+                       "wall_s": round(run_wall, 3),
                        "cpu_s": round(run_cpu, 2), "walls_s": [round(w, 3) for w, _, _ in run_runs]},
         "x_lean_wall": round(ratio, 3),
         "x_lean_wall_per_turn": [round(r[0] / lean[0], 3) for r, lean in zip(run_runs, lean_runs, strict=True)],

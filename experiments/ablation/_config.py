@@ -15,7 +15,7 @@ import tomllib
 import typing
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -86,6 +86,8 @@ class AblationConfig(BaseModel):
     seed: int = 0
     out: str = "runs/ablation"
     max_connections: int = Field(default=8, ge=1)
+    processes: Annotated[int, Field(ge=1)] | Literal["auto"] = "auto"
+    """Processes sharing each run's calls, as ``medmis run --processes``."""
     max_retries: int = Field(default=4, ge=0)
     cache: CacheMode = "record"
     cache_dir: str | None = None
