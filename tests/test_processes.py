@@ -226,6 +226,8 @@ def test_no_fork_while_another_thread_lives(tmp_path: Path) -> None:
         thread.join()
     if threading.active_count() == 1 and sys.platform.startswith("linux"):
         assert harness._processes(1000) == 2
+    # a caller's tools may hold a store connection: never forked
+    assert Harness(config, tools=object())._processes(1000) == 1
 
 
 def test_processes_flag_takes_auto_or_a_whole_number(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

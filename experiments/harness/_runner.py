@@ -159,12 +159,11 @@ class Harness:
     def _processes(self, jobs: int) -> int:
         """How many processes share the calls (``config.processes``; see ``._caseloop``)."""
         cfg = self.config
-        if cfg.processes == 1 or not fork_ready():
+        # a caller's tools may hold a store connection, which must not cross a fork
+        if cfg.processes == 1 or self._tools_injected or not fork_ready():
             return 1
-        # "auto" only for models over the network, built here (a caller's factory or tools may
-        # hold what must not cross a fork)
-        remote = (self._factory_given is False and not self._tools_injected
-                  and not any(is_simulated(m) for m in cfg.models))
+        # "auto" only for models over the network, built here (not a caller's factory's)
+        remote = not self._factory_given and not any(is_simulated(m) for m in cfg.models)
         return resolve_processes(cfg.processes, jobs=jobs, connections=cfg.max_connections, remote=remote)
 
     def after_fork(self, connections: int) -> None:
