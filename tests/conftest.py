@@ -68,3 +68,25 @@ def clear_provider_env(monkeypatch: pytest.MonkeyPatch, *providers: str) -> None
     for provider in providers:
         for name in PROVIDER_ENV[provider]:
             monkeypatch.delenv(name, raising=False)
+
+
+def interrupt_run(cmd: list[str], records: Path, after: int = 3) -> tuple[int, str]:
+    """Start ``cmd`` (a ``medmis run``), send SIGINT to it once ``records`` holds ``after``
+    lines; its exit code and stderr."""
+    import signal
+    import subprocess
+    import time
+
+    # a shell without job control starts background commands with SIGINT ignored, which the
+    # child would inherit: give it the default disposition, as a terminal's Ctrl-C meets it
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if records.exists() and len(records.read_text().splitlines()) >= after:
+            break
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)  # the process only, as `kill -INT` would
+    _, stderr = proc.communicate(timeout=60)
+    return proc.returncode, stderr

@@ -13,12 +13,12 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import interrupt_run
 
 from medmis.agents._limiter import AdaptiveLimiter
 from medmis.experiments._fake_openai import serve_in_processes
@@ -157,24 +157,12 @@ def test_a_stop_closes_the_queue_of_every_process(tmp_path: Path, url: str) -> N
 
 def test_ctrl_c_of_the_parent_ends_its_helpers_and_the_run_resumes(tmp_path: Path) -> None:
     # (one process: tests/test_run_folder.py)
-    import signal
-
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "medmis.experiments.cli", "run", "--data", str(SAMPLE), "--limit", "8",
            "--model", "mock/examinee", "--model-option", "latency_s=0.2", "--defender", "none",
            "--out", str(out), "--no-progress", "--max-connections", "2", "--processes", "2"]  # fmt: skip
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    path = out / "records.jsonl"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if path.exists() and len(path.read_text().splitlines()) >= 3:
-            break
-        assert proc.poll() is None, proc.communicate()
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGINT)  # the parent only, as `kill -INT` would
-    _, stderr = proc.communicate(timeout=60)
-    assert proc.returncode == 3 and "Traceback" not in stderr, stderr
+    code, stderr = interrupt_run(cmd, out / "records.jsonl")  # the parent only
+    assert code == 3 and "Traceback" not in stderr, stderr
     assert no_process_left(out)
     assert concurrency(out)["processes"] == 2
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import interrupt_run
 
 from medmis.experiments.cli import main
 from medmis.experiments.harness._fingerprint import compare_fingerprints
@@ -204,26 +205,12 @@ def test_tmp_names_are_unique_per_process(tmp_path: Path, monkeypatch: pytest.Mo
 
 
 def test_ctrl_c_exits_3_and_the_manifest_says_interrupted(tmp_path: Path) -> None:
-    import signal
-
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "medmis.experiments.cli",
            *run_args(out, "--model-option", "latency_s=0.2", "--max-connections", "1")]
     cmd[cmd.index("--limit") + 1] = "8"
-    # a shell without job control starts background commands with SIGINT ignored, which the
-    # child would inherit: give it the default disposition, as a terminal's Ctrl-C meets it
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    path = out / "records.jsonl"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if path.exists() and len(path.read_text().splitlines()) >= 3:
-            break
-        assert proc.poll() is None, proc.communicate()
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGINT)
-    _, stderr = proc.communicate(timeout=60)
-    assert proc.returncode == 3, stderr
+    code, stderr = interrupt_run(cmd, out / "records.jsonl")
+    assert code == 3, stderr
     assert "stopped early: interrupted" in stderr and "Traceback" not in stderr
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["stopped"] == "interrupted" and manifest["outcome"]["exit_code"] == 3
