@@ -190,14 +190,18 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     # collector would only scan them again and again; the harness freezes them and turns it
     # back on when the cases begin (medmis.tools._exit.collect_from_here)
     gc.disable()
+    from medmis.experiments.reporting import _worker
+
+    # the reporting stack loads in a second process from the start, on the core our imports leave idle
     try:
-        return _run_command(args, argv)
+        with _worker.ReportWorker.start() if _worker.enabled() else _worker.ReportWorker(None) as worker:
+            return _run_command(args, argv, worker)
     finally:
         gc.unfreeze()  # a caller of main() in this process gets its collector back as it was
         gc.enable()
 
 
-def _run_command(args: argparse.Namespace, argv: Sequence[str]) -> int:
+def _run_command(args: argparse.Namespace, argv: Sequence[str], worker: Any) -> int:
     from medmis.agents._registry import ModelOptions
     from medmis.experiments.harness._runner import DefenderConfig, RunConfig, run_experiment
 
@@ -253,23 +257,19 @@ def _run_command(args: argparse.Namespace, argv: Sequence[str]) -> int:
         accept_changes=accept_change_fields(args.accept_change),
     )
     from medmis.experiments.benchmark._dataset import DataError
-    from medmis.experiments.reporting import _worker
 
     if args.batch_cancel and not args.batch:
         raise CliError("--batch-cancel goes with --batch (and the run's other flags)")
     extra = {"batch_cancel": True} if args.batch_cancel else {}
-    # the reporting stack loads in a second process while this one runs
-    worker = _worker.ReportWorker.start() if config.write_report and _worker.enabled() else _worker.ReportWorker(None)
-    with worker:
-        try:
-            result = asyncio.run(run_experiment(config, argv=["medmis", *argv], notice=_notice, **extra))
-        except DataError as exc:
-            if not exc.issues:
-                raise
-            raise CliError(f"{exc.summary()}; `medmis data validate` lists them all, "
-                           "--on-invalid skip runs the valid rows") from None
-        if config.write_report and not (result.nothing_to_do and (result.out / "report.md").exists()):
-            result.report = worker.write(result.out)
+    try:
+        result = asyncio.run(run_experiment(config, argv=["medmis", *argv], notice=_notice, **extra))
+    except DataError as exc:
+        if not exc.issues:
+            raise
+        raise CliError(f"{exc.summary()}; `medmis data validate` lists them all, "
+                       "--on-invalid skip runs the valid rows") from None
+    if config.write_report and not (result.nothing_to_do and (result.out / "report.md").exists()):
+        result.report = worker.write(result.out)
     if result.nothing_to_do:
         print(f"nothing to do: {result.records} records complete in {result.out}")
     else:
