@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -124,6 +125,17 @@ DRIVER = textwrap.dedent("""
                        model_options=ModelOptions(base_urls=(url,)), defenders=[DefenderConfig(name="none")],
                        processes=2, max_connections=4, max_retries=0, progress=False, write_report=False)
     stop = (lambda stats: "enough" if stats.done >= 5 else None) if mode == "stop" else None
+    if mode == "disk-full":  # the parent's fifth write fails, whichever process ran the case
+        from medmis.experiments.harness import _caseloop
+        real, writes = _caseloop.CaseLoop.accept, []
+
+        def accept(self, *args):
+            writes.append(1)
+            if len(writes) == 5:
+                raise OSError(28, "No space left on device")
+            return real(self, *args)
+
+        _caseloop.CaseLoop.accept = accept
     notes = []
     result = asyncio.run(Driven(config, notice=notes.append, stop_when=stop).run())
     print(json.dumps({"new": result.new_records, "stopped": result.stats.stopped_reason, "notes": notes,
@@ -144,6 +156,15 @@ def test_a_helper_that_dies_has_its_cases_run_by_the_parent_and_is_named(tmp_pat
     assert got["new"] == CASES and len(answers(got["out"])) == CASES
     assert any("ended early (exit code 7)" in note for note in got["notes"]), got["notes"]
     assert no_process_left(got["out"])
+
+
+def test_a_failed_write_stops_every_process_and_is_raised(tmp_path: Path, url: str) -> None:
+    out = tmp_path / "disk-full"
+    done = subprocess.run([sys.executable, "-c", DRIVER, str(SAMPLE), url, str(out), "disk-full"],
+                          capture_output=True, text=True, timeout=60, env=ENV)
+    assert done.returncode == 1 and "OSError: [Errno 28] No space left on device" in done.stderr, done.stderr
+    assert len(records(out)) == 4  # nothing is written after the failure
+    assert no_process_left(out)
 
 
 def test_a_stop_closes_the_queue_of_every_process(tmp_path: Path, url: str) -> None:
@@ -168,6 +189,25 @@ def test_ctrl_c_of_the_parent_ends_its_helpers_and_the_run_resumes(tmp_path: Pat
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert len(answers(out)) == 24
+
+
+def test_helpers_keep_ignoring_ctrl_c_when_the_run_ignores_it(tmp_path: Path) -> None:
+    import signal
+
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "medmis.experiments.cli", "run", "--data", str(SAMPLE), "--limit", "6",
+           "--model", "mock/examinee", "--model-option", "latency_s=0.1", "--defender", "none",
+           "--out", str(out), "--no-progress", "--max-connections", "2", "--processes", "2"]  # fmt: skip
+    # as `cmd &` in a script: SIGINT ignored, and a Ctrl-C reaches the whole group
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    deadline = time.monotonic() + 60
+    while not (out / "records.jsonl").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and "ended early" not in stderr, stderr
+    assert len(answers(out)) == 18 and concurrency(out)["processes"] == 2
 
 
 # --------------------------------------------------------------------------- the rules
@@ -212,7 +252,7 @@ def test_no_fork_while_another_thread_lives(tmp_path: Path) -> None:
     finally:
         stop.set()
         thread.join()
-    if threading.active_count() == 1 and sys.platform.startswith("linux"):
+    if _caseloop.fork_ready():  # (a test process may hold threads of C libraries)
         assert harness._processes(1000) == 2
     # a caller's tools may hold a store connection: never forked
     assert Harness(config, tools=object())._processes(1000) == 1

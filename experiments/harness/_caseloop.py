@@ -23,7 +23,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from medmis.agents._limiter import AdaptiveLimiter, LimiterState
@@ -43,8 +43,37 @@ AUTO_MIN_JOBS = 128
 
 
 def fork_ready() -> bool:
-    """Whether this process may fork helpers: Linux, and no thread but this one alive."""
-    return sys.platform.startswith("linux") and hasattr(os, "fork") and threading.active_count() == 1
+    """Whether this process may fork helpers: Linux, and no thread but this one alive (those
+    of C extensions counted too). Not on CPython 3.14.0, whose fork inside a running task
+    leaves that task current in the child (gh-139894, fixed in 3.14.1)."""
+    if not (sys.platform.startswith("linux") and hasattr(os, "fork")) or sys.version_info[:3] == (3, 14, 0):
+        return False
+    if threading.active_count() != 1:
+        return False
+    try:
+        return len(os.listdir("/proc/self/task")) == 1
+    except OSError:
+        return False
+
+
+async def run_workers(n: int, worker: Callable[[], Awaitable[None]], on_failure: Callable[[], None]) -> None:
+    """``n`` copies of ``worker``; the first that raises calls ``on_failure`` (which stops the
+    others taking work), the others are cancelled and its exception is raised as it is."""
+    tasks = [asyncio.ensure_future(worker()) for _ in range(max(1, n))]
+    try:
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+    except BaseException:  # cancelled (Ctrl-C): the workers go too
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+    failed = [t for t in done if not t.cancelled() and t.exception() is not None]
+    if failed:
+        on_failure()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise failed[0].exception()  # type: ignore[misc]
 
 
 def usable_cores() -> int:
@@ -168,6 +197,7 @@ class CaseLoop:
         self._secrets = configured_secrets()
         self._counter = _Counter(len(jobs), shared=False)
         self._done: set[int] = set()
+        self._failed = False
 
     # -- writing (parent) ------------------------------------------------------------------
     def accept(self, index: int, record: Any, record_line: str, trace_line: str) -> None:
@@ -208,7 +238,11 @@ class CaseLoop:
             while not self.harness.stats.stopped_reason and (index := indices()) is not None:
                 self.accept(index, *await self._case(index))
 
-        await asyncio.gather(*(worker() for _ in range(max(1, workers))))
+        await run_workers(workers, worker, self._fail)
+
+    def _fail(self) -> None:
+        self._failed = True
+        self._counter.close()
 
     # -- the run ---------------------------------------------------------------------------
     async def run(self, processes: int, make_progress: Callable[[], Any]) -> int:
@@ -218,25 +252,39 @@ class CaseLoop:
         thread must not exist at a fork).
         """
         h = self.harness
-        shares = connection_shares(h.config.max_connections, processes)
-        if processes > 1:
-            self._counter = _Counter(len(self.jobs), shared=True)
-            self._fork(shares[1:])
-            shares = shares[: 1 + len(self.helpers)] if self.helpers else [h.config.max_connections]
-            if self.helpers:
-                h.limiter = AdaptiveLimiter(shares[0])
-        self.progress = make_progress()
+        own = h.config.max_connections
         try:
+            if processes > 1:
+                self._counter = _Counter(len(self.jobs), shared=True)
+                self._fork(connection_shares(own, processes)[1:])
+                if self.helpers:  # what forks failed to take stays here
+                    own -= sum(x.share for x in self.helpers)
+                    h.limiter = AdaptiveLimiter(own)
+            self.progress = make_progress()
             self._listen()
-            await self._work(self._counter.take, min(shares[0], len(self.jobs)))
-            for helper in self.helpers:
-                assert helper.ended is not None
-                await helper.ended
+            await self._first_failure(self._work(self._counter.take, min(own, len(self.jobs))))
             self._take_over()
-            await self._work(self._leftovers(), min(shares[0], len(self.jobs)))
+            await self._work(self._leftovers(), min(own, len(self.jobs)))
         finally:
+            self._counter.close()
             self._stop_helpers()
         return self.written
+
+    async def _first_failure(self, own_work: Awaitable[None]) -> None:
+        """This process's cases and every helper's end; the first failure of either (a write
+        that failed here) cancels this process's cases and is raised."""
+        work = asyncio.ensure_future(own_work)
+        pending: set[asyncio.Future[None]] = {work, *(x.ended for x in self.helpers if x.ended is not None)}
+        try:
+            while pending:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_EXCEPTION)
+                for future in done:
+                    if not future.cancelled() and future.exception() is not None:
+                        raise future.exception()  # type: ignore[misc]
+        finally:
+            if not work.done():
+                work.cancel()
+                await asyncio.gather(work, return_exceptions=True)
 
     def _limiter_state(self) -> LimiterState:
         """This process's limiter and the helpers' last reported ones, as one."""
@@ -283,31 +331,56 @@ class CaseLoop:
             loop.add_reader(helper.conn.fileno(), self._receive, helper)
 
     def _receive(self, helper: _Helper) -> None:
-        loop = asyncio.get_running_loop()
-        try:
-            while helper.conn.poll():
+        """Write what a helper sent (at most a batch per wake-up, so that the parent's own
+        calls are not starved); its end when the pipe closes."""
+        for _ in range(64):
+            if self._failed:  # the run is failing: nothing more is written
+                return
+            try:
+                if not helper.conn.poll():
+                    return
                 message = helper.conn.recv()
+            except (EOFError, OSError):  # the helper is gone (or going): its pipe is closed
+                self._ended(helper)
+                return
+            try:
                 if message[0] == "case":
                     helper.state = message[5]
                     self.accept(*message[1:5])
                 elif message[0] == "end":
                     helper.limiter, helper.error = message[1], message[2]
-        except (EOFError, OSError):
-            loop.remove_reader(helper.conn.fileno())
-            _, status = os.waitpid(helper.pid, 0)
-            helper.exit_code = os.waitstatus_to_exitcode(status)
+            except BaseException as exc:  # writing failed here: the run stops and raises it
+                self._failed = True
+                self._counter.close()
+                self._ended(helper, exc)
+                return
+
+    def _ended(self, helper: _Helper, failure: BaseException | None = None) -> None:
+        asyncio.get_running_loop().remove_reader(helper.conn.fileno())
+        helper.state = None
+        try:
+            if failure is None and helper.alive:  # its pipe closed as it exits: reap it
+                _, status = os.waitpid(helper.pid, 0)
+                helper.exit_code = os.waitstatus_to_exitcode(status)
+                helper.alive = False
+        except ChildProcessError:  # reaped elsewhere (SIGCHLD ignored, a child watcher)
             helper.alive = False
+        finally:
             assert helper.ended is not None
             if not helper.ended.done():
-                helper.ended.set_result(None)
+                if failure is None:
+                    helper.ended.set_result(None)
+                else:
+                    helper.ended.set_exception(failure)
 
     def _take_over(self) -> None:
         lost = [x for x in self.helpers if x.limiter is None or x.error]
         for helper in lost:
             why = helper.error or f"exit code {helper.exit_code}"
             if self.harness.notice is not None:
-                self.harness.notice(f"call process {helper.pid} ended early ({why}); "
-                                    "this process runs the cases it had taken")
+                then = ("its unfinished cases are left to a resume" if self.harness.stats.stopped_reason
+                        else "this process runs the cases it had taken")
+                self.harness.notice(f"call process {helper.pid} ended early ({why}); {then}")
 
     def _leftovers(self) -> Callable[[], int | None]:
         """The cases a helper took and never sent back (a helper that died)."""
@@ -318,7 +391,7 @@ class CaseLoop:
         loop = asyncio.get_running_loop()
         for helper in self.helpers:
             if not helper.conn.closed:
-                loop.remove_reader(helper.conn.fileno())
+                loop.remove_reader(helper.conn.fileno())  # False when never listened to
             if helper.alive:
                 with contextlib.suppress(ProcessLookupError, ChildProcessError):
                     os.kill(helper.pid, signal.SIGTERM)
@@ -336,7 +409,8 @@ def _helper_main(loop: CaseLoop, conn: Any, share: int) -> None:  # pragma: no c
         # 3.12+ resets the first by itself
         asyncio._set_running_loop(None)
         signal.set_wakeup_fd(-1)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # not when the run ignores it
+            signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         loop.harness.after_fork(share)
         asyncio.run(_helper_run(loop, conn, share))
@@ -348,6 +422,7 @@ def _helper_main(loop: CaseLoop, conn: Any, share: int) -> None:  # pragma: no c
             conn.send(("end", None, f"{type(exc).__name__}: {exc}"))
     finally:
         try:
+            sys.stdout.flush()
             sys.stderr.flush()
         finally:
             os._exit(code)
@@ -355,14 +430,19 @@ def _helper_main(loop: CaseLoop, conn: Any, share: int) -> None:  # pragma: no c
 
 async def _helper_run(loop: CaseLoop, conn: Any, share: int) -> None:  # pragma: no cover - runs forked
     h = loop.harness
+    failed = False  # this helper's own stop: the shared counter stays open for the others
+
+    def fail() -> None:
+        nonlocal failed
+        failed = True
 
     async def worker() -> None:
-        while (index := loop._counter.take()) is not None:
+        while not failed and (index := loop._counter.take()) is not None:
             lines = await loop._case(index)
             conn.send(("case", index, *lines, h.limiter.state()))
 
     try:
-        await asyncio.gather(*(worker() for _ in range(max(1, share))))
+        await run_workers(share, worker, fail)
     finally:
         await h.aclose()
     conn.send(("end", h.limiter.summary(), None))
