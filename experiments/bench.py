@@ -4,9 +4,9 @@ Sections (each with its target):
 - ``harness_overhead``: ms per case of the paired harness with a zero-latency scripted model
   over 3,000 cases, after a 15-case warm-up run in the same process (target <= 2 ms/case);
 - ``concurrency``: 1,200 calls at 32 connections to a local OpenAI-compatible server with
-  100 ms latency, through the real openai client, the harness in this process with one process
-  and with ``processes="auto"`` (the CLI's default; target for the latter: wall <= 1.15 x
-  1,200 x 0.1 s / 32);
+  100 ms latency, through the real openai client, the harness in a fresh interpreter with one
+  process and with ``processes="auto"`` (the CLI's default; target for the latter: wall <=
+  1.15 x 1,200 x 0.1 s / 32);
 - ``throughput``: a whole ``medmis run`` process (start-up, run, report) against a lean async
   httpx client on the same work, 1,224 calls at 32 connections to a local server with 100 ms
   latency (target <= 1.3 x the lean client's wall), see :mod:`._bench_throughput`;
@@ -135,16 +135,34 @@ async def _concurrency_run(calls: int, connections: int, latency: float,
     }
 
 
-def bench_concurrency(calls: int = 1200, connections: int = 32, latency: float = 0.1) -> dict[str, Any]:
-    """The harness in this process, once with one process and once with ``processes="auto"``
-    (the CLI's default); the target is judged on the second. Each run has its own event loop
-    (a loop's resolver threads, once started, rule out a fork), and the model SDK is imported
-    before either is timed."""
-    from medmis.agents._registry import ModelOptions, load_model
+_CONCURRENCY_CHILD = r"""
+import asyncio, json, sys
+from medmis.agents._registry import ModelOptions, load_model
+from medmis.experiments.bench import _concurrency_run
 
-    load_model("openai/bench", ModelOptions(base_url="http://127.0.0.1:9/v1"))  # imports only
-    one = asyncio.run(_concurrency_run(calls, connections, latency, 1))
-    auto = asyncio.run(_concurrency_run(calls, connections, latency, "auto"))
+load_model("openai/bench", ModelOptions(base_url="http://127.0.0.1:9/v1"))  # the SDK's imports, untimed
+processes = sys.argv[4] if sys.argv[4] == "auto" else int(sys.argv[4])
+print(json.dumps(asyncio.run(_concurrency_run(int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), processes))))
+"""
+
+
+def bench_concurrency(calls: int = 1200, connections: int = 32, latency: float = 0.1) -> dict[str, Any]:
+    """The harness in a fresh interpreter, once with one process and once with
+    ``processes="auto"`` (the CLI's default); the target is judged on the second. Fresh, because
+    a fork needs a process without other threads, and the earlier sections leave some (DuckDB's);
+    the model SDK is imported before the run is timed."""
+    import subprocess
+    import sys
+
+    def child(processes: str) -> dict[str, Any]:
+        done = subprocess.run([sys.executable, "-c", _CONCURRENCY_CHILD, str(calls), str(connections), str(latency),
+                               processes], capture_output=True, text=True, check=False)
+        if done.returncode:
+            raise RuntimeError(f"concurrency child failed ({done.returncode}):\n{done.stderr[-3000:]}")
+        result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+        return result
+
+    one, auto = child("1"), child("auto")
     return {
         "calls": calls,
         "connections": connections,
