@@ -127,15 +127,15 @@ DRIVER = textwrap.dedent("""
     stop = (lambda stats: "enough" if stats.done >= 5 else None) if mode == "stop" else None
     if mode == "disk-full":  # the parent's fifth write fails, whichever process ran the case
         from medmis.experiments.harness import _caseloop
-        real, writes = _caseloop.CaseLoop.accept, []
+        real, writes = _caseloop.CaseLoop._write, []
 
-        def accept(self, *args):
+        def write(self, *args):
             writes.append(1)
             if len(writes) == 5:
                 raise OSError(28, "No space left on device")
             return real(self, *args)
 
-        _caseloop.CaseLoop.accept = accept
+        _caseloop.CaseLoop._write = write
     notes = []
     result = asyncio.run(Driven(config, notice=notes.append, stop_when=stop).run())
     print(json.dumps({"new": result.new_records, "stopped": result.stats.stopped_reason, "notes": notes,

@@ -120,41 +120,30 @@ class _Counter:
 
     def __init__(self, n: int, shared: bool) -> None:
         self.n = n
-        self._cell: Any = None
-        self._next = 0
-        self._closed = False
+        self._lock: Any = contextlib.nullcontext()
+        self._cell: Any = [0, 0]  # [next index, closed]
         if shared:
             import multiprocessing
 
-            # [next index, closed]; a semaphore-guarded block that forked children share
-            self._cell = multiprocessing.get_context("fork").Array("q", 2)
+            # a semaphore-guarded block that forked children share (kept referenced here)
+            self._array = multiprocessing.get_context("fork").Array("q", 2)
+            self._lock, self._cell = self._array.get_lock(), self._array.get_obj()
 
     def take(self) -> int | None:
-        if self._cell is None:
-            if self._closed or self._next >= self.n:
+        with self._lock:
+            if self._cell[1] or self._cell[0] >= self.n:
                 return None
-            self._next += 1
-            return self._next - 1
-        with self._cell.get_lock():
-            cell = self._cell.get_obj()
-            if cell[1] or cell[0] >= self.n:
-                return None
-            cell[0] += 1
-            return int(cell[0] - 1)
+            self._cell[0] += 1
+            return int(self._cell[0] - 1)
 
     def close(self) -> None:
         """No index is handed out any more (the run stops)."""
-        if self._cell is None:
-            self._closed = True
-            return
-        with self._cell.get_lock():
-            self._cell.get_obj()[1] = 1
+        with self._lock:
+            self._cell[1] = 1
 
     def handed_out(self) -> int:
-        if self._cell is None:
-            return self._next
-        with self._cell.get_lock():
-            return int(self._cell.get_obj()[0])
+        with self._lock:
+            return int(self._cell[0])
 
 
 class _Helper:
@@ -201,7 +190,19 @@ class CaseLoop:
 
     # -- writing (parent) ------------------------------------------------------------------
     def accept(self, index: int, record: Any, record_line: str, trace_line: str) -> None:
-        """Write one case's record and trace, count it, and apply the run's stop rule."""
+        """Write one case's record and trace, count it, and apply the run's stop rule.
+
+        Once a write has failed nothing more is written (the run raises that failure; the
+        cases not written are left to a resume)."""
+        if self._failed:
+            return
+        try:
+            self._write(index, record, record_line, trace_line)
+        except BaseException:
+            self._fail()
+            raise
+
+    def _write(self, index: int, record: Any, record_line: str, trace_line: str) -> None:
         h = self.harness
         key = record.trace_file or h._trace_file(record.model, record.defender)
         fh = self.trace_handles.get(key)
