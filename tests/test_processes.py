@@ -125,17 +125,26 @@ DRIVER = textwrap.dedent("""
                        model_options=ModelOptions(base_urls=(url,)), defenders=[DefenderConfig(name="none")],
                        processes=2, max_connections=4, max_retries=0, progress=False, write_report=False)
     stop = (lambda stats: "enough" if stats.done >= 5 else None) if mode == "stop" else None
-    if mode == "disk-full":  # the parent's fifth write fails, whichever process ran the case
+    if mode.startswith("disk-full"):  # the parent's third write of a case run by a helper / by itself fails
         from medmis.experiments.harness import _caseloop
-        real, writes = _caseloop.CaseLoop._write, []
+        real, real_receive, writes, receiving = _caseloop.CaseLoop._write, _caseloop.CaseLoop._receive, [], []
 
         def write(self, *args):
-            writes.append(1)
-            if len(writes) == 5:
-                raise OSError(28, "No space left on device")
+            if bool(receiving) == (mode == "disk-full-helper"):
+                writes.append(1)
+                if len(writes) == 3:
+                    print(f"written before the failure: {self.written}", file=sys.stderr)
+                    raise OSError(28, "No space left on device")
             return real(self, *args)
 
-        _caseloop.CaseLoop._write = write
+        def receive(self, helper):
+            receiving.append(1)
+            try:
+                return real_receive(self, helper)
+            finally:
+                receiving.pop()
+
+        _caseloop.CaseLoop._write, _caseloop.CaseLoop._receive = write, receive
     notes = []
     result = asyncio.run(Driven(config, notice=notes.append, stop_when=stop).run())
     print(json.dumps({"new": result.new_records, "stopped": result.stats.stopped_reason, "notes": notes,
@@ -158,12 +167,14 @@ def test_a_helper_that_dies_has_its_cases_run_by_the_parent_and_is_named(tmp_pat
     assert no_process_left(got["out"])
 
 
-def test_a_failed_write_stops_every_process_and_is_raised(tmp_path: Path, url: str) -> None:
+@pytest.mark.parametrize("whose", ["helper", "parent"])
+def test_a_failed_write_stops_every_process_and_is_raised(tmp_path: Path, url: str, whose: str) -> None:
     out = tmp_path / "disk-full"
-    done = subprocess.run([sys.executable, "-c", DRIVER, str(SAMPLE), url, str(out), "disk-full"],
+    done = subprocess.run([sys.executable, "-c", DRIVER, str(SAMPLE), url, str(out), f"disk-full-{whose}"],
                           capture_output=True, text=True, timeout=60, env=ENV)
     assert done.returncode == 1 and "OSError: [Errno 28] No space left on device" in done.stderr, done.stderr
-    assert len(records(out)) == 4  # nothing is written after the failure
+    before = int(done.stderr.split("written before the failure: ")[1].split()[0])
+    assert 2 <= before < CASES and len(records(out)) == before  # nothing written after it
     assert no_process_left(out)
 
 
