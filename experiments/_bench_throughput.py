@@ -70,6 +70,12 @@ def _timed(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, f
     return wall, cpu, done.stdout
 
 
+def run_processes(folder: Path) -> int:
+    """How many processes shared a finished run's calls (its manifest's ``concurrency``)."""
+    manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+    return int(manifest.get("concurrency", {}).get("processes", 1))
+
+
 def _compile_package() -> None:
     """Byte-compile the toolkit as ``pip install`` does, so that neither process pays compilation.
 
@@ -118,8 +124,7 @@ def bench_throughput(calls: int = 1224, connections: int = 32, latency: float = 
             wall, cpu, _ = _timed(run_argv, env)
             records = sum(1 for _ in (folder / "records.jsonl").open(encoding="utf-8"))
             run_runs.append((wall, cpu, records))
-            manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
-            processes = int(manifest.get("concurrency", {}).get("processes", 1))
+            processes = run_processes(folder)
     served = stats[0] if stats else {}
     lean_wall = statistics.median(w for w, _, _ in lean_runs)
     run_wall = statistics.median(w for w, _, _ in run_runs)

@@ -100,6 +100,7 @@ async def bench_harness(n_items: int = 1000) -> dict[str, Any]:
 async def _concurrency_run(calls: int, connections: int, latency: float,
                            processes: int | Literal["auto"]) -> dict[str, Any]:
     from medmis.agents._registry import ModelOptions
+    from medmis.experiments._bench_throughput import run_processes
     from medmis.experiments._fake_openai import serve_in_processes
     from medmis.experiments.harness._runner import DefenderConfig, Harness, RunConfig
 
@@ -121,11 +122,11 @@ async def _concurrency_run(calls: int, connections: int, latency: float,
         start = time.perf_counter()
         result = await harness.run()
         wall = time.perf_counter() - start
-        manifest = json.loads((Path(tmp) / "run" / "manifest.json").read_text(encoding="utf-8"))
+        processes_used = run_processes(Path(tmp) / "run")
     served = stats[0] if stats else {}
     ideal = calls * latency / connections
     return {
-        "processes": int(manifest.get("concurrency", {}).get("processes", 1)),
+        "processes": processes_used,
         "calls": int(served.get("requests", -1)),
         "records": result.new_records,
         "errors": result.stats.errors,
@@ -151,15 +152,14 @@ def bench_concurrency(calls: int = 1200, connections: int = 32, latency: float =
     ``processes="auto"`` (the CLI's default); the target is judged on the second. Fresh, because
     a fork needs a process without other threads, and the earlier sections leave some (DuckDB's);
     the model SDK is imported before the run is timed."""
-    import subprocess
     import sys
 
+    from medmis.experiments._bench_throughput import _timed
+
     def child(processes: str) -> dict[str, Any]:
-        done = subprocess.run([sys.executable, "-c", _CONCURRENCY_CHILD, str(calls), str(connections), str(latency),
-                               processes], capture_output=True, text=True, check=False)
-        if done.returncode:
-            raise RuntimeError(f"concurrency child failed ({done.returncode}):\n{done.stderr[-3000:]}")
-        result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+        _, _, out = _timed([sys.executable, "-c", _CONCURRENCY_CHILD, str(calls), str(connections), str(latency),
+                            processes])
+        result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
         return result
 
     one, auto = child("1"), child("auto")

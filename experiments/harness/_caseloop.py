@@ -351,8 +351,7 @@ class CaseLoop:
                 elif message[0] == "end":
                     helper.limiter, helper.error = message[1], message[2]
             except BaseException as exc:  # writing failed here: the run stops and raises it
-                self._failed = True
-                self._counter.close()
+                self._fail()
                 self._ended(helper, exc)
                 return
 

@@ -365,12 +365,6 @@ class Harness:
         if total == 0:
             return await self._nothing_to_do(records_path, resumed.records, skipped)
         new = 0
-        progress: list[RunProgress] = []
-
-        def make_progress() -> RunProgress:
-            progress.append(RunProgress(total, enabled=cfg.progress and total > 0))
-            return progress[0]
-
         collect_from_here()
         try:
             with records_path.open("a", encoding="utf-8") as rec_fh:
@@ -378,7 +372,8 @@ class Harness:
                 # injected ones instead of the whole run waiting for the slowest of them
                 jobs = todo[0] + todo[1]
                 self._loop = CaseLoop(self, jobs, rec_fh, clean_state)
-                new += await self._loop.run(self._processes(len(jobs)), make_progress)
+                new += await self._loop.run(self._processes(len(jobs)),
+                                            lambda: RunProgress(total, enabled=cfg.progress and total > 0))
                 rec_fh.flush()
                 os.fsync(rec_fh.fileno())
         except (KeyboardInterrupt, asyncio.CancelledError):
@@ -387,9 +382,9 @@ class Harness:
             self._finish(records_path)
             raise
         finally:
-            for bar in progress:
-                bar.close()
             if self._loop is not None:
+                if self._loop.progress is not None:
+                    self._loop.progress.close()
                 for fh in self._loop.trace_handles.values():
                     fh.close()
             await self.aclose()
