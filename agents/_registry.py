@@ -10,7 +10,7 @@ import importlib
 from typing import Any, Literal
 
 from langchain_core.language_models import BaseChatModel
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 # provider prefix -> "module:function"; the module is imported only when the provider is used
 PROVIDERS: dict[str, str] = {
@@ -47,6 +47,10 @@ class ModelOptions(BaseModel):
     """Claude extended thinking: a token budget (at least 1024; ``0`` turns thinking off) or
     ``"adaptive"`` (Claude decides how much to think; Sonnet/Opus 4.6 and later)."""
     timeout_s: float = 120.0
+    """Seconds for one request, from sending it to the last byte of the reply (and per read)."""
+    max_response_bytes: int | None = Field(default=8 * 1024 * 1024, gt=0)
+    """Largest reply body accepted (bytes as sent; ``None``: no cap). A larger reply fails the
+    call with ``ResponseTooLargeError``, which is not retried."""
     seed: int | None = None
     extra: dict[str, Any] = {}
 

@@ -1,0 +1,124 @@
+"""The request deadline and the reply size cap, against real servers on 127.0.0.1.
+
+A server that drips its reply one byte at a time never trips a per-read timeout; the deadline
+(``--model-timeout``) must end the call anyway, for every provider and both transports. A reply
+over the size cap must fail the call (not retried) without being read whole.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import tracemalloc
+from typing import Any
+
+import httpx
+import pytest
+from raw_http import RawServer
+
+from medmis.agents import ModelOptions, aclose_transports, classify, load_model
+from medmis.tools._bounded import BoundedAsyncClient, RequestDeadlineError, ResponseTooLargeError
+
+PROVIDERS = ("openai", "google", "anthropic")
+TRANSPORTS = ("aiohttp", "httpx")
+# a long, well-formed head: dripped at 0.05 s a byte it takes ~10 s, far past the 1 s deadline
+_SLOW_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n" + b"X-Pad: " + b"p" * 150 + b"\r\n"
+
+
+@pytest.fixture(autouse=True)
+def _keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-bounds-0000000000000000")
+    monkeypatch.setenv("GOOGLE_API_KEY", "AIza-test-bounds-000000000000000000000")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-bounds-000000000000000")
+    for name in ("OPENAI_BASE_URL", "GOOGLE_GEMINI_BASE_URL", "ANTHROPIC_BASE_URL",
+                 "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def _model(provider: str, url: str, **options: Any) -> Any:
+    base = f"{url}/v1" if provider == "openai" else url
+    name = {"openai": "gpt-test", "google": "gemini-test", "anthropic": "claude-test"}[provider]
+    return load_model(f"{provider}/{name}", ModelOptions(base_url=base, **options))
+
+
+async def _call(provider: str, server: RawServer, **options: Any) -> tuple[BaseException | None, float]:
+    async with server as url:
+        chat = _model(provider, url, **options)
+        start = time.monotonic()
+        try:
+            # the outer bound only keeps a regression from hanging the suite
+            await asyncio.wait_for(chat.ainvoke("hi"), timeout=15)
+        except Exception as exc:
+            return exc, time.monotonic() - start
+        finally:
+            await aclose_transports()
+    return None, time.monotonic() - start
+
+
+def _chain(exc: BaseException | None) -> list[BaseException]:
+    out = []
+    while exc is not None and len(out) < 10:
+        out.append(exc)
+        exc = exc.__cause__ or exc.__context__
+    return out
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_a_dripping_server_is_cut_off_at_the_deadline(
+    provider: str, transport: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MEDMIS_HTTP_TRANSPORT", transport)
+    server = RawServer(_SLOW_HEAD + b"\r\n{}", drip_s=0.05)
+    exc, elapsed = asyncio.run(_call(provider, server, timeout_s=1.0))
+    assert not isinstance(exc, asyncio.TimeoutError | None), f"{provider}/{transport}: {exc!r} after {elapsed:.1f} s"
+    assert elapsed < 4, f"{provider}/{transport} held the call {elapsed:.1f} s"
+    assert any(isinstance(e, RequestDeadlineError) for e in _chain(exc)), repr(exc)
+    assert classify(exc)[0]  # a timeout: retried, as the per-read timeout was
+    assert server.sent < len(_SLOW_HEAD)  # the reply was still dripping when the call ended
+
+
+def _big_head(length: int | None) -> bytes:
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n"
+    if length is not None:
+        head += b"Content-Length: " + str(length).encode() + b"\r\n"
+    return head + b"\r\n"
+
+
+@pytest.mark.parametrize("declared", [True, False], ids=["content-length", "until-close"])
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_a_reply_over_the_cap_fails_without_being_read(
+    provider: str, transport: str, declared: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MEDMIS_HTTP_TRANSPORT", transport)
+    size = 50 * 1024 * 1024
+    server = RawServer(_big_head(size if declared else None), filler=size)
+    tracemalloc.start()
+    try:
+        exc, elapsed = asyncio.run(_call(provider, server, max_response_bytes=1024 * 1024))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert isinstance(exc, ResponseTooLargeError), f"{provider}/{transport}: {exc!r}"
+    assert "larger than 1,048,576 bytes (the response size cap)" in str(exc)
+    assert classify(exc) == (False, None)  # the same request gets the same reply: not retried
+    assert peak < 16 * 1024 * 1024, f"peak {peak / 2**20:.0f} MiB"
+    assert server.sent < size / 2, f"{server.sent / 2**20:.0f} MiB sent"
+
+
+def test_the_default_cap_and_a_reply_under_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert ModelOptions().max_response_bytes == 8 * 1024 * 1024
+    body = b'{"ok": true}'
+
+    async def go() -> httpx.Response:
+        async with RawServer(_big_head(None) + body) as url:
+            async with BoundedAsyncClient(deadline_s=5, max_bytes=len(body), timeout=5) as client:
+                return await client.get(url)
+
+    assert asyncio.run(go()).json() == {"ok": True}
+
+
+def test_model_options_refuse_a_cap_of_zero() -> None:
+    with pytest.raises(ValueError):
+        ModelOptions(max_response_bytes=0)
