@@ -53,7 +53,13 @@ from langchain_core.outputs import ChatResult
 from pydantic import SecretStr
 
 from ._capabilities import STRUCTURED_OUTPUT_KWARG, StructuredOutput, check_structured_output
-from ._errors import BlockedResponseError, MalformedResponseError, MissingKeyError, ModelConfigError, raise_size_cap
+from ._errors import (
+    BlockedResponseError,
+    MalformedResponseError,
+    MissingKeyError,
+    ModelConfigError,
+    raise_size_cap,
+)
 from ._httpx_bridge import AsyncHttpxBridge, HttpxBridge
 from ._mock import content_text
 from ._registry import ModelOptions

@@ -41,7 +41,13 @@ from langchain_openai import ChatOpenAI
 from pydantic import SecretStr
 
 from ._capabilities import STRUCTURED_OUTPUT_KWARG, StructuredOutput, check_structured_output
-from ._errors import BlockedResponseError, MalformedResponseError, MissingKeyError, ModelConfigError, raise_size_cap
+from ._errors import (
+    BlockedResponseError,
+    MalformedResponseError,
+    MissingKeyError,
+    ModelConfigError,
+    raise_size_cap,
+)
 from ._registry import ModelOptions
 from ._transport import async_client, sync_client
 

@@ -75,7 +75,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="OpenAI reasoning_effort (none..xhigh) or Claude effort (low..max)")
     run.add_argument("--thinking-budget", type=thinking_budget, default=None,
                      metavar="TOKENS|adaptive", help="Claude extended thinking: a token budget (>=1024; 0 = off) or 'adaptive'")
-    run.add_argument("--model-timeout", type=float, default=120.0, help="seconds per model request")
+    run.add_argument("--model-timeout", type=float, default=120.0,
+                     help="seconds per model request, from sending it to the reply's last byte (default 120)")
+    run.add_argument("--max-response-mb", type=float, default=8.0, metavar="MIB",
+                     help="largest model reply accepted, in MiB (default 8); a larger one is a case error")
     run.add_argument("--model-option", action="append", default=[], metavar="KEY=VALUE",
                      help="provider-specific option (e.g. mock/examinee: fault_rate=0.1, latency_s=0.05)")
     run.add_argument("--defender", required=True, help="NAME[,NAME...] (see `medmis defenders`)")
@@ -229,6 +232,7 @@ def _run_command(args: argparse.Namespace, argv: Sequence[str], worker: Any) -> 
             reasoning_effort=args.reasoning_effort,
             thinking_budget=args.thinking_budget,
             timeout_s=args.model_timeout,
+            max_response_bytes=_response_cap(args.max_response_mb),
             seed=args.seed,
             extra=parse_flat(args.model_option, "--model-option"),
         ),
@@ -279,6 +283,12 @@ def _run_command(args: argparse.Namespace, argv: Sequence[str], worker: Any) -> 
     if result.outcome.message:
         _notice(result.outcome.message)
     return int(result.outcome.code)
+
+
+def _response_cap(mib: float) -> int:
+    if not mib > 0:
+        raise CliError(f"--max-response-mb must be positive, got {mib:g}")
+    return int(mib * 2**20)
 
 
 def _notice(message: str) -> None:

@@ -96,7 +96,7 @@ def test_a_reply_over_the_cap_fails_without_being_read(
     server = RawServer(_big_head(size if declared else None), filler=size)
     tracemalloc.start()
     try:
-        exc, elapsed = asyncio.run(_call(provider, server, max_response_bytes=1024 * 1024))
+        exc, _ = asyncio.run(_call(provider, server, max_response_bytes=1024 * 1024))
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -112,9 +112,9 @@ def test_the_default_cap_and_a_reply_under_it(monkeypatch: pytest.MonkeyPatch) -
     body = b'{"ok": true}'
 
     async def go() -> httpx.Response:
-        async with RawServer(_big_head(None) + body) as url:
-            async with BoundedAsyncClient(deadline_s=5, max_bytes=len(body), timeout=5) as client:
-                return await client.get(url)
+        async with RawServer(_big_head(None) + body) as url, \
+                BoundedAsyncClient(deadline_s=5, max_bytes=len(body), timeout=5) as client:
+            return await client.get(url)
 
     assert asyncio.run(go()).json() == {"ok": True}
 
@@ -122,3 +122,46 @@ def test_the_default_cap_and_a_reply_under_it(monkeypatch: pytest.MonkeyPatch) -
 def test_model_options_refuse_a_cap_of_zero() -> None:
     with pytest.raises(ValueError):
         ModelOptions(max_response_bytes=0)
+
+
+def _backend(kind: str, url: str) -> Any:
+    if kind == "serper":
+        from medmis.tools._serper import SerperSearch
+
+        return SerperSearch("serper-test-key", base_url=url, timeout=1.0)
+    if kind == "jina":
+        from medmis.tools._jina import JinaReader
+
+        return JinaReader("jina-test-key", base_url=url, timeout=1.0)
+    from medmis.tools._tavily import TavilySearch
+
+    return TavilySearch("tvly-test-key", base_url=url, timeout=1.0)
+
+
+async def _use(kind: str, server: RawServer) -> tuple[BaseException | None, float]:
+    async with server as url:
+        backend = _backend(kind, url)
+        start = time.monotonic()
+        try:
+            call = (backend.read("https://example.org/") if kind == "jina" else backend.search("q"))
+            await asyncio.wait_for(call, timeout=15)
+        except Exception as exc:
+            return exc, time.monotonic() - start
+        finally:
+            await backend.aclose()
+    return None, time.monotonic() - start
+
+
+@pytest.mark.parametrize("kind", ["serper", "jina", "tavily"])
+def test_web_backends_have_the_same_deadline_and_cap(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from medmis.tools import ToolError
+
+    exc, elapsed = asyncio.run(_use(kind, RawServer(_SLOW_HEAD + b"\r\n{}", drip_s=0.05)))
+    assert isinstance(exc, ToolError) and exc.kind == "timeout", repr(exc)
+    assert elapsed < 4
+    size = 50 * 1024 * 1024
+    server = RawServer(_big_head(None), filler=size)
+    exc, _ = asyncio.run(_use(kind, server))
+    assert isinstance(exc, ToolError) and exc.kind == "content", repr(exc)
+    assert "the response size cap" in str(exc)
+    assert server.sent < size / 2
