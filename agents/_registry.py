@@ -12,6 +12,8 @@ from typing import Any, Literal
 from langchain_core.language_models import BaseChatModel
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from medmis.tools._redact import remember_url
+
 # provider prefix -> "module:function"; the module is imported only when the provider is used
 PROVIDERS: dict[str, str] = {
     "google": "medmis.agents._google:build",
@@ -114,6 +116,8 @@ def load_model(spec: str, options: ModelOptions | None = None, **kwargs: Any) ->
     :class:`~medmis.agents._replicas.ReplicaChatModel` over them."""
     provider, model_id = parse_spec(spec)
     opts = options or ModelOptions(**kwargs)
+    for url in (opts.base_url, *opts.base_urls):
+        remember_url(url)  # a ``user:pass@`` URL's credentials are masked in everything written
     module_name, func = PROVIDERS[provider].split(":")
     build = getattr(importlib.import_module(module_name), func)
     if len(opts.base_urls) > 1:
