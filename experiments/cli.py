@@ -439,8 +439,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         # a data error is one line too: the first problems and their count (the full list is
         # what `medmis data validate` or --on-invalid skip's invalid_rows.txt is for)
         from medmis.experiments.benchmark._dataset import DataError
+        from medmis.tools._redact import redact
 
         text = [exc.summary()] if isinstance(exc, DataError) else str(exc).strip().splitlines()
+        text = [redact(line) for line in text]  # a provider's message may echo a credential
         first = text[0] if text else type(exc).__name__
         print(f"medmis: {first}", file=sys.stderr)
         for line in text[1:50]:

@@ -8,8 +8,12 @@ over the size cap must fail the call (not retried) without being read whole.
 from __future__ import annotations
 
 import asyncio
+import json
+import threading
 import time
 import tracemalloc
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -165,3 +169,53 @@ def test_web_backends_have_the_same_deadline_and_cap(kind: str, monkeypatch: pyt
     assert isinstance(exc, ToolError) and exc.kind == "content", repr(exc)
     assert "the response size cap" in str(exc)
     assert server.sent < size / 2
+
+
+class _Huge(BaseHTTPRequestHandler):
+    sent = 0
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        block = b" " * 65536
+        try:
+            for _ in range(50 * 16):  # 50 MiB of JSON whitespace, no Content-Length
+                self.wfile.write(block)
+                type(self).sent += len(block)
+        except OSError:
+            pass
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_a_run_records_a_reply_over_the_cap_as_a_case_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    from test_no_secrets_on_disk import ITEMS
+
+    from medmis.experiments.cli import main
+
+    _Huge.sent = 0
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Huge)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    data = tmp_path / "items.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in ITEMS[:1]), encoding="utf-8")
+    out = tmp_path / "run"
+    try:
+        code = main(["run", "--data", str(data), "--model", "openai/m", "--model-base-url",
+                     f"http://127.0.0.1:{server.server_address[1]}/v1", "--defender", "none",
+                     "--protocol", "clean", "--out", str(out), "--max-response-mb", "1", "--no-progress"])
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert code == 1  # finished with case errors
+    (record,) = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    assert record["error"].startswith("ResponseTooLargeError: the reply from http://127.0.0.1:")
+    assert record["error"].endswith("is larger than 1,048,576 bytes (the response size cap)")
+    assert _Huge.sent < 25 * 2**20  # one attempt (not retried), stopped early
+    assert main(["run", "--data", str(data), "--model", "openai/m", "--defender", "none",
+                 "--out", str(tmp_path / "other"), "--max-response-mb", "0"]) == 2
+    assert "--max-response-mb must be positive" in capsys.readouterr().err

@@ -30,9 +30,11 @@ class ResponseTooLargeError(httpx.RequestError):
     """
 
     def __init__(self, request: httpx.Request, max_bytes: int) -> None:
-        url = request.url
+        url = request.url  # no userinfo or query: they may hold credentials
+        host = f"[{url.host}]" if ":" in url.host else url.host
+        port = f":{url.port}" if url.port else ""
         super().__init__(
-            f"the reply from {url.scheme}://{url.host}{url.path} is larger than {max_bytes:,} bytes "
+            f"the reply from {url.scheme}://{host}{port}{url.path} is larger than {max_bytes:,} bytes "
             "(the response size cap)",
             request=request,
         )
