@@ -88,11 +88,12 @@ class BoundedAsyncClient(httpx.AsyncClient):
                 cap = self.max_bytes
                 if cap is not None:
                     declared = response.headers.get("content-length", "")
-                    if declared.isdigit() and int(declared) > cap:
+                    if not declared.isdigit():  # chunked or until close: counted while read
+                        if isinstance(response.stream, httpx.AsyncByteStream):
+                            response.stream = _CappedStream(response.stream, request, cap)
+                    elif int(declared) > cap:  # the transports never read past a declared length
                         await response.aclose()
                         raise ResponseTooLargeError(request, cap)
-                    if isinstance(response.stream, httpx.AsyncByteStream):
-                        response.stream = _CappedStream(response.stream, request, cap)
                 if not stream:
                     try:
                         await response.aread()
