@@ -78,7 +78,8 @@ def test_the_quick_pass_skips_only_text_no_pattern_can_match(monkeypatch: pytest
 
     pieces = ["sk-", "sk-proj-", "AIza", "tvly-", "jina_", "Bearer ", "BEARER\t", "apı_key=", "APİ-KEY: ",
               "x-api-key", "Authorization: ", "?key=", "&token=", "https://", "user:pw@", "@", "=", "K",
-              "ſ", "a" * 20, "Z9_-" * 9, " ", "\n", "é", "Final answer: B", '"', ":"]
+              "ſ", "a" * 20, "Z9_-" * 9, " ", "\n", "é", "Final answer: B", '"', ":",
+           "Basic ", "basic\t", "dXNlcjpwYXNz", "c2NpZW5jZQ==", "c2VjcmV0LXZhbHVlLTE", "x"]
     rng = random.Random(4)
     texts = ["".join(rng.choice(pieces) for _ in range(rng.randint(1, 12))) for _ in range(3000)]
     monkeypatch.setattr(_redact, "_may_hold_key", lambda text: True)

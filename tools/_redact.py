@@ -65,6 +65,10 @@ _USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)[^/\s@:]+(?::[^/\s@]*)?@")
 # science" and the like stay)
 _BASIC = re.compile(r"(?i)\b(basic\s+)([A-Za-z0-9+/]{4,}={0,2})")
 
+# the same in JSON text, where the whitespace may be an escape (``\n``) and a word boundary is
+# not to be trusted (``\nBasic``): it may over-match, as a quick check may
+_BASIC_IN_JSON = re.compile(r"(?i)basic(?:\s|\\[nrt])+([A-Za-z0-9+/]{4,}={0,2})")
+
 
 def _basic_sub(match: re.Match[str]) -> str:
     return match.group(1) + MASK if _is_basic_pair(match.group(2)) else match.group(0)
@@ -121,7 +125,7 @@ def json_needs_redaction(text: str, secrets: Iterable[str]) -> bool:
     if any(s in lowered for s in _LOWER_HINTS):
         return True
     # "basic" is an ordinary word: only a Basic credential's shape sends the text on
-    return "basic" in lowered and any(_is_basic_pair(m.group(2)) for m in _BASIC.finditer(text))
+    return "basic" in lowered and any(_is_basic_pair(m.group(1)) for m in _BASIC_IN_JSON.finditer(text))
 
 
 @functools.lru_cache(maxsize=64)
