@@ -14,13 +14,30 @@ transport (aiohttp's, httpx's own with the environment's proxies, a test's mock)
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import httpx
 
 DEFAULT_MAX_RESPONSE_BYTES = 8 * 1024 * 1024
 """The default cap on one reply's body: 8 MiB, far above any chat completion or search reply."""
+
+
+_BULK: ContextVar[bool] = ContextVar("medmis_bulk_transfers", default=False)
+
+
+@contextmanager
+def bulk_transfers() -> Iterator[None]:
+    """Requests made within this context (in this task and the tasks it starts) have no
+    whole-request deadline and no size cap; the per-read timeouts still hold. For transfers
+    that are large by design: a batch job's upload, its polls and its result files."""
+    token = _BULK.set(True)
+    try:
+        yield
+    finally:
+        _BULK.reset(token)
 
 
 class ResponseTooLargeError(httpx.RequestError):
@@ -82,6 +99,8 @@ class BoundedAsyncClient(httpx.AsyncClient):
         self.max_bytes = max_bytes
 
     async def send(self, request: httpx.Request, *, stream: bool = False, **kwargs: Any) -> httpx.Response:
+        if _BULK.get():
+            return await super().send(request, stream=stream, **kwargs)
         try:
             async with asyncio.timeout(self.deadline_s):
                 response = await super().send(request, stream=True, **kwargs)
