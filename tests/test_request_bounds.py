@@ -216,6 +216,9 @@ def test_a_run_records_a_reply_over_the_cap_as_a_case_error(tmp_path: Path, monk
     assert record["error"].startswith("ResponseTooLargeError: the reply from http://127.0.0.1:")
     assert record["error"].endswith("is larger than 1,048,576 bytes (the response size cap)")
     assert _Huge.sent < 25 * 2**20  # one attempt (not retried), stopped early
-    assert main(["run", "--data", str(data), "--model", "openai/m", "--defender", "none",
-                 "--out", str(tmp_path / "other"), "--max-response-mb", "0"]) == 2
-    assert "--max-response-mb must be positive" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as stop:
+        main(["run", "--data", str(data), "--model", "openai/m", "--defender", "none",
+              "--out", str(tmp_path / "other"), "--max-response-mb", "0"])
+    assert stop.value.code == 2
+    assert "--max-response-mb: expected a number of MiB above 0, got '0'" in capsys.readouterr().err
+    assert not (tmp_path / "other").exists()
