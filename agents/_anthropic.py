@@ -53,7 +53,13 @@ from langchain_core.outputs import ChatResult
 from pydantic import SecretStr
 
 from ._capabilities import STRUCTURED_OUTPUT_KWARG, StructuredOutput, check_structured_output
-from ._errors import BlockedResponseError, MalformedResponseError, MissingKeyError, ModelConfigError
+from ._errors import (
+    BlockedResponseError,
+    MalformedResponseError,
+    MissingKeyError,
+    ModelConfigError,
+    raise_size_cap,
+)
 from ._httpx_bridge import AsyncHttpxBridge, HttpxBridge
 from ._mock import content_text
 from ._registry import ModelOptions
@@ -113,6 +119,7 @@ class AnthropicChat(ChatAnthropic):
     thinking_setting: dict[str, Any] | None = None
     """The ``thinking`` object sent with every call (None: none is sent)."""
     http_timeout_s: float = 120.0
+    max_response_bytes: int | None = 8 * 1024 * 1024
 
     @property
     def _llm_type(self) -> str:
@@ -125,7 +132,7 @@ class AnthropicChat(ChatAnthropic):
 
     @cached_property
     def _async_client(self) -> anthropic.AsyncClient:
-        bridge = AsyncHttpxBridge(async_client(self.http_timeout_s))
+        bridge = AsyncHttpxBridge(async_client(self.http_timeout_s, max_response_bytes=self.max_response_bytes))
         return anthropic.AsyncClient(**self._client_params, http_client=httpx2.AsyncClient(transport=bridge))
 
     def _get_request_payload(
@@ -185,6 +192,9 @@ class AnthropicChat(ChatAnthropic):
             result = await super()._agenerate(messages, stop, run_manager, **kwargs)
         except _BODY_ERRORS as exc:
             raise MalformedResponseError(f"anthropic response could not be parsed: {exc}"[:300]) from exc
+        except anthropic.APIConnectionError as exc:
+            raise_size_cap(exc)
+            raise
         return _with_parsed(result) if native else result
 
     def _format_output(self, data: Any, **kwargs: Any) -> ChatResult:
@@ -282,6 +292,7 @@ def build(model_id: str, opts: ModelOptions) -> BaseChatModel:
         # an explicit timeout also keeps the SDK from refusing large non-streaming max_tokens
         timeout=opts.timeout_s,
         http_timeout_s=opts.timeout_s,
+        max_response_bytes=opts.max_response_bytes,
         max_retries=0,
         streaming=False,
         thinking_setting=thinking,

@@ -38,3 +38,20 @@ class TransientModelError(ModelError):
     def __init__(self, message: str, retry_after: float | None = None) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+
+
+def raise_size_cap(exc: BaseException) -> None:
+    """Raise the size-cap failure behind an SDK's connection error, if that is what it is.
+
+    The SDKs wrap whatever their HTTP client raises in their own connection error (retried,
+    and reading only "Connection error."); a reply over the size cap is neither transient nor
+    a connection failure, so the call fails with the cap's own error instead.
+    """
+    from medmis.tools._bounded import ResponseTooLargeError
+
+    seen = 0
+    cause = exc.__cause__ or exc.__context__
+    while cause is not None and seen < 8:
+        if isinstance(cause, ResponseTooLargeError):
+            raise ResponseTooLargeError(cause.request, cause.max_bytes) from None
+        cause, seen = cause.__cause__ or cause.__context__, seen + 1

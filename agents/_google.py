@@ -114,6 +114,7 @@ class GeminiChat(BaseChatModel):
     seed: int | None = None
     thinking_level: ThinkingLevel | None = None
     timeout_s: float = 120.0
+    max_response_bytes: int | None = 8 * 1024 * 1024
     extra: dict[str, Any] = Field(default_factory=dict)
     """Further ``GenerateContentConfig`` fields (e.g. ``top_p``); they override the defaults."""
 
@@ -176,7 +177,7 @@ class GeminiChat(BaseChatModel):
             timeout=int(self.timeout_s * 1000),  # the SDK takes milliseconds
             retry_options=types.HttpRetryOptions(attempts=1),
             httpx_client=sync_client(self.timeout_s),
-            httpx_async_client=async_client(self.timeout_s),
+            httpx_async_client=async_client(self.timeout_s, max_response_bytes=self.max_response_bytes),
         )
         return genai.Client(api_key=self.api_key.get_secret_value(), http_options=options)
 
@@ -328,5 +329,6 @@ def build(model_id: str, opts: ModelOptions) -> BaseChatModel:
         seed=opts.seed,
         thinking_level=opts.thinking_level,
         timeout_s=opts.timeout_s,
+        max_response_bytes=opts.max_response_bytes,
         extra=dict(opts.extra),
     )

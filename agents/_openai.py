@@ -41,7 +41,13 @@ from langchain_openai import ChatOpenAI
 from pydantic import SecretStr
 
 from ._capabilities import STRUCTURED_OUTPUT_KWARG, StructuredOutput, check_structured_output
-from ._errors import BlockedResponseError, MalformedResponseError, MissingKeyError, ModelConfigError
+from ._errors import (
+    BlockedResponseError,
+    MalformedResponseError,
+    MissingKeyError,
+    ModelConfigError,
+    raise_size_cap,
+)
 from ._registry import ModelOptions
 from ._transport import async_client, sync_client
 
@@ -152,6 +158,9 @@ class OpenAIChat(ChatOpenAI):
             )
         except _BODY_ERRORS as exc:
             raise MalformedResponseError(f"openai response could not be parsed: {exc}"[:300]) from exc
+        except openai.APIConnectionError as exc:
+            raise_size_cap(exc)
+            raise
         return self._create_chat_result(response)
 
     def _create_chat_result(
@@ -265,7 +274,7 @@ def build(model_id: str, opts: ModelOptions) -> BaseChatModel:
         # Legacy httpx clients, not the SDK's default httpx2: the toolkit's record/replay layer,
         # respx-mocked tests and ``classify`` all speak httpx (on aiohttp underneath, _transport).
         http_client=sync_client(opts.timeout_s),
-        http_async_client=async_client(opts.timeout_s),
+        http_async_client=async_client(opts.timeout_s, max_response_bytes=opts.max_response_bytes),
         use_responses_api=False,
         stream_usage=False,
         **kwargs,

@@ -10,7 +10,9 @@ import importlib
 from typing import Any, Literal
 
 from langchain_core.language_models import BaseChatModel
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from medmis.tools._redact import remember_url
 
 # provider prefix -> "module:function"; the module is imported only when the provider is used
 PROVIDERS: dict[str, str] = {
@@ -47,6 +49,10 @@ class ModelOptions(BaseModel):
     """Claude extended thinking: a token budget (at least 1024; ``0`` turns thinking off) or
     ``"adaptive"`` (Claude decides how much to think; Sonnet/Opus 4.6 and later)."""
     timeout_s: float = 120.0
+    """Seconds for one request, from sending it to the last byte of the reply (and per read)."""
+    max_response_bytes: int | None = Field(default=8 * 1024 * 1024, gt=0)
+    """Largest reply body accepted (bytes as sent; ``None``: no cap). A larger reply fails the
+    call with ``ResponseTooLargeError``, which is not retried."""
     seed: int | None = None
     extra: dict[str, Any] = {}
 
@@ -110,6 +116,8 @@ def load_model(spec: str, options: ModelOptions | None = None, **kwargs: Any) ->
     :class:`~medmis.agents._replicas.ReplicaChatModel` over them."""
     provider, model_id = parse_spec(spec)
     opts = options or ModelOptions(**kwargs)
+    for url in (opts.base_url, *opts.base_urls):
+        remember_url(url)  # a ``user:pass@`` URL's credentials are masked in everything written
     module_name, func = PROVIDERS[provider].split(":")
     build = getattr(importlib.import_module(module_name), func)
     if len(opts.base_urls) > 1:

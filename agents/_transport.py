@@ -33,6 +33,8 @@ from typing import Any
 
 import httpx
 
+from medmis.tools._bounded import DEFAULT_MAX_RESPONSE_BYTES, BoundedAsyncClient
+
 from ._registry import HTTP_LIMITS
 
 ENV_VARIABLE = "MEDMIS_HTTP_TRANSPORT"
@@ -182,13 +184,22 @@ class _SetCookieJar(httpx.Cookies):
             super().extract_cookies(response)
 
 
-def async_client(timeout_s: float, *, limits: httpx.Limits | None = None) -> httpx.AsyncClient:
-    """An ``httpx.AsyncClient`` for an SDK, on the transport :func:`transport_kind` names."""
+def async_client(
+    timeout_s: float, *, limits: httpx.Limits | None = None,
+    max_response_bytes: int | None = DEFAULT_MAX_RESPONSE_BYTES,
+) -> httpx.AsyncClient:
+    """An ``httpx.AsyncClient`` for an SDK, on the transport :func:`transport_kind` names.
+
+    ``timeout_s`` bounds each read and the whole request (sending it and reading the whole
+    reply); a reply over ``max_response_bytes`` fails with ``ResponseTooLargeError`` (see
+    :mod:`medmis.tools._bounded`).
+    """
     limits = limits or httpx.Limits(**HTTP_LIMITS)
+    bounds: dict[str, Any] = {"deadline_s": timeout_s, "max_bytes": max_response_bytes}
     if transport_kind() == "httpx" or _proxied():
-        client = httpx.AsyncClient(timeout=timeout_s, limits=limits)
+        client = BoundedAsyncClient(timeout=timeout_s, limits=limits, **bounds)
     else:
-        client = httpx.AsyncClient(timeout=timeout_s, transport=LoopLocalAiohttpTransport(limits))
+        client = BoundedAsyncClient(timeout=timeout_s, transport=LoopLocalAiohttpTransport(limits), **bounds)
     client._cookies = _SetCookieJar(client.cookies)  # the jar httpx's send() extracts into
     return client
 

@@ -26,6 +26,17 @@ def add_cache_flags(p: argparse.ArgumentParser, *, search: bool = True) -> None:
                    help="extra contamination patterns (one per line) added to the default blocklist")
 
 
+def add_request_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model-timeout", type=_float_range(0.0, None, "a number of seconds above 0"),
+                   default=120.0, metavar="S",
+                   help="seconds for each model request, from sending it to the last byte of the "
+                        "reply (default 120); a missed deadline is a timeout, retried")
+    p.add_argument("--max-response-mb", type=_float_range(0.0, None, "a number of MiB above 0"),
+                   default=8.0, metavar="MIB",
+                   help="largest model reply accepted, in MiB (default 8); a larger one is a case "
+                        "error (ResponseTooLargeError), not retried")
+
+
 def add_batch_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch", action="store_true",
                    help="submit the cases as provider batch jobs (openai/ and google/ models, "

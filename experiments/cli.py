@@ -24,6 +24,7 @@ from medmis.experiments._argtypes import (
 from medmis.experiments._cli_flags import (
     add_cache_flags,
     add_hub_repo_flag,
+    add_request_flags,
     add_scale_flags,
     base_url_list,
     parse_flat,
@@ -32,7 +33,7 @@ from medmis.experiments._cli_flags import (
     split,
     thinking_budget,
 )
-from medmis.experiments._errors import CliError
+from medmis.experiments._errors import CliError, error_lines
 from medmis.tools._exit import exit_now
 
 EXIT_CONFIG = 2
@@ -75,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="OpenAI reasoning_effort (none..xhigh) or Claude effort (low..max)")
     run.add_argument("--thinking-budget", type=thinking_budget, default=None,
                      metavar="TOKENS|adaptive", help="Claude extended thinking: a token budget (>=1024; 0 = off) or 'adaptive'")
-    run.add_argument("--model-timeout", type=float, default=120.0, help="seconds per model request")
+    add_request_flags(run)
     run.add_argument("--model-option", action="append", default=[], metavar="KEY=VALUE",
                      help="provider-specific option (e.g. mock/examinee: fault_rate=0.1, latency_s=0.05)")
     run.add_argument("--defender", required=True, help="NAME[,NAME...] (see `medmis defenders`)")
@@ -229,6 +230,7 @@ def _run_command(args: argparse.Namespace, argv: Sequence[str], worker: Any) -> 
             reasoning_effort=args.reasoning_effort,
             thinking_budget=args.thinking_budget,
             timeout_s=args.model_timeout,
+            max_response_bytes=int(args.max_response_mb * 2**20),
             seed=args.seed,
             extra=parse_flat(args.model_option, "--model-option"),
         ),
@@ -426,11 +428,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _dispatch(args, argv)
     except _config_errors() as exc:
-        # a data error is one line too: the first problems and their count (the full list is
-        # what `medmis data validate` or --on-invalid skip's invalid_rows.txt is for)
-        from medmis.experiments.benchmark._dataset import DataError
-
-        text = [exc.summary()] if isinstance(exc, DataError) else str(exc).strip().splitlines()
+        text = error_lines(exc)
         first = text[0] if text else type(exc).__name__
         print(f"medmis: {first}", file=sys.stderr)
         for line in text[1:50]:

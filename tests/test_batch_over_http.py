@@ -573,3 +573,11 @@ def test_batch_flag_values_are_checked(flag: str, value: str, tmp_path: Path,
         main(argv)
     assert stop.value.code == 2 and flag in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
+
+
+def test_batch_transfers_are_not_held_to_the_reply_cap(fake: FakeBatches, items: list[Item], tmp_path: Path) -> None:
+    # the result file (or Gemini's job with its inline results) is far over a 2 KiB cap, which
+    # interactive calls keep; the batch API's reads are large by design and are not capped
+    out = tmp_path / "run"
+    assert run(fake, out, "--max-response-mb", str(2 / 1024)) == 0
+    check_graded(read_records(out / "records.jsonl"), items)

@@ -41,7 +41,8 @@ from medmis.tools._redact import json_needs_redaction, redact_json, redact_obj
 
 _PIECES = ["sk-", "sk-proj-", "AIza", "tvly-", "jina_", "Bearer ", "BEARER\t", "apı_key=", "APİ-KEY: ",
            "x-api-key", "Authorization: ", "?key=", "&token=", "https://", "user:pw@", "@", "=", "K", "ſ",
-           "a" * 20, "Z9_-" * 9, " ", "\n", "é", "Final answer: B", '"', ":", "\\", "secret-value-1"]
+           "a" * 20, "Z9_-" * 9, " ", "\n", "é", "Final answer: B", '"', ":", "\\", "secret-value-1",
+           "Basic ", "basic\t", "dXNlcjpwYXNz", "c2NpZW5jZQ==", "c2VjcmV0LXZhbHVlLTE", "x"]
 _NAMES = ["model", "api_key", "API-KEY", "auth", "Auth", "key", "keys", "pwd", "input_tokens", "access_token",
           "x_token\n", "token", "tokenizer", "secret", "client.Secret", "password", "credentials", "Kelvin",
           "aſecret", "note", "é"]

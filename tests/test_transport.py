@@ -212,5 +212,5 @@ def test_a_hang_up_is_a_remote_protocol_error_and_a_stall_a_read_timeout() -> No
     hung_up, _ = _exchange(None)
     assert type(hung_up) is httpx.RemoteProtocolError
     stalled, _ = _exchange(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}", stall_s=1.0, timeout_s=0.2)
-    assert type(stalled) is httpx.ReadTimeout
+    assert isinstance(stalled, httpx.ReadTimeout)  # the read timeout or the request deadline, both 0.2 s
     assert classify(hung_up)[0] and classify(stalled)[0]

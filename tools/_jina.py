@@ -20,8 +20,9 @@ import re
 
 import httpx
 
+from ._bounded import ResponseTooLargeError
 from ._lazy_client import LazyClient
-from ._redact import scrub_url
+from ._redact import remember_url, scrub_url
 from ._types import Page, ToolError
 
 JINA_DEFAULT_BASE_URL = "https://r.jina.ai/"
@@ -69,6 +70,7 @@ class JinaReader:
             )
         base = (base_url or os.environ.get("JINA_BASE_URL") or "").strip()
         self.base_url = base.rstrip("/") + "/" if base else JINA_DEFAULT_BASE_URL
+        remember_url(self.base_url)
         self.timeout = timeout
         self._key = key
         self._http = LazyClient(client, timeout=timeout)
@@ -102,6 +104,8 @@ class JinaReader:
             response = await self._http.get().get(
                 f"{self.base_url}{url}", headers=self.request_headers(goal), timeout=self.timeout
             )
+        except ResponseTooLargeError as exc:
+            raise ToolError(f"reading {url} failed: {exc}", kind="content") from exc
         except httpx.TimeoutException as exc:
             raise ToolError(f"{url} did not load within {self.timeout:g} s", kind="timeout") from exc
         except httpx.TransportError as exc:

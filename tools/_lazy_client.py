@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import httpx
 
+from ._bounded import BoundedAsyncClient
+
 
 class LazyClient:
     """A caller's ``httpx.AsyncClient`` (never closed here), or one created on first use, so
-    that a backend that fails to configure holds no connections."""
+    that a backend that fails to configure holds no connections. The one made here bounds
+    each request as a whole by ``timeout`` and caps its reply (:mod:`._bounded`)."""
 
     def __init__(self, client: httpx.AsyncClient | None, *, timeout: float) -> None:
         self._given = client
@@ -19,7 +22,8 @@ class LazyClient:
         if self._given is not None:
             return self._given
         if self._owned is None:
-            self._owned = httpx.AsyncClient(timeout=self._timeout, follow_redirects=True)
+            self._owned = BoundedAsyncClient(deadline_s=self._timeout, timeout=self._timeout,
+                                             follow_redirects=True)
         return self._owned
 
     async def aclose(self) -> None:

@@ -20,8 +20,9 @@ from typing import Any
 
 import httpx
 
+from ._bounded import ResponseTooLargeError
 from ._lazy_client import LazyClient
-from ._redact import scrub_url
+from ._redact import remember_url, scrub_url
 from ._types import SearchResponse, SearchResult, SerpResult, ToolError
 
 SERPER_DEFAULT_BASE_URL = "https://google.serper.dev"
@@ -85,6 +86,7 @@ class SerperSearch:
             )
         base = (base_url or os.environ.get("SERPER_BASE_URL") or "").strip().rstrip("/")
         self.base_url = base or SERPER_DEFAULT_BASE_URL
+        remember_url(self.base_url)
         self.timeout = timeout
         self.default_country = default_country.lower()
         self.default_language = default_language.lower()
@@ -144,6 +146,8 @@ class SerperSearch:
             response = await self._http.get().post(
                 f"{self.base_url}/search", json=payload, headers=headers, timeout=self.timeout
             )
+        except ResponseTooLargeError as exc:
+            raise ToolError(f"web search failed: {exc}", kind="content") from exc
         except httpx.TimeoutException as exc:
             raise ToolError(f"web search timed out after {self.timeout:g} s", kind="timeout") from exc
         except httpx.TransportError as exc:

@@ -13,7 +13,8 @@ from typing import Any
 
 import httpx
 
-from ._redact import scrub_url
+from ._bounded import BoundedAsyncClient, ResponseTooLargeError
+from ._redact import remember_url, scrub_url
 from ._text import clip
 from ._types import SearchResult, ToolError
 
@@ -57,9 +58,20 @@ class TavilySearch:
         from tavily import AsyncTavilyClient  # lazy: only runs that search the web need the SDK
 
         self.base_url = base or TAVILY_DEFAULT_BASE_URL
+
+        remember_url(self.base_url)
         self.timeout = timeout
         self.search_depth = search_depth
         self.snippet_chars = snippet_chars
+        self._own_http: httpx.AsyncClient | None = None
+        if client is None:
+            # the SDK's own client bounds each read only: this one bounds the whole request
+            # and caps the reply (the SDK's proxy variables are honoured as it does)
+            proxies = {f"{scheme}://": httpx.AsyncHTTPTransport(proxy=url)
+                       for scheme, name in (("http", "TAVILY_HTTP_PROXY"), ("https", "TAVILY_HTTPS_PROXY"))
+                       if (url := os.environ.get(name))}
+            client = self._own_http = BoundedAsyncClient(deadline_s=timeout, timeout=timeout,
+                                                         mounts=proxies or None)
         self._client = AsyncTavilyClient(api_key=key, api_base_url=self.base_url, client=client)
 
     @property
@@ -109,6 +121,8 @@ class TavilySearch:
             raise ToolError(
                 f"Tavily rejected the search request (HTTP 400){_detail(exc)}", kind="http"
             ) from exc
+        except ResponseTooLargeError as exc:
+            raise ToolError(f"web search failed: {exc}", kind="content") from exc
         except tavily_errors.TimeoutError as exc:
             raise ToolError(f"web search timed out after {self.timeout:g} s", kind="timeout") from exc
         except httpx.TimeoutException as exc:
@@ -144,6 +158,8 @@ class TavilySearch:
 
     async def aclose(self) -> None:
         await self._client.close()
+        if self._own_http is not None:
+            await self._own_http.aclose()
 
 
 def _detail(exc: Exception) -> str:

@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from medmis.experiments._errors import CliError
 from medmis.experiments.harness._io import repair_torn_tail
+from medmis.tools._redact import redact_json, redact_obj, scrub_url
 
 from . import _prompts as P
 from ._pipeline import FINAL_STATUSES, Job, Outcome, Pipeline, Stages, sample_provenance
@@ -112,7 +113,7 @@ def fingerprint(cfg: GenerateConfig, mode: str) -> dict[str, Any]:
         "stages": cfg.stages,
         "stratified": cfg.stratified,
         "generator": cfg.generator,
-        "base_url": cfg.base_url,
+        "base_url": scrub_url(cfg.base_url) if cfg.base_url else None,  # no credentials on disk
         "temperature": cfg.temperature,
         "prompts": [f"{v.name}@{v.version}" for v in versions],
     }
@@ -189,8 +190,9 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 def _append(path: Path, obj: dict[str, Any]) -> None:
+    # a provider error may echo the key or the Basic credential it was sent
     with path.open("a", encoding="utf-8") as fh:
-        fh.write(json.dumps(obj, ensure_ascii=False) + "\n")
+        fh.write(json.dumps(redact_json(obj), ensure_ascii=False) + "\n")
         fh.flush()
         os.fsync(fh.fileno())
 
@@ -300,7 +302,8 @@ def _order_rows(cfg: GenerateConfig, jobs: list[Job]) -> None:
     latest = {(r["subset"], r["id"]): r for r in _read_jsonl(cfg.out)}
     ranked = sorted(latest.items(), key=lambda kv: order.get(kv[0], len(order)))
     tmp = cfg.out.with_name(cfg.out.name + ".tmp")
-    tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for _, r in ranked), encoding="utf-8")
+    tmp.write_text("".join(json.dumps(redact_json(r), ensure_ascii=False) + "\n" for _, r in ranked),
+                   encoding="utf-8")
     os.replace(tmp, cfg.out)
 
 
@@ -329,6 +332,6 @@ def _write_manifest(cfg: GenerateConfig, fp: dict[str, Any], previous: dict[str,
         "updated": now,
         "stopped": "budget" if stopped else None,
     }
-    cfg.side(".manifest.json").write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n",
+    cfg.side(".manifest.json").write_text(json.dumps(redact_obj(manifest), indent=2, ensure_ascii=False) + "\n",
                                           encoding="utf-8")
     return totals

@@ -30,6 +30,7 @@ from medmis.agents._registry import ModelOptions, parse_spec
 from medmis.agents._retry import RetryPolicy, retry_async
 from medmis.defenses._base import Defender, DefenderContext
 from medmis.experiments.benchmark._types import Case, ProtocolName
+from medmis.tools._bounded import bulk_transfers
 from medmis.tools._redact import redact
 
 from ._batch_model import BatchChat, BatchRequest, RequestCollected
@@ -113,7 +114,8 @@ class BatchHarness(Harness):
         """A batch API call, retried by the run's policy when ``repeat`` (polls and reads;
         never a submission, which a lost reply could otherwise duplicate)."""
         try:
-            return await (retry_async(call, self._api_retry) if repeat else call())
+            with bulk_transfers():  # uploads and result files are large by design: no reply cap
+                return await (retry_async(call, self._api_retry) if repeat else call())
         except Exception as exc:
             text = redact(f"{type(exc).__name__}: {exc}").splitlines()[0][:300] if str(exc) else type(exc).__name__
             raise BatchApiError(f"--batch: {what} failed: {text}; re-run the same command to "

@@ -35,7 +35,7 @@ ACCEPTABLE_CHANGES = (*ITEM_FIELDS, "defenders")
 
 # Options that change how a request is sent, never what it asks for. Replicas serve the same
 # model: the first URL (``base_url``) names the server, the list may change between runs.
-_TRANSPORT_OPTIONS = ("timeout_s", "base_urls")
+_TRANSPORT_OPTIONS = ("timeout_s", "base_urls", "max_response_bytes")
 
 
 def _bare_url(url: str | None) -> str | None:

@@ -75,9 +75,12 @@ class Task(BaseModel):
 
 
 def atomic_write(path: Path, text: str) -> None:
-    """Write-then-rename, so a reader never sees half a file."""
+    """Write-then-rename, so a reader never sees half a file; credentials are masked first
+    (every file a pack and its analysis hold is written here)."""
+    from medmis.tools._redact import redact_file_text
+
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
+    tmp.write_text(redact_file_text(path.name, text), encoding="utf-8")
     os.replace(tmp, path)
 
 

@@ -32,6 +32,8 @@ OUTCOMES = ("flipped", "recovered", "differs", "unparsed", "errored")
 """Outcome filters of the page query."""
 
 MAX_LIMIT = 500
+MAX_OFFSET = 10**12  # far past any run; DuckDB's OFFSET is a 64-bit integer
+MAX_TEXT = 1000  # characters of a filter, search or key parameter
 
 _CASES = """
 CREATE OR REPLACE TABLE cases AS
@@ -72,17 +74,44 @@ class Query:
     def from_params(cls, params: dict[str, list[str]]) -> Query:
         """From URL query parameters; unknown outcomes or bad numbers raise ``ValueError``."""
         def one(name: str) -> str:
-            return (params.get(name) or [""])[-1].strip()
+            return text_param(params, name) or ""
 
         outcomes = tuple(o for v in params.get("outcome", []) for o in v.split(",") if o)
         bad = [o for o in outcomes if o not in OUTCOMES]
         if bad:
-            raise ValueError(f"unknown outcome {bad[0]!r}; choose from {', '.join(OUTCOMES)}")
-        offset, limit = int(one("offset") or 0), int(one("limit") or 50)
-        if offset < 0 or not 1 <= limit <= MAX_LIMIT:
-            raise ValueError(f"offset must be >= 0 and limit within 1..{MAX_LIMIT}")
+            raise ValueError(f"unknown outcome {bad[0][:40]!r}; choose from {', '.join(OUTCOMES)}")
+        offset = whole_number(one("offset"), "offset", 0, MAX_OFFSET, default=0)
+        limit = whole_number(one("limit"), "limit", 1, MAX_LIMIT, default=50)
         return cls({f: one(f) for f in FILTERS if one(f)}, outcomes, one("q"), one("item"),
                    offset, limit)
+
+
+def text_param(params: dict[str, list[str]], name: str) -> str | None:
+    """The last value of a text parameter, stripped (None when absent).
+
+    Raises:
+        ValueError: For a value longer than :data:`MAX_TEXT` or holding a NUL character.
+    """
+    values = params.get(name)
+    if not values:
+        return None
+    value = values[-1].strip()
+    if len(value) > MAX_TEXT or "\x00" in value:
+        raise ValueError(f"{name} must be text of at most {MAX_TEXT} characters without NUL")
+    return value
+
+
+def whole_number(text: str, name: str, low: int, high: int, *, default: int) -> int:
+    """``text`` as a whole number within ``low``..``high`` (``default`` when empty).
+
+    Raises:
+        ValueError: Naming the parameter and its range, for anything else.
+    """
+    if not text:
+        return default
+    if not (text.isascii() and text.isdigit()) or len(text) > len(str(high)) or not low <= int(text) <= high:
+        raise ValueError(f"{name} must be a whole number from {low} to {high}, got {text[:40]!r}")
+    return int(text)
 
 
 class RunView:
