@@ -225,6 +225,8 @@ def _run_config(config: AblationConfig, out: Path, *, progress: bool, shuffled: 
         batch=config.batch,
         batch_poll_s=config.batch_poll_s,
         batch_discount=config.batch_discount,
+        # a stability re-run is read by the main report's stability section only
+        write_report=examinee_seed is None,
     )
 
 

@@ -99,6 +99,6 @@ def stability_markdown(stability: Mapping[str, Any] | None, defenders: Mapping[s
         named = block["named"]
         for d in defenders.get(model, []):
             got = named.get(d, [])
-            where = f" (seeds {', '.join(map(str, got))})" if got else ""
+            where = f" (seed{'s' if len(got) > 1 else ''} {', '.join(map(str, got))})" if got else ""
             lines.append(f"  - `{d}`: named better {len(got)}/{n}{where}")
     return "\n".join(lines)
