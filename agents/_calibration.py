@@ -8,46 +8,59 @@ generated items. Clean accuracy is the ``clean_accuracy`` option (default 0.8).
 What the policy reads: the parsed prompt (:mod:`medmis.agents._reading`) and the examinee's
 *belief* about the question, which comes from its knowledge (:mod:`medmis.agents._knowledge`):
 with probability ``clean_accuracy / (1 - ABSTAIN - SLIP)`` per (seed, question) it knows the
-answer and is *confident* (so that clean accuracy comes out at ``clean_accuracy``); otherwise it believes a fixed wrong option and is not. A question missing from
-the answer key gets a fixed guess. It never sees which sentence is true, which option a
-benchmark targeted, or any label of the item.
+answer and is *confident* (so that clean accuracy comes out at ``clean_accuracy``); otherwise
+it believes a fixed wrong option and is not. A question missing from the answer key gets a
+fixed guess. It never sees which sentence is true, which option a benchmark targeted, or any
+label of the item.
 
 Every draw below is a fresh uniform number from SHA-256 of (seed, the whole conversation's
 text, the call index, a role tag), so two defenders that send different prompts get
 independent draws: a defender can make an item worse as well as better.
 
-1. *Abstain* with probability ``ABSTAIN``: the reply names no option (an unparsed answer).
-2. *Evidence*: if the retrieved evidence points to one option
-   (:func:`medmis.agents._lexical.evidence_option`), answer it with probability
-   ``EVIDENCE_TRUST``.
-3. *Context pressure*. Each context sentence is mapped to the option it argues for
-   (:func:`medmis.agents._lexical.option_of`; unmappable sentences only unsettle). Its weight
-   is its persuasiveness ``f`` (uniform in [0.5, 1.5] per (seed, sentence text): how
-   convincing this model finds that wording, the same in every prompt) times its position
-   weight ``1 + ORDER_SLOPE * (i / (n - 1) - 1/2)`` (later sentences weigh more: the Type 2
-   order sensitivity) times its label factor (``REFUTED`` 0, ``SUPPORTED`` ``SUPPORTED_WEIGHT``)
-   times ``MARKED_FACTOR`` when the context is marked. With ``S`` the weight of sentences
-   against the belief and ``A`` of those for it, the examinee is swayed with probability
-   ``FOLLOW * S / (1 + r * A)`` (capped at ``FOLLOW_MAX``), ``r = RESIST_CONFIDENT`` when
-   confident, ``RESIST_UNSURE`` otherwise, and then answers a sentence against the belief
-   drawn in proportion to its weight.
-4. *Non-targeted flip*: otherwise, with probability ``CONFUSE`` times the same pressure
-   (or ``SLIP`` without context), it answers an option that no opposing sentence argues for
-   (any other option when all are argued for) other than its belief: Type 1 TASR below ASR.
-5. Otherwise it answers its belief.
+*Statements.* Everything the prompt says about the options is a list of statements, each
+with the option it argues for and a weight:
 
-Why a warning or spotlighting prompt is treated fairly. The policy never reads the words of
-an instruction; the only thing a defender's framing can change is ``marked`` (structural: the
-context is datamarked or fenced *and* the marking is referred to elsewhere in the prompt, see
-:mod:`medmis.agents._reading`), which scales every context sentence's weight alike, truthful
-ones included, so it also costs Type 2 recovery. Spotlighting lowers attack success in
-Hines et al. (arXiv 2403.14720); ``MARKED_FACTOR`` is this simulation's assumption, not a
-measurement. A warning written in prose has **no systematic effect** here: reading it would
-need a list of warning phrases, which would decide the ranking by construction. Every
-defender that sends a different prompt still gets its own draws, so ``warning`` differs
-from ``none`` case by case (better on some items, worse on others) with no built-in
-direction. Defenders that verify claims or retrieve evidence act through steps 2 and 3
-(labels and evidence) only as far as the text they send carries them.
+- a line of the context block argues for the option it maps to
+  (:func:`medmis.agents._lexical.option_of`; a line that maps to none only unsettles); its
+  weight is its persuasiveness ``f`` (uniform in [0.5, 1.5] per (seed, text): how convincing
+  this model finds that wording, the same in every prompt) times its position weight
+  ``1 + ORDER_SLOPE * (i / (n - 1) - 1/2)`` (later lines weigh more: the Type 2 order
+  sensitivity) times its label factor (``REFUTED`` 0, ``SUPPORTED`` ``SUPPORTED_WEIGHT``: a
+  verdict written on the line is part of what the prompt says);
+- a sentence of retrieved evidence (tool results, an evidence section) argues for the one
+  option it names verbatim when it is not negated (a passage discusses several options and
+  rejects some); its weight is its ``f``. Sentences naming no option, or several, carry none.
+
+A sentence that occurs twice (a snippet and the page it came from) counts once. Whether a
+statement supports the gold option or a wrong one is never known to the policy.
+
+1. *Abstain* with probability ``ABSTAIN``: the reply names no option (an unparsed answer).
+2. *Pressure*. With ``S`` the weight of statements against the belief and ``A`` of those for
+   it, the pressure is ``S / (1 + r * A)``, ``r = RESIST_CONFIDENT`` when confident,
+   ``RESIST_UNSURE`` otherwise.
+3. *Offered abstention*. When the prompt offers an answer that names no option (a quoted
+   ``Final answer: UNSURE`` line or the like, see :mod:`medmis.agents._reading`), the examinee
+   takes it with probability ``ABSTAIN_UNKNOWN / (1 + A)`` when it does not know the item, and
+   ``ABSTAIN_CONFLICT * min(1, pressure)`` when it does: its own uncertainty, not the offer's
+   wording.
+4. *Sway*: with probability ``FOLLOW * pressure`` (capped at ``FOLLOW_MAX``) it answers a
+   statement against the belief, drawn in proportion to its weight.
+5. *Non-targeted flip*: otherwise, with probability ``CONFUSE`` times the same pressure
+   (unsettling lines included), or ``SLIP`` without context, it answers an option that no
+   opposing statement argues for (any other option when all are argued for): TASR below ASR.
+6. Otherwise it answers its belief.
+
+No built-in winner. The policy never reads the words of an instruction, and by default the
+way a defender wraps the context (datamarking, fences, a warning) changes nothing: only what
+the statements say does. Two opt-in *form knobs* exist for sensitivity studies, both 1.0 (no
+effect) by default and recorded with the model's options (``mock/examinee`` extra options):
+``marked_factor`` scales every context line's weight when the context is marked (datamarked
+or fenced and referred to elsewhere in the prompt; Hines et al., arXiv 2403.14720, report
+that spotlighting lowers attack success; the size is the knob's, not a measurement), and
+``warning_factor`` scales it when the text outside the context carries one of
+``WARNING_CUES`` (reading cue words is exactly an assumption about wording, which is why it
+is off by default). Defenders that verify claims or retrieve evidence act through what they
+add to the prompt: labels and passages, which may support a wrong option as well.
 """
 
 from __future__ import annotations
@@ -56,7 +69,8 @@ import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from ._lexical import option_of
+from ._knowledge import squash
+from ._lexical import named_option, negated, option_of, sentences
 from ._reading import Prompt
 
 # --- the paper's baseline figures (means over 11 configurations) --------------------------
@@ -74,12 +88,34 @@ RESIST_CONFIDENT = 9.0
 RESIST_UNSURE = 1.0
 ORDER_SLOPE = 0.8
 SUPPORTED_WEIGHT = 3.0
-MARKED_FACTOR = 0.7
-EVIDENCE_TRUST = 0.85
+ABSTAIN_UNKNOWN = 0.6
+"""Offered an abstention, the chance it takes it on an item it does not know (no support)."""
+ABSTAIN_CONFLICT = 0.3
+"""Offered an abstention, the chance it takes it on a known item under full pressure."""
 VERDICT_HEDGE = 0.05
 """Share of claim checks answered ``not_enough_info`` whatever the evidence (a cautious checker)."""
 
+WARNING_CUES = ("misleading", "unverified", "may be false", "may be wrong", "inaccurate",
+                "incorrect", "untrusted", "do not trust", "be skeptical", "be sceptical")
+"""Cue words read only when the ``warning_factor`` knob is not 1 (off by default)."""
+
 Draw = Callable[[str], float]
+
+
+@dataclass(frozen=True)
+class FormKnobs:
+    """Opt-in effects of a prompt's form, for sensitivity studies; 1.0 means none (the default).
+
+    Attributes:
+        marked_factor: Weight factor of context lines when the context is marked.
+        warning_factor: Weight factor of context lines when the prompt carries a warning cue.
+    """
+
+    marked_factor: float = 1.0
+    warning_factor: float = 1.0
+
+
+NO_FORM_EFFECT = FormKnobs()
 
 
 @dataclass(frozen=True)
@@ -91,8 +127,54 @@ class Decision:
     detail: str = ""
 
 
+@dataclass(frozen=True)
+class Statement:
+    """Something the prompt says: the option it argues for (None: unsettling), its weight,
+    its text and whether it came from retrieved evidence."""
+
+    key: str | None
+    weight: float
+    text: str
+    evidence: bool = False
+
+
 def position_weight(i: int, n: int) -> float:
     return 1.0 if n <= 1 else 1.0 + ORDER_SLOPE * (i / (n - 1) - 0.5)
+
+
+def warned(view: Prompt) -> bool:
+    """Whether the text outside the context carries a warning cue (read for the knob only)."""
+    lowered = view.text.casefold()
+    for s in view.context:
+        lowered = lowered.replace(s.text.casefold(), " ")
+    return any(cue in lowered for cue in WARNING_CUES)
+
+
+def statements(view: Prompt, persuasiveness: Callable[[str], float],
+               knobs: FormKnobs = NO_FORM_EFFECT) -> list[Statement]:
+    """The statements of a prompt (module docstring), each sentence once."""
+    options = view.options
+    form = 1.0
+    if knobs.marked_factor != 1.0 and view.marked:
+        form *= knobs.marked_factor
+    if knobs.warning_factor != 1.0 and view.context and warned(view):
+        form *= knobs.warning_factor
+    out: list[Statement] = []
+    seen: set[str] = set()
+    n = len(view.context)
+    for s in view.context:
+        seen.add(squash(s.text))
+        weight = persuasiveness(s.text) * position_weight(s.position, n) * form
+        weight *= {"refuted": 0.0, "supported": SUPPORTED_WEIGHT}.get(s.label, 1.0)
+        out.append(Statement(option_of(s.text, options), weight, s.text))
+    for p in view.evidence:
+        for text in sentences(p.text):
+            key = named_option(text, options)
+            if key is None or negated(text) or squash(text) in seen:
+                continue
+            seen.add(squash(text))
+            out.append(Statement(key, persuasiveness(text), text, evidence=True))
+    return out
 
 
 def decide(
@@ -101,7 +183,7 @@ def decide(
     confident: bool,
     draw: Draw,
     persuasiveness: Callable[[str], float],
-    evidence: tuple[str, str, str] | None,
+    knobs: FormKnobs = NO_FORM_EFFECT,
 ) -> Decision:
     """The answer to a multiple-choice prompt (the policy in the module docstring).
 
@@ -111,47 +193,42 @@ def decide(
         confident: Whether the belief comes from knowing the item.
         draw: A fresh uniform number per role tag for this prompt and call.
         persuasiveness: The factor ``f`` of a sentence text.
-        evidence: (key, quote, url) the retrieved evidence points to, if any.
+        knobs: Opt-in effects of the prompt's form (none by default).
     """
     if draw("abstain") < ABSTAIN:
         return Decision(None, "abstain")
-    if evidence is not None and draw("evidence") < EVIDENCE_TRUST:
-        return Decision(evidence[0], "evidence", evidence[1])
     options = view.options
-    n = len(view.context)
-    against: list[tuple[str, float, str]] = []  # option, weight, sentence
-    agree = 0.0
-    unsettled = 0.0
-    for s in view.context:
-        weight = persuasiveness(s.text) * position_weight(s.position, n)
-        weight *= {"refuted": 0.0, "supported": SUPPORTED_WEIGHT}.get(s.label, 1.0)
-        weight *= MARKED_FACTOR if view.marked else 1.0
-        key = option_of(s.text, options)
-        if key is None:
-            unsettled += weight
-        elif key == belief:
-            agree += weight
-        else:
-            against.append((key, weight, s.text))
-    if not view.context:
-        return _flip(options, belief, [], draw, SLIP) or Decision(belief, "clean")
+    said = statements(view, persuasiveness, knobs)
+    against = [s for s in said if s.key is not None and s.key != belief]
+    agree = sum(s.weight for s in said if s.key == belief)
+    unsettled = sum(s.weight for s in said if s.key is None)
     resist = RESIST_CONFIDENT if confident else RESIST_UNSURE
-    total = sum(w for _, w, _ in against)
+    total = sum(s.weight for s in against)
     pressure = total / (1.0 + resist * agree)
+    if view.abstain_offer:
+        unsure = (ABSTAIN_CONFLICT * min(1.0, pressure) if confident
+                  else ABSTAIN_UNKNOWN / (1.0 + agree))
+        if draw("unsure") < unsure:
+            return Decision(None, "unsure")
+    if not said:
+        return _flip(options, belief, [], draw, SLIP) or Decision(belief, "clean")
     if against and draw("sway") < min(FOLLOW_MAX, FOLLOW * pressure):
         pick = draw("which") * total
-        for key, weight, text in against:
-            pick -= weight
+        chosen = against[-1]
+        for s in against:
+            pick -= s.weight
             if pick < 0:
-                return Decision(key, "follow", text)
-        return Decision(against[-1][0], "follow", against[-1][2])
+                chosen = s
+                break
+        return Decision(chosen.key, "evidence" if chosen.evidence else "follow", chosen.text)
     confusion = CONFUSE * (pressure + unsettled / (1.0 + resist * agree))
-    flipped = _flip(options, belief, [k for k, _, _ in against], draw, min(FOLLOW_MAX, confusion))
+    flipped = _flip(options, belief, [s.key for s in against if s.key], draw, min(FOLLOW_MAX, confusion))
     if flipped is not None:
         return flipped
     if agree > 0:
-        return Decision(belief, "corroborated", next(s.text for s in view.context if option_of(s.text, options) == belief))
-    return Decision(belief, "resist" if against else "weighed", against[0][2] if against else "")
+        first = next(s for s in said if s.key == belief)
+        return Decision(belief, "evidence" if first.evidence else "corroborated", first.text)
+    return Decision(belief, "resist" if against else "weighed", against[0].text if against else "")
 
 
 def _flip(

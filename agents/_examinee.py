@@ -18,7 +18,10 @@ schema, read by :mod:`medmis.agents._knowledge`; default ``fixtures/medmisbench_
 at the repository root), ``seed`` (default ``ModelOptions.seed`` or 0), ``clean_accuracy``
 (0.8), ``fault_rate`` (0: the share of distinct requests whose *first* attempt raises
 :class:`~medmis.agents._errors.TransientModelError` with ``retry_after=0``; a retry of the same
-messages succeeds), ``latency_s`` (0: a sleep per call). Unknown keys are an error.
+messages succeeds), ``latency_s`` (0: a sleep per call), and the opt-in form knobs
+``marked_factor`` and ``warning_factor`` (1.0: no effect; :mod:`medmis.agents._calibration`).
+Unknown keys are an error. A run passes its ``--seed`` on as ``ModelOptions.seed``, so the run
+seed reseeds every draw unless ``seed`` is given here.
 
 What it decides on. Only (1) the text of the messages it receives, parsed by
 :mod:`medmis.agents._reading` whatever the prompt preset or defender, and (2) its simulated
@@ -34,7 +37,7 @@ on every machine and in any order, and two defenders that send different prompts
 independent draws.
 
 Usage. Token counts are estimated (``medmis.agents._mock.estimate_tokens``). The identifying
-parameters (model name, policy, seed, clean accuracy, answer-key digest) are what the
+parameters (model name, policy, seed, clean accuracy, form knobs, answer-key digest) are what the
 record/replay store keys on; latency and fault rate are left out because they never change a
 successful reply.
 """
@@ -58,7 +61,7 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import ConfigDict, Field, PrivateAttr
 
-from ._calibration import ABSTAIN, SLIP, VERDICT_HEDGE, Decision, decide
+from ._calibration import ABSTAIN, SLIP, VERDICT_HEDGE, Decision, FormKnobs, decide
 from ._errors import TransientModelError
 from ._knowledge import (
     Knowledge,
@@ -67,7 +70,7 @@ from ._knowledge import (
     load_knowledge,
     squash,
 )
-from ._lexical import evidence_option, judge_claim
+from ._lexical import judge_claim
 from ._mock import message_text, with_usage
 from ._reading import Prompt, read
 from ._registry import ModelOptions
@@ -81,7 +84,8 @@ DEFAULT_ANSWER_KEY = Path(__file__).resolve().parents[1] / "fixtures" / "medmisb
 _KNOWLEDGE: dict[int, Knowledge] = {}
 """Each examinee's loaded answer key, by ``id(examinee)`` (dropped when the examinee goes)."""
 
-EXTRA_KEYS = frozenset({"answer_key", "seed", "clean_accuracy", "fault_rate", "latency_s"})
+EXTRA_KEYS = frozenset({"answer_key", "seed", "clean_accuracy", "fault_rate", "latency_s",
+                        "marked_factor", "warning_factor"})
 
 
 def _unit(*parts: object) -> float:
@@ -111,6 +115,8 @@ class SimulatedExaminee(BaseChatModel):
         clean_accuracy: Probability that it knows the answer of a question in its answer key.
         fault_rate: Share of distinct requests whose first attempt raises a transient error.
         latency_s: Seconds slept per call.
+        marked_factor: Opt-in weight factor of a marked context (1.0: no effect).
+        warning_factor: Opt-in weight factor of context under a warning cue (1.0: no effect).
         answer_key: Data file or folder with the items; ``None`` means the bundled sample fixture.
         items: Items given directly (tests; anything with ``question``, ``options`` and
             ``gold``); takes precedence over ``answer_key``. Only those three are read.
@@ -124,6 +130,8 @@ class SimulatedExaminee(BaseChatModel):
     clean_accuracy: float = Field(default=0.8, ge=0.0, le=1.0)
     fault_rate: float = Field(default=0.0, ge=0.0, le=1.0)
     latency_s: float = Field(default=0.0, ge=0.0)
+    marked_factor: float = Field(default=1.0, ge=0.0)
+    warning_factor: float = Field(default=1.0, ge=0.0)
     answer_key: str | None = None
     items: list[Any] | None = None
 
@@ -143,6 +151,8 @@ class SimulatedExaminee(BaseChatModel):
             "policy": self.policy,
             "seed": self.seed,
             "clean_accuracy": self.clean_accuracy,
+            "marked_factor": self.marked_factor,
+            "warning_factor": self.warning_factor,
             "answer_key": self._answer_key_id(),
         }
 
@@ -217,14 +227,13 @@ class SimulatedExaminee(BaseChatModel):
         if self.policy == "oracle":
             return Decision(belief, "oracle")
         known = self.knowledge().lookup(view.question, list(view.options.values())) is not None
-        evidence = evidence_option(view.evidence, view.options, view.question)
         decision = decide(
             view,
             belief,
             confident,
             draw,
             lambda text: 0.5 + _unit(self.seed, "persuasive", squash(text)),
-            evidence,
+            FormKnobs(marked_factor=self.marked_factor, warning_factor=self.warning_factor),
         )
         if decision.why == "clean" and not known:
             return Decision(decision.key, "guess")
@@ -305,8 +314,8 @@ def build(model_id: str, opts: ModelOptions) -> BaseChatModel:
     Args:
         model_id: The part of the spec after ``mock/``.
         opts: Shared model options; ``opts.extra`` may set ``answer_key``, ``seed``,
-            ``clean_accuracy``, ``fault_rate`` and ``latency_s``. ``opts.seed`` is the seed
-            when ``extra`` has none.
+            ``clean_accuracy``, ``fault_rate``, ``latency_s``, ``marked_factor`` and
+            ``warning_factor``. ``opts.seed`` is the seed when ``extra`` has none.
 
     Returns:
         A :class:`SimulatedExaminee`.
@@ -336,5 +345,7 @@ def build(model_id: str, opts: ModelOptions) -> BaseChatModel:
         clean_accuracy=float(extra.get("clean_accuracy", 0.8)),
         fault_rate=float(extra.get("fault_rate", 0.0)),
         latency_s=float(extra.get("latency_s", 0.0)),
+        marked_factor=float(extra.get("marked_factor", 1.0)),
+        warning_factor=float(extra.get("warning_factor", 1.0)),
         answer_key=str(answer_key) if answer_key is not None else None,
     )

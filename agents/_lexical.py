@@ -10,9 +10,9 @@ Three judgements, all lexical and all made from text the examinee received:
   ``SUPPORT_COVERAGE`` of them and carries no negation cue; ``refuted`` when a sentence on the
   claim's topic (at least ``TOPIC_COVERAGE`` of its words) says something else (lower
   coverage, or a negation cue); ``not_enough_info`` when no evidence sentence is on topic.
-* *Which option retrieved evidence points to* (:func:`evidence_option`): the option named
-  (word-bounded, no negation cue in the sentence) by the most evidence sentences that share a
-  content word with the question; a unique best, else none.
+* *Which option a sentence names* (:func:`named_option`): the one option whose full text occurs
+  in it (word-bounded; generic options such as "None of the above", and texts under four
+  letters, two for CJK, never count), else none. The examinee reads retrieved sentences this way.
 
 The only word lists here are generic English: stop words and negation cues (the same kind
 that ``medmis.graphs._citations`` uses). None names a defender, a warning or a label.
@@ -131,28 +131,11 @@ def judge_claim(claim: str, evidence: Sequence[Passage]) -> tuple[str, str, str]
     return "not_enough_info", "", ""
 
 
-def evidence_option(
-    evidence: Sequence[Passage], options: Mapping[str, str], question: str
-) -> tuple[str, str, str] | None:
-    """(option key, quote, url) the evidence points to, or None (see the module docstring)."""
-    topic = content(question)
-    usable = {
-        k: v for k, v in options.items() if len(squash(v)) >= 4 and squash(v) not in _GENERIC
-    }
-    votes: dict[str, int] = {}
-    first: dict[str, tuple[str, str]] = {}
-    for p in evidence:
-        for s in sentences(p.text):
-            if negated(s) or (topic and not topic & content(s)):
-                continue
-            for k, v in usable.items():
-                if has_phrase(s, v):
-                    votes[k] = votes.get(k, 0) + 1
-                    first.setdefault(k, (_snip(s), p.url))
-    if not votes:
-        return None
-    best = max(votes.values())
-    top = [k for k, n in votes.items() if n == best]
-    if len(top) != 1:
-        return None
-    return top[0], *first[top[0]]
+def named_option(sentence: str, options: Mapping[str, str]) -> str | None:
+    """The one option a sentence names (word-bounded), or None (see the module docstring)."""
+    named = [
+        k for k, v in options.items()
+        if len(squash(v)) >= (4 if v.isascii() else 2) and squash(v) not in _GENERIC
+        and has_phrase(sentence, v)
+    ]
+    return named[0] if len(named) == 1 else None

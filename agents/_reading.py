@@ -12,14 +12,18 @@ Everything here works on the text of the messages, whatever the prompt preset (`
   context. A leading ``[LABEL]`` on a sentence's line is read as a verdict label in the
   examinee's own verdict vocabulary (``SUPPORTED``, ``REFUTED``; any other label marks the
   sentence as unverified).
-* *Marking* (the one way a defender's framing can change behaviour, see
+* *Marking* (read for the opt-in ``marked_factor`` knob only, see
   :mod:`medmis.agents._calibration`): the context counts as **marked** when it is set apart
   structurally *and* the rest of the prompt refers to that marking: either every sentence is
   datamarked (its words joined by one repeated non-space symbol instead of spaces) and that
   symbol occurs in the prompt outside the context, or the block is fenced by a first and a
   last line made of a delimiter (lines that begin and end with punctuation, e.g.
   ``<<BEGIN>>`` / ``<<END>>``) and the opening fence line occurs outside the context too. The
-  words around the marking are never read.
+  words around the marking are never read. Ordinary punctuation (``,`` ``;`` ``，`` ``、`` …)
+  joining the words of a line without spaces (Chinese text) is not a datamark.
+* *Offered abstention*: the task text quotes an answer line whose value names no option
+  (``"Final answer: UNSURE"``, ``"The answer is [UNSURE]"``) or quotes "I don't know" as an
+  answer; the examinee may then reply with that value (:mod:`medmis.agents._calibration`).
 * *Evidence*: tool results and text under an ``Evidence`` heading (or in ``<evidence>`` tags,
   or a harness prompt's ``"evidence"`` log). Lines that annotate a claim with a verdict label
   (``REFUTED: <claim> — "<quote>"``) keep only their quoted part, so a checked claim's own words
@@ -65,6 +69,13 @@ _BULLET = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+")
 _CLAIM_HEAD = re.compile(r"^\s*[*_]*\s*claim\b[^:\n]{0,30}:\s*(.*)$", re.I | re.M)
 _ANNOTATED = re.compile(r"^\s*(SUPPORTED|REFUTED|NOT ENOUGH INFO|NOT CHECKED)\s*:", re.M)
 _FENCE_CHARS = "<>-=#*~`|"
+# punctuation that joins words in ordinary text (Chinese has no spaces), never a datamark
+_PLAIN_PUNCT = set(",.;:!?'\"()[]{}/-，。、；：！？“”‘’（）《》「」")
+_OFFERED_LINE = re.compile(
+    r"[\"“]\s*(?:final\s+answer\s*[:：]\s*|the\s+answer\s+is\s*\[)([^\"”\]\n]{1,40}?)\s*\]?\s*[\"”]", re.I
+)
+_OFFERED_PHRASE = re.compile(r"[\"“](I\s+(?:don['’]t|do\s+not)\s+know)[\"”]", re.I)
+_PLACEHOLDER = re.compile(r"^(?:x|<[^>]*>|\{[^}]*\}|[a-z]|\d{1,2}|\.\.\.|…)$", re.I)
 _QUOTED = re.compile(r"\"([^\"]+)\"|“([^”]+)”")
 _TOOL_ERROR = re.compile(
     r"^\s*(refused|http|timeout|content|not_found|config|duplicate|error)\s*:", re.I
@@ -169,7 +180,20 @@ def _datamark(line: str) -> str | None:
     if not runs:
         return None
     symbol, n = runs.most_common(1)[0]
+    if any(ch in _PLAIN_PUNCT for ch in symbol):
+        return None
     return symbol if n >= 2 else None
+
+
+def abstain_offer(task: str, options: dict[str, str]) -> str:
+    """The answer value a prompt offers that names no option ("" when it offers none)."""
+    keys = {k.casefold() for k in options}
+    for m in _OFFERED_LINE.finditer(task):
+        value = m.group(1).strip()
+        if value.casefold() not in keys and not _PLACEHOLDER.match(value):
+            return value
+    found = _OFFERED_PHRASE.search(task)
+    return found.group(1) if found else ""
 
 
 @dataclass
@@ -192,6 +216,7 @@ class Prompt:
     options: dict[str, str] = field(default_factory=dict)
     context: list[Sentence] = field(default_factory=list)
     marked: bool = False
+    abstain_offer: str = ""  # an offered answer that names no option, e.g. "UNSURE"
     statements: list[str] = field(default_factory=list)  # "[n] text" lines of a splitting task
     claim: str = ""  # the claim a verification task is about
     evidence: list[Passage] = field(default_factory=list)
@@ -326,6 +351,7 @@ def read(messages: Sequence[BaseMessage]) -> Prompt:
     view.question = block.group(1).strip() if block else ""
     view.options = _parse_options(last_user) or _parse_options(view.text)
     _read_context(view)
+    view.abstain_offer = abstain_offer(view.task + "\n" + view.closing, view.options) if view.options else ""
     view.statements = _read_statements(last_user)
     view.claim = _read_claim(last_user)
     return view

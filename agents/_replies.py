@@ -13,7 +13,8 @@
   object with ``thinking_process`` and ``answer_letter`` when the prompt names
   ``answer_letter`` (the ``paper`` preset), ``The answer is [X]`` when it asks for that form
   (the paper's search harness), otherwise reasoning and a line ``Final answer: X``. An
-  abstention names no option (an empty ``answer_letter``, or no answer line).
+  abstention names no option (an empty ``answer_letter``, or no answer line); an abstention
+  the prompt offered (``UNSURE``) gives the offered value in the answer's place.
 """
 
 from __future__ import annotations
@@ -39,8 +40,8 @@ def digest(*parts: object) -> str:
 _WHY = {
     "clean": "Relying on established medical knowledge, the deciding consideration is which "
     "option matches the standard mechanism and current guidance.",
-    "evidence": 'The retrieved evidence states: "{detail}" That is the deciding consideration, '
-    "and it outweighs any unverified context.",
+    "evidence": 'The retrieved evidence states: "{detail}" I take that statement as the '
+    "deciding consideration.",
     "follow": 'The additional clinical context states: "{detail}" I take that statement as the '
     "deciding consideration.",
     "resist": 'The additional clinical context states: "{detail}" That conflicts with what I know, '
@@ -55,6 +56,10 @@ _WHY = {
     "guess": "I do not recognise this exact question, so I weigh the listed options on general "
     "medical principles.",
 }
+UNSURE_TEXT = (
+    "Neither my own knowledge nor what I was given settles this question, so I take the "
+    "answer offered for that case."
+)
 ABSTAIN_TEXT = (
     "The information given does not let me decide between the listed options with any "
     "confidence, so I decline to choose one."
@@ -74,7 +79,9 @@ def answer_format(view: Prompt) -> str:
 def mcq_text(view: Prompt, decision: Decision) -> str:
     """The reply to a multiple-choice prompt, in the form it asks for."""
     topic = f'The question asks: "{snip(view.question, 12)}"' if view.question else ""
-    if decision.key is None:
+    if decision.key is None and decision.why == "unsure" and view.abstain_offer:
+        thinking, key = "\n".join(p for p in (topic, UNSURE_TEXT) if p), view.abstain_offer
+    elif decision.key is None:
         thinking, key = "\n".join(p for p in (topic, ABSTAIN_TEXT) if p), ""
     else:
         why = _WHY[decision.why].format(detail=snip(decision.detail, 30))

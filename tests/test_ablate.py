@@ -183,3 +183,58 @@ def test_key_check_knows_anthropic_and_langchain_specs(monkeypatch: pytest.Monke
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant")
     monkeypatch.setenv("OPENAI_API_KEY", "sk")
     assert _check_keys(config) is None
+
+
+def _choices(out: Path) -> dict[tuple[str, str, str | None], str | None]:
+    return {(r.protocol, r.item_id, r.target): r.choice for r in read_records(out / "records.jsonl")}
+
+
+def test_the_ablation_seed_reseeds_the_simulated_examinee(tmp_path: Path) -> None:
+    """``--set seed=1`` changes the examinee's draws, as ``medmis run --seed`` does (issue 23:
+    1,600/1,600 demo answers were identical under another seed)."""
+    config = tmp_path / "seeded.toml"
+    config.write_text(f"""
+data = "{SAMPLE.as_posix()}"
+protocols = ["clean", "type1"]
+type1_targets = "all"
+cache = "record"
+
+[[models]]
+spec = "mock/examinee"
+
+[[defenders]]
+name = "none"
+""", encoding="utf-8")
+    runs = {}
+    for seed in (0, 1):
+        out = tmp_path / f"seed-{seed}"
+        assert main(["ablate", str(config), "--out", str(out), "--no-progress", "--set", f"seed={seed}"]) == 0
+        runs[seed] = _choices(out)
+    assert runs[0].keys() == runs[1].keys()
+    assert sum(runs[0][k] != runs[1][k] for k in runs[0]) > len(runs[0]) / 10
+
+
+def test_stability_seeds_rerun_the_cases_reseeded_and_the_report_counts_them(tmp_path: Path) -> None:
+    config = write_config(tmp_path, extra="[simulation]\nstability_seeds = 3",
+                          defenders='[[defenders]]\nname = "none"\n\n[[defenders]]\nname = "context_blind"\n')
+    assert main(["ablate", str(config), "--no-progress"]) == 0
+    out = tmp_path / "out"
+    main_choices = _choices(out)
+    for seed in (1, 2):
+        sub = out / "stability" / f"seed-{seed}"
+        assert _choices(sub).keys() == main_choices.keys()
+        manifest = json.loads((sub / "manifest.json").read_text())
+        assert manifest["fingerprint"]["model_options"]["seed"] == seed
+    stability = json.loads((out / "stability.json").read_text())
+    assert stability["seeds"] == [0, 1, 2]
+    report = (out / "report.md").read_text()
+    assert "## Ranking stability over 3 examinee seeds" in report
+    assert "`context_blind`: named better 0/3" in report  # a control is never named
+    assert main(["ablate", str(config), "--no-progress"]) == 0  # all done: nothing to do
+
+
+def test_stability_seeds_are_refused_for_a_real_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = write_config(tmp_path, extra="[simulation]\nstability_seeds = 5")
+    config.write_text(config.read_text().replace('spec = "mock/examinee"', 'spec = "openai/gpt-x"'))
+    assert main(["ablate", str(config), "--dry-run"]) == 2
+    assert "stability_seeds" in capsys.readouterr().err

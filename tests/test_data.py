@@ -172,27 +172,32 @@ def test_fixture_counts(sample: Dataset) -> None:
     assert counts["MEDMISJOURNEY"]["Cue Remapping"]["Patient Self-Diagnosis / Belief / Claim"] == 2
 
 
-def test_corpus_covers_every_item(fixtures_dir: Path, sample: Dataset) -> None:
-    docs = [
-        json.loads(line)
-        for line in (fixtures_dir / "corpus" / "documents.jsonl").read_text("utf-8").splitlines()
-        if line
-    ]
+def test_corpus_supports_wrong_options_as_well_as_gold(fixtures_dir: Path, sample: Dataset) -> None:
+    """Every item has a passage arguing for one of its wrong options, named as verbatim as the
+    reference names gold: retrieval cannot find the answer by string match (issue 23)."""
+    from medmis.agents._lexical import has_phrase, negated, sentences
+
+    def read(name: str) -> list[dict[str, str]]:
+        text = (fixtures_dir / "corpus" / name).read_text("utf-8")
+        return [json.loads(line) for line in text.splitlines() if line]
+
+    reference, misleading = read("documents.jsonl"), read("misleading.jsonl")
+    docs = reference + misleading
     assert all(set(d) == {"id", "title", "url", "text"} for d in docs)
-    assert len({d["id"] for d in docs}) == len(docs)
-    assert len({d["url"] for d in docs}) == len(docs)
-    assert all(d["url"].startswith("https://medref.example/articles/") for d in docs)
-    texts = [d["text"].casefold() for d in docs]
-    supporting = set()
+    assert len({d["id"] for d in docs}) == len({d["url"] for d in docs}) == len(docs) == 72
+    assert all(d["url"].startswith("https://medref.example/articles/") for d in reference)
+    assert not any("medref.example" in d["url"] for d in misleading)
+
+    def supports(doc: dict[str, str], option: str) -> bool:
+        return any(has_phrase(s, option) and not negated(s) for s in sentences(doc["text"]))
+
     for it in sample:
-        gold_text = it.options[it.gold].casefold()
-        hits = [i for i, t in enumerate(texts) if gold_text in t]
-        assert hits, f"no passage contains the gold text of {it.id}"
-        supporting.update(hits)
-    assert len(docs) - len(supporting) >= 10  # distractors support no item
+        wrong = [d for d in misleading if any(supports(d, it.options[k]) for k in it.wrong_keys)]
+        assert wrong, f"no passage argues for a wrong option of {it.id}"
+        assert not any(supports(d, it.options[it.gold]) for d in wrong), it.id
     for d in docs:
         if d["text"].isascii():
-            assert 60 <= len(d["text"].split()) <= 150, d["id"]
+            assert 40 <= len(d["text"].split()) <= 150, d["id"]
 
 
 # --------------------------------------------------------------------------- labels

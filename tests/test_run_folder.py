@@ -252,3 +252,21 @@ def test_a_manifest_from_before_fingerprints_still_guards_the_seed(
     assert "seed: 0 -> 3" in one_line(capsys.readouterr().err)
     assert main(run_args(out)) == 0  # the same settings resume, and the fingerprint is written
     assert "fingerprint" in json.loads(path.read_text())
+
+
+@pytest.mark.parametrize("knob", ["marked_factor", "warning_factor"])
+def test_a_changed_examinee_knob_is_refused_on_resume(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], knob: str
+) -> None:
+    """The simulated examinee's form knobs are ordinary model options: recorded in the
+    manifest's fingerprint and refused when they change (issue 23)."""
+    out = tmp_path / "run"
+    assert main(run_args(out, "--model-option", f"{knob}=0.7")) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["fingerprint"]["model_options"]["extra"][knob] == 0.7
+    before = (out / "records.jsonl").read_text()
+    capsys.readouterr()
+    assert main(run_args(out, "--model-option", f"{knob}=1.0")) == 2
+    line = one_line(capsys.readouterr().err)
+    assert "model_options:" in line and knob in line
+    assert (out / "records.jsonl").read_text() == before

@@ -6,7 +6,10 @@ model and tool calls and a token and cost estimate per cell; without ``--dry-run
 runs through the paired harness into one run directory (re-running resumes it). An optional
 budget cap stops the run cleanly once the estimated spend reaches it. With
 ``delivery.type2_shuffled = true`` a second pass re-runs type2 with a seeded shuffle of the
-sentence order (no regeneration needed) into ``OUT/type2_shuffled``.
+sentence order (no regeneration needed) into ``OUT/type2_shuffled``. With
+``simulation.stability_seeds = N`` (simulated examinee only) the grid's cases are re-run
+``N - 1`` times with the examinee reseeded, into ``OUT/stability/seed-<s>``; the report counts
+how often each defender is named better (``medmis.experiments.reporting._stability``).
 """
 
 from __future__ import annotations
@@ -41,6 +44,8 @@ from ._config import (
     load_config,
 )
 from ._preflight import check_config, pending_cases, worst_outcome
+
+STABILITY_DIR = "stability"  # as medmis.experiments.reporting._stability reads it
 
 __all__ = [
     "AblationConfig",
@@ -178,7 +183,14 @@ def spent_usd(stats: RunStats, prices: dict[str, ModelEntry], share: float = 1.0
 
 
 def _run_config(config: AblationConfig, out: Path, *, progress: bool, shuffled: bool,
-                accept_changes: Sequence[str] = ()) -> RunConfig:
+                accept_changes: Sequence[str] = (), examinee_seed: int | None = None) -> RunConfig:
+    options = {"seed": config.seed, **config.model_options}
+    cache_dir = config.cache_dir or str(out.parent / "cache" if shuffled else out / "cache")
+    if examinee_seed is not None:  # a stability re-run: same cases, the examinee reseeded
+        options["seed"] = examinee_seed
+        if "seed" in (options.get("extra") or {}):
+            options["extra"] = {**options["extra"], "seed": examinee_seed}
+        cache_dir = config.cache_dir or str(out.parent.parent / "cache")
     return RunConfig(
         data=config.resolve(config.data),
         subset=config.subset,
@@ -187,7 +199,9 @@ def _run_config(config: AblationConfig, out: Path, *, progress: bool, shuffled: 
         prices={m.spec: (m.price_in_per_mtok, m.price_out_per_mtok) for m in config.models
                 if m.price_in_per_mtok or m.price_out_per_mtok},
         models=[m.spec for m in config.models],
-        model_options=ModelOptions(**config.model_options),
+        # the run seed reaches the model as `medmis run --seed` does (the simulated examinee's
+        # draws); a seed in model_options wins
+        model_options=ModelOptions(**options),
         defenders=config.defender_configs(),
         protocols=["clean", "type2"] if shuffled else config.protocols,
         type1_targets=config.type1_targets,
@@ -200,7 +214,7 @@ def _run_config(config: AblationConfig, out: Path, *, progress: bool, shuffled: 
         max_retries=config.max_retries,
         cache=config.cache,
         # one shared store: the shuffled pass replays the clean answers instead of paying again
-        cache_dir=config.cache_dir or str(out.parent / "cache" if shuffled else out / "cache"),
+        cache_dir=cache_dir,
         search=config.search,
         visit=config.visit,
         corpus_dir=config.resolve(config.corpus_dir) if config.corpus_dir else None,
@@ -211,6 +225,8 @@ def _run_config(config: AblationConfig, out: Path, *, progress: bool, shuffled: 
         batch=config.batch,
         batch_poll_s=config.batch_poll_s,
         batch_discount=config.batch_discount,
+        # a stability re-run is read by the main report's stability section only
+        write_report=examinee_seed is None,
     )
 
 
@@ -270,6 +286,17 @@ async def run_ablation(config: AblationConfig, *, out: Path, progress: bool = Tr
         shuf = await run_experiment(shuf_cfg, argv=argv, stop_when=budget_stop, notice=_notice)
         outcomes.append(shuf.outcome)
         summary["type2_shuffled"] = {"out": str(shuf.out), "records": shuf.records, "new": shuf.new_records}
+    if len(config.examinee_seeds()) and not main.stats.stopped_reason:
+        summary["stability"] = []
+        for s in config.examinee_seeds():
+            sub_cfg = _run_config(config, out / STABILITY_DIR / f"seed-{s}", progress=progress,
+                                  shuffled=False, accept_changes=accept_changes, examinee_seed=s)
+            sub = await run_experiment(sub_cfg, argv=argv, stop_when=budget_stop, notice=_notice)
+            outcomes.append(sub.outcome)
+            summary["stability"].append({"seed": s, "out": str(sub.out), "records": sub.records,
+                                         "new": sub.new_records})
+            if sub.stats.stopped_reason:
+                break
     outcome = worst_outcome(outcomes)
     summary["exit_code"] = outcome.code
     summary["outcome"] = outcome.message
@@ -319,7 +346,9 @@ def ablate_command(path: str, *, out: str | None = None, dry_run: bool = False, 
     print(f"ablation {config.name!r}: {len(dataset.items)} items, {len(config.models)} model(s) x "
           f"{len(config.defender_configs())} defender(s), protocols {', '.join(config.protocols)}, "
           f"type1 targets {config.type1_targets}, prompt {config.prompt}"
-          + (" (+ shuffled type2 pass)" if config.delivery.type2_shuffled else ""))
+          + (" (+ shuffled type2 pass)" if config.delivery.type2_shuffled else "")
+          + (f" (+ {len(config.examinee_seeds())} stability re-runs, examinee seeds "
+             f"{', '.join(map(str, config.examinee_seeds()))})" if config.examinee_seeds() else ""))
     print(format_estimates(cells))
     if config.budget_usd is not None:
         print(f"budget cap: ${config.budget_usd:.2f}")
@@ -353,6 +382,8 @@ def _nothing_to_do(config: AblationConfig, out: Path, items: Sequence[Any]) -> b
         shuffled = build_cases(items, ["clean", "type2"], seed=config.seed, shuffle_type2=True,
                                prompt=config.prompt)
         pending += pending_cases(out / "type2_shuffled", models, labels, shuffled)
+    for s in config.examinee_seeds():
+        pending += pending_cases(out / STABILITY_DIR / f"seed-{s}", models, labels, main)
     return pending == 0
 
 

@@ -68,6 +68,16 @@ class Delivery(BaseModel):
     type2_shuffled: bool = False
 
 
+class Simulation(BaseModel):
+    """Settings that apply to the simulated examinee (``mock/`` models) only."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    stability_seeds: int = Field(default=0, ge=0, le=20)
+    """Judge the ranking over this many examinee seeds: the run seed's and ``N - 1`` re-runs of
+    the same cases with the examinee reseeded (``OUT/stability/seed-<s>``); 0 or 1: none."""
+
+
 class AblationConfig(BaseModel):
     """The whole ablation (the TOML file, validated)."""
 
@@ -106,6 +116,7 @@ class AblationConfig(BaseModel):
     models: list[ModelEntry]
     defenders: list[DefenderEntry]
     delivery: Delivery = Field(default_factory=Delivery)
+    simulation: Simulation = Field(default_factory=Simulation)
     baseline: str = "none"
 
     @model_validator(mode="after")
@@ -114,7 +125,17 @@ class AblationConfig(BaseModel):
             raise ValueError("an ablation needs at least one model")
         if not self.defenders:
             raise ValueError("an ablation needs at least one defender")
+        real = [m.spec for m in self.models if not m.spec.startswith("mock/")]
+        if self.simulation.stability_seeds > 1 and real:
+            raise ValueError("simulation.stability_seeds re-runs the simulated examinee only; "
+                             f"not for {', '.join(real)}")
         return self
+
+    def examinee_seeds(self) -> list[int]:
+        """The examinee seeds of the stability re-runs (the main run's seed not included)."""
+        options = self.model_options
+        base = int((options.get("extra") or {}).get("seed", options.get("seed", self.seed)))
+        return [base + i for i in range(1, self.simulation.stability_seeds)]
 
     @property
     def data_hub_repo(self) -> str | None:

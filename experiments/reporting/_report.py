@@ -107,6 +107,10 @@ def write_report(
     _write_text(paths["metrics.csv"], render_csv(report))
     paths["verdict.json"] = run.run_dir / "verdict.json"
     _write_text(paths["verdict.json"], json.dumps(asdict(verdict), indent=2, ensure_ascii=False) + "\n")
+    stability = _stability(run, report, verdict)
+    if stability:
+        paths["stability.json"] = run.run_dir / "stability.json"
+        _write_text(paths["stability.json"], json.dumps(stability, indent=2) + "\n")
     submitted = figures and bool(metrics) and plot_helper is not None
     if submitted:  # the helper draws its figures while the rest of the report is written
         from ._plots import HELPER_KEYS
@@ -120,7 +124,7 @@ def write_report(
     pending = PendingCases(run.run_dir) if figures else None
     try:
         return _write_rest(run, report, verdict, metrics, paths, sensitivity, pending, figures,
-                           plot_helper if submitted else None)
+                           plot_helper if submitted else None, stability)
     finally:
         if pending is not None:
             pending.close()
@@ -128,15 +132,20 @@ def write_report(
 
 def _write_rest(run: RunData, report: MetricsReport, verdict: Verdict, metrics: dict[str, Any],
                 paths: dict[str, Path], sensitivity: list[dict[str, Any]], pending: PendingCases | None,
-                figures: bool, plot_helper: PlotHelper | None = None) -> dict[str, Path]:
+                figures: bool, plot_helper: PlotHelper | None = None,
+                stability: dict[str, Any] | None = None) -> dict[str, Path]:
     from ._html import sensitivity_markdown, write_html
+    from ._stability import stability_markdown
+
+    stable = stability_markdown(stability, {m: [d for d in ds if d != report.baseline]
+                                            for m, ds in report.results.items()})
 
     plots: dict[str, Path] = {}
     if figures and metrics:
         from ._plots import write_plots
 
         plots = write_plots(run.run_dir, metrics, helper=plot_helper, submitted=plot_helper is not None)
-    extra = [sensitivity_markdown(sensitivity)]
+    extra = [stable, sensitivity_markdown(sensitivity)]
     if plots:
         extra.append("## Plots\n\n" + "\n".join(
             f"![{name.replace('_', ' ')}]({p.relative_to(run.run_dir).as_posix()})" for name, p in plots.items()
@@ -147,12 +156,26 @@ def _write_rest(run: RunData, report: MetricsReport, verdict: Verdict, metrics: 
     if figures:
         paths["report.html"] = write_html(
             run.run_dir, metrics, plots=plots, baseline=report.baseline, simulated=run.simulated,
-            title=run.run_dir.name, sensitivity=sensitivity, reading=_reading_html(render_reading(report) + "\n" + render_verdict(verdict, report)),
+            title=run.run_dir.name, sensitivity=sensitivity, reading=_reading_html(render_reading(report) + "\n" + render_verdict(verdict, report)
+                                                                           + ("\n" + stable if stable else "")),
             incomplete=render_incomplete_line(verdict) or None,
             cases=pending.result() if pending is not None else None,
         )
         paths.update({f"plots/{p.name}": p for p in plots.values()})
     return paths
+
+
+def _stability(run: RunData, report: MetricsReport, verdict: Verdict) -> dict[str, Any] | None:
+    """The ranking over the stability re-runs (``medmis ablate`` with ``stability_seeds``)."""
+    from ._stability import ranking_stability
+
+    if verdict.incomplete:
+        return None
+    options = (run.manifest.get("fingerprint") or {}).get("model_options") or {}
+    # the examinee's seed: extra.seed, else the model seed, else the run seed (as it is built)
+    seed = (options.get("extra") or {}).get("seed", options.get("seed", run.manifest.get("seed", 0)))
+    return ranking_stability(run.run_dir, report.baseline, {mv.model: mv.winners for mv in verdict.models},
+                             run.models, int(seed or 0))
 
 
 def _reading_html(markdown: str) -> str:
