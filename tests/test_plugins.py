@@ -51,11 +51,28 @@ def test_entry_point_plugin_is_listed(installed_plugin: None) -> None:
     assert "reviewer_model" in spec.options.model_fields
 
 
-async def test_template_runs_against_the_readme_plugin(installed_plugin: None) -> None:
+def test_template_runs_against_the_readme_plugin(installed_plugin: None) -> None:
     import plugin_template
 
     plugin_template.test_defender_is_registered_through_the_entry_point()
-    await plugin_template.test_defender_meets_the_contract()
+    plugin_template.test_defender_meets_the_contract()
+
+
+def test_template_copied_into_a_fresh_project_passes(tmp_path: Path) -> None:
+    # as the README says: the template copied into the plug-in's own tests, run by pytest in a
+    # project with none of this repository's pytest configuration (no asyncio_mode = "auto")
+    import shutil
+
+    env = _broken_plugin_env(tmp_path)  # the README's plug-in installed (and a broken one beside it)
+    project = tmp_path / "my-plugin"
+    (project / "tests").mkdir(parents=True)
+    (project / "pytest.ini").write_text("[pytest]\n")
+    shutil.copy(ROOT / "tests" / "plugin_template.py", project / "tests" / "test_second_opinion.py")
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"],
+                          cwd=project, env={**env, "PYTEST_ADDOPTS": ""}, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "2 passed" in done.stdout and "warning" not in done.stdout.lower()
 
 
 def test_unknown_defender_names_the_registered_ones() -> None:
