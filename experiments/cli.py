@@ -168,6 +168,8 @@ def build_parser() -> argparse.ArgumentParser:
     ci = csub.add_parser("import")
     ci.add_argument("--cache-dir", required=True)
     ci.add_argument("path")
+    ci.add_argument("--overwrite", action="store_true",
+                    help="replace recordings the store holds with other values (refused by default)")
     cp = csub.add_parser("prune")
     cp.add_argument("--cache-dir", required=True)
     cp.add_argument("--older-than-days", type=float, default=None)
@@ -350,7 +352,7 @@ def _cache_command(args: argparse.Namespace) -> int:
         n = _cassette.cache_export(args.cache_dir, args.path, args.kind)
         print(f"exported {n} entries to {args.path}")
     elif args.cache_command == "import":
-        n = _cassette.cache_import(args.cache_dir, args.path)
+        n = _cassette.cache_import(args.cache_dir, args.path, overwrite=args.overwrite)
         print(f"imported {n} entries into {args.cache_dir}")
     else:
         n = _cassette.cache_prune(args.cache_dir, args.older_than_days, args.kind, corrupt=args.corrupt)
