@@ -27,7 +27,7 @@ def add_verify_parser(csub: Any) -> argparse.ArgumentParser:
         "one line per damaged entry and a summary; exits 0 when all are sound, 1 when any is "
         "damaged, 2 when the store cannot be read at all.",
     )
-    verify.add_argument("--cache-dir", required=True)
+    verify.add_argument("--cache-dir", required=True, help="the store folder (e.g. runs/NAME/cache)")
     verify.add_argument("--kind", action="append", default=None,
                         help="model, search or visit (repeatable; default all)")
     return verify
