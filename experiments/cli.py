@@ -1,4 +1,4 @@
-"""The ``medmis`` command line (contracts in DESIGN.md: keep flags stable).
+"""The ``medmis`` command line (contracts in docs/contracts.md and the README: keep flags stable).
 
 Heavy modules are imported inside each sub-command so that ``medmis --help`` stays fast.
 Configuration errors (a missing API key, an unknown defender, a bad data file) print one
@@ -168,29 +168,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="clip the page text to this many characters (default 6000)")
     add_cache_flags(tv, search=False)
 
-    cache = sub.add_parser("cache", help="inspect and move the record/replay store")
-    csub = cache.add_subparsers(dest="cache_command", required=True)
-    cs = csub.add_parser("stats", help="entries per kind and bytes on disk (JSON)")
-    cs.add_argument("--cache-dir", required=True, help="the store folder (e.g. runs/NAME/cache)")
-    ce = csub.add_parser("export", help="write the store as a sorted, canonical JSONL cassette")
-    ce.add_argument("--cache-dir", required=True, help="the store folder (e.g. runs/NAME/cache)")
-    ce.add_argument("path", help="cassette file to write (replaced atomically)")
-    ce.add_argument("--kind", action="append", default=None, help="model, search or visit (repeatable)")
-    ci = csub.add_parser("import", help="load a JSONL cassette into a store (all or nothing)")
-    ci.add_argument("--cache-dir", required=True, help="the store folder (created when missing)")
-    ci.add_argument("path", help="cassette file to read")
-    ci.add_argument("--overwrite", action="store_true",
-                    help="replace recordings the store holds with other values (refused by default)")
-    cp = csub.add_parser("prune", help="remove entries: damaged ones, old ones or one kind")
-    cp.add_argument("--cache-dir", required=True, help="the store folder (e.g. runs/NAME/cache)")
-    cp.add_argument("--older-than-days", type=float, default=None, metavar="N",
-                    help="drop entries recorded more than N days ago")
-    cp.add_argument("--kind", default=None, help="only entries of this kind (model, search or visit); "
-                    "alone: every entry of it")
-    cp.add_argument("--corrupt", action="store_true", help="drop entries that fail their checks")
-    from medmis.tools._cache_cli import add_verify_parser
+    from medmis.tools._cache_cli import add_cache_parser
 
-    add_verify_parser(csub)
+    add_cache_parser(sub)
     from medmis.experiments.view import add_parser as add_view_parser
 
     add_view_parser(sub)
@@ -355,29 +335,9 @@ def _cmd_tools(args: argparse.Namespace) -> int:
 
 
 def _cmd_cache(args: argparse.Namespace) -> int:
-    from medmis.tools._cache_cli import one_line
+    from medmis.tools._cache_cli import one_line, run_cache
 
-    return one_line(lambda: _cache_command(args), CliError)
-
-
-def _cache_command(args: argparse.Namespace) -> int:
-    from medmis.tools import _cassette
-    from medmis.tools._cache_cli import run_verify
-
-    if args.cache_command == "verify":
-        return run_verify(args)
-    if args.cache_command == "stats":
-        print(json.dumps(_cassette.cache_stats(args.cache_dir), indent=2))
-    elif args.cache_command == "export":
-        n = _cassette.cache_export(args.cache_dir, args.path, args.kind)
-        print(f"exported {n} entries to {args.path}")
-    elif args.cache_command == "import":
-        n = _cassette.cache_import(args.cache_dir, args.path, overwrite=args.overwrite)
-        print(f"imported {n} entries into {args.cache_dir}")
-    else:
-        n = _cassette.cache_prune(args.cache_dir, args.older_than_days, args.kind, corrupt=args.corrupt)
-        print(f"pruned {n} entries")
-    return 0
+    return one_line(lambda: run_cache(args), CliError)
 
 
 def _cmd_ablate(args: argparse.Namespace, argv: Sequence[str]) -> int:

@@ -194,7 +194,7 @@ def test_graphs_never_import_the_defender_registry() -> None:
             assert not bad, f"{module} imports {bad}"
 
 
-# DESIGN.md: tools <- agents <- core types <- graphs <- defenses <- harness <- analysis/reporting
+# the README's Layout: tools <- agents <- core types <- graphs <- defenses <- harness <- analysis/reporting
 # <- cli. A layer imports only layers before it (and itself); the tops of experiments/
 # (ablation, generate, review, view, the CLI, the bench) sit above everything.
 LAYERS = (
