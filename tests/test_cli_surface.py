@@ -160,3 +160,27 @@ def test_the_contracts_page_lists_every_field_the_code_writes() -> None:
               "status", "exit_code", "case_errors", "message", "stopped", "fingerprint", "accepted_changes"]
     assert sorted(set(fields) - named) == []
     assert "docs/contracts.md" in (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["compare", "{tmp}/a", "{tmp}/b"],
+        ["report", "{tmp}/a"],
+        ["view", "{tmp}/a"],
+        ["review", "form", "{tmp}/a"],
+        ["review", "sample", "{tmp}/a", "--n", "3", "--out", "{tmp}/pack"],
+        ["ablate", "{tmp}/missing.toml"],
+        ["generate", "{tmp}/missing.jsonl", "--generator", "mock/generator", "--out", "{tmp}/g.jsonl"],
+        ["data", "validate", "{tmp}/bad.jsonl"],
+    ],
+)
+def test_data_errors_exit_2_on_every_command(
+    tmp_path: Path, argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the README's table: a data error is 2 (one line, nothing created) whatever the command
+    (tmp_path / "bad.jsonl").write_text('{"id": "x", "question": "", "answer": "Z"}\n', encoding="utf-8")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert main([a.replace("{tmp}", str(tmp_path)) for a in argv]) == 2
+    assert "Traceback" not in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
