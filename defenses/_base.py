@@ -123,6 +123,9 @@ def defender(
 
 
 _BROKEN: dict[str, str] = {}  # entry-point name -> why its import failed
+# whether a broken entry point is announced on stderr: off in helper processes whose parent
+# (the `medmis` command) announces it already, so the user sees one line
+warn_broken_plugins = True
 
 
 def _load_entry_points() -> None:
@@ -138,7 +141,8 @@ def _load_entry_points() -> None:
             why = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
             _BROKEN[ep.name] = (f"plug-in entry point {ep.name} = {ep.value} ({ENTRY_POINT_GROUP}) "
                                 f"failed to import: {why}")
-            print(f"medmis: warning: {_BROKEN[ep.name]}; skipped", file=sys.stderr)
+            if warn_broken_plugins:
+                print(f"medmis: warning: {_BROKEN[ep.name]}; skipped", file=sys.stderr)
 
 
 def get_spec(name: str) -> DefenderSpec:
