@@ -174,12 +174,10 @@ def _billed_share(config: AblationConfig) -> float:
 
 
 def spent_usd(stats: RunStats, prices: dict[str, ModelEntry], share: float = 1.0) -> float:
-    total = 0.0
-    for spec, (tin, tout) in stats.by_model_tokens.items():
-        m = prices.get(spec)
-        if m is not None:
-            total += tin / 1e6 * m.price_in_per_mtok + tout / 1e6 * m.price_out_per_mtok
-    return total * share
+    """Dollars so far, counted as ``medmis run --max-usd`` counts them."""
+    from medmis.experiments.harness._budget import spent_usd as run_spent_usd
+
+    return run_spent_usd(stats, {s: (m.price_in_per_mtok, m.price_out_per_mtok) for s, m in prices.items()}, share)
 
 
 def _run_config(config: AblationConfig, out: Path, *, progress: bool, shuffled: bool,
