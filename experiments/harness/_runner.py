@@ -44,12 +44,12 @@ from ._config import (
     SearchBackendName,
     VisitBackendName,
 )
-from ._fingerprint import merge_fingerprints, run_fingerprint
+from ._fingerprint import FingerprintDiff, merge_fingerprints, run_fingerprint
 from ._io import repair_torn_tail
 from ._manifest import is_simulated, package_versions, scrub_argv, write_manifest
 from ._models import ModelPool
 from ._outcome import Outcome, record_outcome
-from ._prepare import ClaimedFolder, check_out_path, write_invalid_rows
+from ._prepare import ClaimedFolder, check_fingerprint, check_out_path, write_invalid_rows
 from ._progress import RunProgress
 from ._resume import CasePlan, ResumeState, resume_state
 
@@ -215,8 +215,28 @@ class Harness:
         )
         return cases, dataset
 
+    def fingerprint(self, dataset: Any) -> dict[str, Any]:
+        """The run's fingerprint (``._fingerprint``), from the models as built."""
+        models = {spec: self._pool.raw(spec) for spec in self.config.models}
+        return run_fingerprint(self.config, self.defenders, dataset, models)
+
+    def check_folder(self, dataset: Any | None = None) -> FingerprintDiff | None:
+        """What :meth:`run` checks before it claims the folder (path, models, data,
+        fingerprint), creating and writing nothing: how the run differs from the one in the
+        folder (None for a new folder).
+
+        Raises:
+            RunSetupError: The folder holds another run (a change not accepted), or a setting
+                is unusable.
+        """
+        check_out_path(self.out)
+        self.check_models()
+        if dataset is None:
+            dataset = self.load_dataset()
+        return check_fingerprint(self.out, self.fingerprint(dataset), self.config.accept_changes)[1]
+
     def write_manifest(self, dataset: Any, n_cases: int, claim: ClaimedFolder | None = None) -> None:
-        fingerprint = dict(claim.fingerprint) if claim else run_fingerprint(self.config, self.defenders, dataset)
+        fingerprint = dict(claim.fingerprint) if claim else self.fingerprint(dataset)
         if claim is not None and claim.recorded is not None:
             fingerprint = merge_fingerprints(claim.recorded, fingerprint)
         write_manifest(self.out, self.config, self.defenders, dataset, n_cases, self.argv,
@@ -313,7 +333,7 @@ class Harness:
         self.check_models()
         dataset = self.load_dataset()
         planned = self.plan_cases(dataset)
-        fingerprint = run_fingerprint(self.config, self.defenders, dataset)
+        fingerprint = self.fingerprint(dataset)
         with ClaimedFolder(self.out, fingerprint, accept_changes=self.config.accept_changes,
                            notice=self.notice) as claim:
             return await self._run_claimed(planned, dataset, claim)
