@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -150,7 +151,7 @@ def _read_parquet(path: Path, file: str) -> tuple[list[Row], list[RowIssue]]:
     return [(i, row) for i, row in enumerate(table.to_pylist(), 1)], []
 
 
-def _named_twice(names: list[str]) -> str | None:
+def _named_twice(names: Iterable[str]) -> str | None:
     seen: set[str] = set()
     for name in names:
         if name in seen:
