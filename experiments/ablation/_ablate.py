@@ -382,8 +382,12 @@ def _nothing_to_do(config: AblationConfig, out: Path, items: Sequence[Any]) -> b
 
 def _finished_outcome(out: Path) -> int:
     from medmis.experiments.harness._outcome import outcome_of
+    from medmis.experiments.harness._plan import describe_outside, outside_plan
     from medmis.experiments.harness._resume import error_texts
 
+    outside = outside_plan(out)
+    if outside.count:
+        _notice(describe_outside(out / "records.jsonl", outside))
     n, errors = error_texts(out / "records.jsonl")  # keys and error texts, read columnar
     print(f"nothing to do: {n} records complete in {out}")
     outcome = outcome_of(n, [e for e in errors if e], stopped=None)

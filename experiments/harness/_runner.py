@@ -49,6 +49,7 @@ from ._io import repair_torn_tail
 from ._manifest import is_simulated, package_versions, scrub_argv, write_manifest
 from ._models import ModelPool
 from ._outcome import Outcome, record_outcome
+from ._plan import describe_outside, load_plan, write_plan
 from ._prepare import ClaimedFolder, check_fingerprint, check_out_path, write_invalid_rows
 from ._progress import RunProgress
 from ._resume import CasePlan, ResumeState, resume_state
@@ -94,6 +95,7 @@ class Harness:
         self._fresh_errors: list[str] | None = None
         self._tools_injected = tools is not None
         self._loop: CaseLoop | None = None
+        self._planned: list[tuple[int, ProtocolName, str | None]] | None = None
         self.retry = RetryPolicy(
             max_retries=config.max_retries,
             base_delay=config.retry_base_delay,
@@ -241,6 +243,11 @@ class Harness:
             fingerprint = merge_fingerprints(claim.recorded, fingerprint)
         write_manifest(self.out, self.config, self.defenders, dataset, n_cases, self.argv,
                        fingerprint=fingerprint, accepted=claim.accepted if claim else None)
+        if self._planned is not None:  # what the readers keep of records.jsonl (``._plan``)
+            items = dataset.items
+            write_plan(self.out, fingerprint.get("models") or self.config.models,
+                       fingerprint.get("defenders") or [d.label for d in self.defenders],
+                       [(protocol, items[i].key, target) for i, protocol, target in self._planned])
 
     def _trace_file(self, model: str, defender: str) -> str:
         """The trace file of a model x defender, relative to the run folder (``traces/…``)."""
@@ -332,7 +339,7 @@ class Harness:
         check_out_path(self.out)
         self.check_models()
         dataset = self.load_dataset()
-        planned = self.plan_cases(dataset)
+        planned = self._planned = self.plan_cases(dataset)
         fingerprint = self.fingerprint(dataset)
         with ClaimedFolder(self.out, fingerprint, accept_changes=self.config.accept_changes,
                            notice=self.notice) as claim:
@@ -347,7 +354,9 @@ class Harness:
         cfg = self.config
         plan = CasePlan(cfg.models, [d.label for d in self.defenders],
                         [(protocol, items[i].key, target) for i, protocol, target in planned])
-        resumed = resume_state(records_path, plan, retry_errors=cfg.retry_errors)
+        resumed = resume_state(records_path, plan, retry_errors=cfg.retry_errors, keep=load_plan(self.out))
+        if resumed.outside.count and self.notice is not None:
+            self.notice(describe_outside(records_path, resumed.outside))
         self._fresh_errors = [] if resumed.records == 0 else None
         clean_state: dict[tuple[str, str, str], bool] = {}
         resumed.apply(self.stats, clean_state)
