@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._plan import Outside, Plan, load_plan, restrict_view
+from ._plan import Outside, Plan, has_plan, restrict_view
 from ._scan import (
     KEY,
     PARQUET_NAME,
@@ -78,7 +78,7 @@ _RESUME_COLUMNS = (*KEY, "correct", "error", "usage")
 
 
 def resume_state(path: str | Path, plan: CasePlan, *, retry_errors: bool = False,
-                 keep: Plan | None = None) -> ResumeState:
+                 keep: Plan | Path | None = None) -> ResumeState:
     """The planned cases still to run and the progress figures of ``records.jsonl``.
 
     Reads only the columns needed (from the Parquet compaction when it is fresh) and lets
@@ -89,8 +89,9 @@ def resume_state(path: str | Path, plan: CasePlan, *, retry_errors: bool = False
         path: The run's ``records.jsonl`` (absent or empty: nothing done).
         plan: The run's planned cases.
         retry_errors: Count keys whose last record is an error as missing.
-        keep: The run folder's plan (``._plan``): records outside it are left out of the
-            figures and counted in ``outside``.
+        keep: The run folder's plan (``._plan``: a ``Plan`` or the folder holding
+            ``plan.json``): records outside it are left out of the figures and counted in
+            ``outside``.
     """
     p = Path(path)
     state = ResumeState()
@@ -206,7 +207,7 @@ def error_texts(path: str | Path) -> tuple[int, list[str]]:
     con = connect()
     try:
         parquet = p.with_name(PARQUET_NAME)
-        keep = load_plan(p.parent)  # records outside the folder's plan are no case of the run
+        keep = p.parent if has_plan(p.parent) else None  # records outside the plan are no case of the run
         name = "records" if keep is None else "records__all"
         if _fresh(con, parquet, p):
             records_view(con, parquet, name)

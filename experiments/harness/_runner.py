@@ -49,7 +49,7 @@ from ._io import repair_torn_tail
 from ._manifest import is_simulated, package_versions, scrub_argv, write_manifest
 from ._models import ModelPool
 from ._outcome import Outcome, record_outcome
-from ._plan import describe_outside, load_plan, write_plan
+from ._plan import describe_outside, has_plan, write_plan
 from ._prepare import ClaimedFolder, check_fingerprint, check_out_path, write_invalid_rows
 from ._progress import RunProgress
 from ._resume import CasePlan, ResumeState, resume_state
@@ -354,7 +354,8 @@ class Harness:
         cfg = self.config
         plan = CasePlan(cfg.models, [d.label for d in self.defenders],
                         [(protocol, items[i].key, target) for i, protocol, target in planned])
-        resumed = resume_state(records_path, plan, retry_errors=cfg.retry_errors, keep=load_plan(self.out))
+        resumed = resume_state(records_path, plan, retry_errors=cfg.retry_errors,
+                               keep=self.out if has_plan(self.out) else None)
         if resumed.outside.count and self.notice is not None:
             self.notice(describe_outside(records_path, resumed.outside))
         self._fresh_errors = [] if resumed.records == 0 else None
