@@ -307,3 +307,26 @@ def test_fields_an_older_manifest_did_not_record_are_not_compared(tmp_path: Path
     diff = compare_fingerprints({"seed": 0, "models": ["mock/a"]}, {"seed": 0, "models": ["mock/a"],
                                                                     "examinee": {"mock/a": {"x": 1}}})
     assert not diff.changed
+
+
+# -- medmis generate: the server from the environment ---------------------------------------
+
+def test_generate_resumed_against_another_server_from_the_environment_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    clear_provider_env(monkeypatch, "openai")
+    out = tmp_path / "gen.jsonl"
+    args = ["generate", str(ROOT / "fixtures" / "generate" / "medmcqa_sample.jsonl"), "--out", str(out),
+            "--generator", "openai/gpt-gen", "--seed", "3", "--limit", "1"]
+    with servers(2) as (first, second):
+        monkeypatch.setenv("OPENAI_BASE_URL", first.base_url)
+        # the fake server's reply is no injection bundle: the item is recorded as malformed (exit 1)
+        assert main(args) in (0, 1)
+        assert first.requests > 0
+        recorded = json.loads((tmp_path / "gen.manifest.json").read_text())["fingerprint"]
+        assert recorded["endpoint"] == first.base_url
+        monkeypatch.setenv("OPENAI_BASE_URL", second.base_url)
+        capsys.readouterr()
+        assert main(args) == 2
+        assert "differs in: endpoint" in one_line(capsys.readouterr().err)
+        assert second.requests == 0
