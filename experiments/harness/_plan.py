@@ -60,12 +60,14 @@ class Outside:
     examples: list[tuple[Any, ...]] = field(default_factory=list)
 
 
-def write_plan(out: Path, models: Iterable[str], defenders: Iterable[str],
-               cases: Sequence[tuple[str, str, str | None]]) -> None:
-    """Write ``out/plan.json`` (atomically)."""
+def write_plan(out: Path, models: Iterable[str], defenders: Iterable[str], items: Sequence[Any],
+               planned: Sequence[tuple[int, str, str | None]]) -> None:
+    """Write ``out/plan.json`` (atomically) for the folder's models and defender labels and
+    the planned ``(item index, protocol, target)`` of ``items``."""
     plan: dict[str, Any] = {"format": _FORMAT, "models": sorted(set(models)), "defenders": sorted(set(defenders)),
                             "clean": [], "type2": [], "type1_items": [], "type1_targets": []}
-    for protocol, key, target in cases:
+    for i, protocol, target in planned:
+        key = items[i].key
         if protocol == "type1":
             plan["type1_items"].append(key)
             plan["type1_targets"].append(target)

@@ -223,14 +223,8 @@ class Harness:
         return run_fingerprint(self.config, self.defenders, dataset, models)
 
     def check_folder(self, dataset: Any | None = None) -> FingerprintDiff | None:
-        """What :meth:`run` checks before it claims the folder (path, models, data,
-        fingerprint), creating and writing nothing: how the run differs from the one in the
-        folder (None for a new folder).
-
-        Raises:
-            RunSetupError: The folder holds another run (a change not accepted), or a setting
-                is unusable.
-        """
+        """:meth:`run`'s checks before it claims the folder, writing nothing: how the run
+        differs from the folder's (None for a new folder). Raises ``RunSetupError`` as it would."""
         check_out_path(self.out)
         self.check_models()
         if dataset is None:
@@ -244,10 +238,7 @@ class Harness:
         write_manifest(self.out, self.config, self.defenders, dataset, n_cases, self.argv,
                        fingerprint=fingerprint, accepted=claim.accepted if claim else None)
         if self._planned is not None:  # what the readers keep of records.jsonl (``._plan``)
-            items = dataset.items
-            write_plan(self.out, fingerprint.get("models") or self.config.models,
-                       fingerprint.get("defenders") or [d.label for d in self.defenders],
-                       [(protocol, items[i].key, target) for i, protocol, target in self._planned])
+            write_plan(self.out, fingerprint["models"], fingerprint["defenders"], dataset.items, self._planned)
 
     def _trace_file(self, model: str, defender: str) -> str:
         """The trace file of a model x defender, relative to the run folder (``traces/…``)."""
