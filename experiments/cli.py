@@ -300,7 +300,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from medmis.experiments.harness._checks import check_baseline
 
     baseline = check_baseline(run_dir / "records.jsonl", args.baseline)
-    paths = write_report(run_dir, baseline=baseline, seed=args.seed)
+    paths = write_report(run_dir, baseline=baseline, seed=args.seed, notice=_notice)
     for name, path in paths.items():
         print(f"{name}: {path}")
     return 0

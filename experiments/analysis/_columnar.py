@@ -366,14 +366,16 @@ def records_into(con: duckdb.DuckDBPyConnection, records: Iterable[Record], name
 
 def run_metrics(run_dir: str | Path, *, baseline: str = "none", n_boot: int = 2000,
                 seed: int = 0) -> MetricsReport:
-    """The metrics of a run folder's ``records.jsonl``, scanned (and compacted) by DuckDB."""
-    from medmis.experiments.harness._scan import compact_records, connect, records_view
+    """The metrics of a run folder's ``records.jsonl``, scanned (and compacted) by DuckDB;
+    records outside the folder's plan (``plan.json``) are left out."""
+    from medmis.experiments.harness._plan import planned_records_view
+    from medmis.experiments.harness._scan import connect
 
     with tempfile.TemporaryDirectory(prefix="medmis-metrics-") as tmp:
         # a database file, so that intermediate tables can leave memory under the limit
         con = connect(memory_limit="900MB", database=str(Path(tmp) / "metrics.duckdb"))
         try:
-            records_view(con, compact_records(Path(run_dir) / "records.jsonl", con=con))
+            planned_records_view(con, Path(run_dir))  # records outside the run's plan: left out
             return metrics_from_view(con, baseline=baseline, n_boot=n_boot, seed=seed)
         finally:
             con.close()

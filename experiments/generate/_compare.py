@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import io
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,11 +89,16 @@ def compare_records(a: list[Record], b: list[Record], *, seed: int = 0) -> list[
 
 def _load(run: Path) -> list[Record]:
     from medmis.experiments.harness import read_records
+    from medmis.experiments.harness._plan import describe_outside, keep_planned
 
     path = run / "records.jsonl" if run.is_dir() else run
     if not path.exists():
         raise CliError(f"{run}: no records.jsonl")
-    return read_records(path)
+    # records outside the run's plan are no case of it: named, and left out of the comparison
+    kept, outside = keep_planned(path.parent, read_records(path))
+    if outside.count:
+        print(f"medmis: {describe_outside(path, outside)}", file=sys.stderr)
+    return kept
 
 
 def to_markdown(rows: list[CompareRow], a: str, b: str) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -73,7 +74,7 @@ __all__ = [
 
 def write_report(
     run_dir: str | Path, *, baseline: str = "none", seed: int = 0, figures: bool = True,
-    plot_helper: PlotHelper | None = None,
+    plot_helper: PlotHelper | None = None, notice: Callable[[str], None] | None = None,
 ) -> dict[str, Path]:
     """Compute metrics for a run and (re)write its report files.
 
@@ -84,12 +85,18 @@ def write_report(
         figures: Also write the PNG plots and the self-contained ``report.html``.
         plot_helper: Draws some of the figures meanwhile (the report worker's; see
             :class:`~._plots.PlotHelper`); the files are the same either way.
+        notice: Told, in one line, of records outside the run's plan (left out of every
+            figure; ``medmis run`` says so itself when it resumes).
 
     Returns:
         Paths written, keyed by file name: ``"metrics.json"``, ``"metrics.csv"``,
         ``"report.md"`` and, with figures, ``"report.html"`` and ``"plots/<name>.png"``.
     """
     run = load_run(run_dir)
+    if run.facts.outside.count and notice is not None:
+        from medmis.experiments.harness._plan import describe_outside
+
+        notice(describe_outside(run.run_dir / "records.jsonl", run.facts.outside))
     report = run_metrics(run.run_dir, baseline=baseline, seed=seed)
     paths = {name: run.run_dir / name for name in ("metrics.json", "metrics.csv", "report.md")}
     verdict = run_verdict(run, report)

@@ -87,13 +87,14 @@ def run_verdict(run: RunData, report: MetricsReport) -> Verdict:
 
 
 def _same_answers(run: RunData, controls: list[str]) -> dict[tuple[str, str], dict[str, Proportion]]:
-    from medmis.experiments.harness._scan import compact_records, connect, records_view
+    from medmis.experiments.harness._plan import planned_records_view
+    from medmis.experiments.harness._scan import connect
 
     if not controls or not run.facts.count:
         return {}
     con = connect()
     try:
-        records_view(con, compact_records(run.run_dir / "records.jsonl", con=con))
+        planned_records_view(con, run.run_dir)
         return same_answers_sql(con, controls)
     finally:
         con.close()

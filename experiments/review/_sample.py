@@ -15,6 +15,7 @@ import hashlib
 import json
 import math
 import random
+import sys
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from pathlib import Path
@@ -185,6 +186,11 @@ def sample_pack(
         records = read_records(run / "records.jsonl")
     except ValueError as exc:
         raise ReviewError(str(exc)) from exc
+    from medmis.experiments.harness._plan import describe_outside, keep_planned
+
+    records, outside = keep_planned(run, records)  # a case the run never planned is not reviewed
+    if outside.count:
+        print(f"medmis: {describe_outside(run / 'records.jsonl', outside)}", file=sys.stderr)
     population, excluded = _population(records, models, defenders)
     if len(population) < n:
         raise ReviewError(f"{run}: {len(population)} eligible Type 1 case(s), fewer than --n {n}"
