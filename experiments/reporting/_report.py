@@ -10,13 +10,17 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from medmis.experiments.analysis._columnar import run_metrics
 from medmis.experiments.analysis._metrics import MetricsReport
-from medmis.experiments.analysis._verdict import CLEAN_DROP_TOLERANCE, OVERCORRECT_DROP, Verdict
+from medmis.experiments.analysis._verdict import (
+    CLEAN_DROP_TOLERANCE,
+    OVERCORRECT_DROP,
+    Verdict,
+    VerdictSettings,
+)
 from medmis.tools._redact import redact
 
 from ._format import (
@@ -73,7 +77,7 @@ __all__ = [
 
 def write_report(
     run_dir: str | Path, *, baseline: str = "none", seed: int = 0, figures: bool = True,
-    plot_helper: PlotHelper | None = None,
+    plot_helper: PlotHelper | None = None, settings: VerdictSettings | None = None,
 ) -> dict[str, Path]:
     """Compute metrics for a run and (re)write its report files.
 
@@ -84,6 +88,8 @@ def write_report(
         figures: Also write the PNG plots and the self-contained ``report.html``.
         plot_helper: Draws some of the figures meanwhile (the report worker's; see
             :class:`~._plots.PlotHelper`); the files are the same either way.
+        settings: The verdict's margins and thresholds; None keeps those of the folder's
+            last ``verdict.json`` (defaults the first time).
 
     Returns:
         Paths written, keyed by file name: ``"metrics.json"``, ``"metrics.csv"``,
@@ -92,7 +98,7 @@ def write_report(
     run = load_run(run_dir)
     report = run_metrics(run.run_dir, baseline=baseline, seed=seed)
     paths = {name: run.run_dir / name for name in ("metrics.json", "metrics.csv", "report.md")}
-    verdict = run_verdict(run, report)
+    verdict = run_verdict(run, report, settings)
     metrics = report.to_json_dict()
     prices = run_prices(run)
     discount = batch_discount(run)
@@ -106,7 +112,7 @@ def write_report(
                 json.dumps(metrics, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
     _write_text(paths["metrics.csv"], render_csv(report))
     paths["verdict.json"] = run.run_dir / "verdict.json"
-    _write_text(paths["verdict.json"], json.dumps(asdict(verdict), indent=2, ensure_ascii=False) + "\n")
+    _write_text(paths["verdict.json"], json.dumps(verdict.to_json(), indent=2, ensure_ascii=False) + "\n")
     submitted = figures and bool(metrics) and plot_helper is not None
     if submitted:  # the helper draws its figures while the rest of the report is written
         from ._plots import HELPER_KEYS
