@@ -27,6 +27,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 from medmis.experiments.benchmark._types import CONTENT_TYPES, PROVENANCES
 
 from ._plot_helper import HELPER_KEYS
+from ._simulated import is_simulated, mark_simulated
 
 if TYPE_CHECKING:
     from ._plot_helper import PlotHelper
@@ -185,7 +186,14 @@ def draw_plots(out_dir: Path, metrics: dict[str, Any], keys: Sequence[str]) -> d
     models, baseline = model_order(metrics), find_baseline(metrics)
     builders = {"asr_by_defender": _asr_by_defender, "robustness_tradeoff": _robustness_tradeoff,
                 "cost_vs_asr": _cost_vs_asr, "strata_heatmap": _strata_heatmap}
-    return {key: _save(builders[key](metrics, models, baseline), Path(out_dir) / PLOT_FILES[key]) for key in keys}
+    simulated = is_simulated(models)
+    out = {}
+    for key in keys:
+        fig = builders[key](metrics, models, baseline)
+        if simulated:
+            mark_simulated(fig)
+        out[key] = _save(fig, Path(out_dir) / PLOT_FILES[key])
+    return out
 
 
 def _new_figure(width: float, height: float) -> Figure:

@@ -11,8 +11,7 @@ from typing import Any
 from medmis.experiments.benchmark._types import Record
 from medmis.experiments.harness._io import read_records
 
-SIMULATED_PREFIX = "mock/examinee"
-"""Model specs starting with this are the offline demo's simulated examinee."""
+from ._simulated import SIMULATED_PREFIX
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from medmis.experiments.reporting._simulated import SIMULATED_STATEMENT
+
 from ._analyze import RULES, analyze
 from ._pack import atomic_write, pack_reviewers, read_pack_info, read_tasks
 from ._plots import write_review_plots
@@ -56,8 +58,8 @@ def render_markdown(doc: Mapping[str, Any], plots: Mapping[str, Path], simulated
     c = doc["counts"]
     out = ["# Clinician review", ""]
     if simulated:
-        out += ["> **SIMULATED EXAMINEE**: the reviewed responses come from a simulated examinee "
-                "(`mock/...`), not from any real model; these numbers exercise the pipeline only.", ""]
+        out += [f"> **{SIMULATED_STATEMENT}** The reviewed responses are the simulated examinee's "
+                "(`mock/...`).", ""]
     out += [f"{c['rated_tasks']} of {c['tasks']} tasks rated, {c['annotations']} annotations by "
             f"{len(c['reviewers'])} reviewer(s); {c['multi_rated_tasks']} tasks rated by two or more "
             f"reviewers; {c['annotations_worst_case']} worst-case annotations."
@@ -130,9 +132,11 @@ def analyze_pack(pack: str | Path, ratings: Sequence[str | Path], out: str | Pat
     doc["inputs"] = {"pack": str(pack), "ratings": [str(r) for r in ratings]}
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
-    plots = write_review_plots(out_dir, doc)
     simulated = any(t.model.startswith(SIMULATED_PREFIX) for t in tasks)
     doc["simulated"] = simulated
+    if simulated:
+        doc["simulated_statement"] = SIMULATED_STATEMENT
+    plots = write_review_plots(out_dir, doc, simulated=simulated)
     atomic_write(out_dir / "review.json", json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
     atomic_write(out_dir / "review.md", render_markdown(doc, plots, simulated))
     return {"review.json": out_dir / "review.json", "review.md": out_dir / "review.md", **plots}
