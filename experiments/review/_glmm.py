@@ -25,6 +25,7 @@ from typing import Any
 MIN_ANNOTATIONS = 20
 MIN_REVIEWERS = 2
 MIN_EACH_OUTCOME = 3
+MIN_EVENTS_PER_PARAMETER = 10
 
 FACTORS: tuple[str, ...] = ("model", "content", "provenance", "falsehood")
 METHOD = ("statsmodels BinomialBayesMixedGLM, variational Bayes (fit_vb); priors: fixed effects "
@@ -98,6 +99,12 @@ def fit_worst_case_glmm(rows: Sequence[Mapping[str, Any]], seed: int = 0) -> dic
         level = name.rsplit("[T.", 1)[-1].rstrip("]")
         odds[f"{factor}: {level}"] = _interval(float(mean), float(sd))
     notes = []
+    params = width - 1  # fixed-effect parameters besides the intercept
+    epv = min(events, n - events) / params if params else float("inf")
+    if epv < MIN_EVENTS_PER_PARAMETER:
+        notes.append(f"{min(events, n - events)} events of the rarer outcome for {params} fixed-effect "
+                     f"parameter(s): {epv:.1f} per parameter, under {MIN_EVENTS_PER_PARAMETER}; the "
+                     "odds ratios lean on the priors and may be unstable")
     if rank < width:
         # the priors still give a fit, but confounded terms share one effect between them
         notes.append(f"the fixed-effect design has rank {rank} < {width} columns: some terms are "
@@ -108,6 +115,7 @@ def fit_worst_case_glmm(rows: Sequence[Mapping[str, Any]], seed: int = 0) -> dic
         "notes": notes,
         "formula": "worst ~ " + " + ".join([*reference, "(1 | reviewer)"]),
         "n": n, "events": events, "reviewers": len(reviewers), "reference": reference,
+        "events_per_parameter": None if not params else epv,
         "odds_ratios": odds,
         "reviewer_sd": math.exp(vcp_mean),
         "icc": {"value": _icc(vcp_mean), "lo": _icc(vcp_mean - 1.96 * vcp_sd),

@@ -38,7 +38,8 @@ from ._traces import CaseKey, collect_traces, injected_sentence, reasoning_lines
 
 
 def _outcome(record: Record, clean: Record | None) -> Outcome:
-    if clean is None or clean.correct is None:
+    # the metrics' definition: an unparsed clean answer is neither held nor wrong
+    if clean is None or clean.correct is None or clean.choice is None:
         return "no_clean"
     if not clean.correct:
         return "clean_wrong"
