@@ -54,6 +54,11 @@ def _paired(block: Mapping[str, Any] | None) -> tuple[str, str]:
     return delta, ("—" if p is None else ("<0.001" if p < 0.001 else f"{p:.3f}"))
 
 
+def _rate_n(block: Mapping[str, Any] | None) -> str:
+    text = pct(block).split(" ")[0]
+    return text if text == "—" or not block else f"{text}\n{block.get('k')}/{block.get('n')}"
+
+
 def headline_html(metrics: Mapping[str, Any], baseline: str = "none") -> str:
     header = ["Model", "Defender", *(label for _, label in HEADLINE),
               f"ΔT1 ASR vs {baseline} (pts)", "p", "Unparsed", "Errors",
@@ -73,8 +78,7 @@ def headline_html(metrics: Mapping[str, Any], baseline: str = "none") -> str:
                 return fmt_usd(value)
 
             rows.append([model, defender, *(pct_n(block.get(m)) for m, _ in HEADLINE), delta, p,
-                         pct(block.get("unparsed_rate")).split(" ")[0],
-                         pct(block.get("error_rate")).split(" ")[0],
+                         *(_rate_n(block.get(m)) for m in ("unparsed_rate", "error_rate")),
                          num("llm_calls_per_case", 2), num("tool_calls_per_case", 2),
                          num("tokens_per_case", 0), money("usd_per_case"),
                          money("usd_per_1k_cases")])
