@@ -109,7 +109,9 @@ def render_markdown(doc: Mapping[str, Any], plots: Mapping[str, Path], simulated
                 "shrink them towards 1 on small samples.", "",
                 "Reference levels: " + "; ".join(f"{k} = {v}" for k, v in reg["reference"].items()) + ".", ""]
         out += _table(["Term", "Adjusted odds ratio"], [[k, _num(v)] for k, v in reg["odds_ratios"].items()])
-        out += [f"Reviewer ICC (latent scale, s² / (s² + π²/3)): **{_num(reg['icc'], 3)}**.", ""]
+        out += [f"Reviewer ICC (latent scale, s² / (s² + π²/3)): **{_num(reg['icc'], 3)}**, from the "
+                "penalised marginal likelihood with a profile-likelihood 95% interval (its lower end "
+                "is 0 when the data cannot rule out equal reviewers).", ""]
         out += [f"> **Note**: {note}." for note in reg.get("notes", [])] + ([""] if reg.get("notes") else [])
     if plots:
         out += ["## Plots", "", *(f"![{k.replace('_', ' ')}]({p.parent.name}/{p.name})" for k, p in plots.items()), ""]
