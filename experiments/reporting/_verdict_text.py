@@ -173,6 +173,7 @@ def _model_lines(mv: ModelVerdict, report: MetricsReport, verdict: Verdict) -> s
     notes = [*_order_notes(mv), *_model_notes(mv, verdict.settings)]
     for f in mv.findings.values():
         notes += _finding_notes(f, mv, defenders, base_name, verdict.settings)
+    notes += _unresolved_note(mv, base_name)
     return "\n".join([head, *(f"  - {n}" for n in notes)])
 
 
@@ -226,6 +227,33 @@ def _model_notes(mv: ModelVerdict, settings: VerdictSettings) -> list[str]:
     return notes
 
 
+def _and(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def _unresolved_note(mv: ModelVerdict, base_name: str) -> list[str]:
+    """One sentence for every named defender's guarded metrics whose interval neither shows nor
+    rules out a loss beyond the margin: grouped by metric, defenders with the same figures
+    merged, every interval and unit count kept."""
+    entries: dict[tuple[str, float], dict[tuple[str, int], list[str]]] = {}
+    for d in mv.better:
+        for g in mv.findings[d].unresolved:
+            figures = (f"{_pts(g.delta)} [{_pts(g.lo)}, {_pts(g.hi)}]", g.n)
+            entries.setdefault((g.metric, g.margin), {}).setdefault(figures, []).append(f"`{d}`")
+    if not entries:
+        return []
+    order = list(_NAMES)
+    parts = []
+    for (metric, margin), by_figures in sorted(entries.items(), key=lambda kv: order.index(kv[0][0])):
+        shown = ", ".join(f"{_and(names)} {interval} on {n} units"
+                          for (interval, n), names in by_figures.items())
+        parts.append(f"{_NAMES[metric]} (margin {_margin_pts(margin)}) {shown}")
+    who = "defender" if len({d for b in entries.values() for names in b.values() for d in names}) == 1 \
+        else "defenders"
+    return [f"Not counted against the named {who}, as the interval neither shows nor rules out a loss "
+            f"beyond the margin (paired Δ against `{base_name}`, pts): " + "; ".join(parts) + "."]
+
+
 def _guard_text(g: Guard, base_name: str) -> str:
     return (f"{_NAMES[g.metric]} {_pct(g.baseline_value)} → {_pct(g.defender_value)} on "
             f"{g.n} paired units, Δ {_pts(g.delta)} [{_pts(g.lo)}, {_pts(g.hi)}] pts against "
@@ -250,11 +278,6 @@ def _finding_notes(f: Finding, mv: ModelVerdict, defenders: Mapping[str, Any], b
         worse = "falls" if g.metric != "type2_asr" else "rises"
         notes.append(f"{d} {verb}{_guard_text(g, base_name)}: it {worse} with an interval that "
                      f"excludes zero and reaches beyond the {_margin_pts(g.margin)}-point margin.")
-    if f.defender in mv.better and f.unresolved:
-        shown = "; ".join(f"{_NAMES[g.metric]} Δ {_pts(g.delta)} [{_pts(g.lo)}, {_pts(g.hi)}] pts on "
-                          f"{g.n} units (margin {_margin_pts(g.margin)})" for g in f.unresolved)
-        notes.append(f"{d} shows no loss against `{base_name}` but cannot rule one out beyond the "
-                     f"margin on: {shown}; not counted against it.")
     if f.worse:
         notes.append(f"{d} raises Type 1 ASR against `{base_name}`: paired Δ {fmt_delta(t1)} pts, "
                      f"p {fmt_p(t1)}.")
