@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import os
+import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -204,6 +205,7 @@ def _new_figure(width: float, height: float) -> Figure:
 
 def _save(fig: Figure, path: Path) -> Path:
     # Write-then-rename: a browser or report reader never sees half a PNG.
+    _place_labels(fig)
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # unique per process
     # No "Software" entry, so equal input gives byte-equal files across machines.
     fig.savefig(tmp, format="png", dpi=DPI, metadata={"Software": None})
@@ -415,37 +417,91 @@ def _strata_heatmap(metrics: Mapping[str, Any], models: list[str], baseline: str
 
 
 _LABEL_FONT = 7
-_CHAR_PX = 0.6 * _LABEL_FONT * DPI / 72  # rough width of one character, in pixels
-_LINE_PX = 1.25 * _LABEL_FONT * DPI / 72
+_MARKER_PX = 0.5 * 5 * DPI / 72 + 1  # half the width of a point marker (markersize 5), in pixels
+_GAP_PX = 4.0  # between a point and its label, and between stacked labels' boxes
+_EDGE_PX = 3.0  # kept free inside the axes frame
+_PENDING: weakref.WeakKeyDictionary[Figure, list[tuple[Axes, list[tuple[str, float, float]]]]] = \
+    weakref.WeakKeyDictionary()
 
 
 def _label_points(ax: Axes, points: Sequence[tuple[str, float, float]]) -> None:
-    """Label points; a label that would overlap one already placed moves a line further.
+    """Ask for labels on ``points`` (name, x, y); :func:`_place_labels` puts them when the
+    figure's layout is final (after ``mark_simulated`` adds its title line, in :func:`_save`)."""
+    fig = ax.figure
+    assert isinstance(fig, Figure)
+    _PENDING.setdefault(fig, []).append((ax, list(points)))
 
-    Call after the axes' scale and limits are set: overlap is judged in display pixels, so
-    it works the same on linear and log axes.
+
+Box = tuple[float, float, float, float]  # x0, x1, y0, y1 in display pixels
+
+
+def _place_labels(fig: Figure) -> None:
+    """Place every pending point label of ``fig`` so that no two labels overlap, no label covers
+    another point, and every label stays inside its axes frame (so clear of the panel title).
+
+    The layout is run first, so positions are final display pixels, and each label's box is
+    measured by the renderer. Labels are placed in order of their point (x, then y), each at the
+    free slot nearest its point: on the point's line right of it, then left of it, then one text
+    line further up or down per step (with a thin leader line to the point). When no slot inside
+    the frame is free (far more labels than the panel has lines), the one with least overlap is
+    taken.
     """
-    ax.autoscale_view()
-    boxes: list[tuple[float, float, float, float]] = []  # x0, x1, y0, y1 in pixels
-    for name, x, y in sorted(points, key=lambda p: (p[1], p[2], p[0])):
-        text = _short_defender(name)
-        px, py = ax.transData.transform((x, y))
-        # Near the top edge the labels grow downwards, clear of the title.
-        step = -1 if py > ax.bbox.y1 - 45 else 1
-        width = len(text) * _CHAR_PX
-        x0, x1 = px + 5, px + 5 + width
-        level = 0
-        while True:
-            base = py + step * (4 + _LINE_PX * level) - (_LINE_PX if step < 0 else 0)
-            box = (x0, x1, base, base + _LINE_PX)
-            clash = any(box[0] < b[1] and b[0] < box[1] and box[2] < b[3] and b[2] < box[3]
-                        for b in boxes)
-            if not clash or level > 30:
-                break
-            level += 1
-        boxes.append(box)
-        ax.annotate(text, (x, y), textcoords="offset pixels",
-                    xytext=(5, base - py), va="bottom", fontsize=_LABEL_FONT)
+    pending = _PENDING.pop(fig, [])
+    if not pending:
+        return
+    fig.draw_without_rendering()  # the final layout: axes positions in display pixels
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+    for ax, points in pending:
+        frame = ax.get_window_extent(renderer)
+        bounds = (frame.x0 + _EDGE_PX, frame.x1 - _EDGE_PX, frame.y0 + _EDGE_PX, frame.y1 - _EDGE_PX)
+        pixels = [(float(a), float(b)) for a, b in ax.transData.transform([(x, y) for _, x, y in points])]
+        markers = [(px - _MARKER_PX, px + _MARKER_PX, py - _MARKER_PX, py + _MARKER_PX) for px, py in pixels]
+        placed: list[Box] = []
+        for i in sorted(range(len(points)), key=lambda i: (points[i][1], points[i][2], points[i][0])):
+            text = _short_defender(points[i][0])
+            probe = ax.text(0, 0, text, fontsize=_LABEL_FONT)
+            size = probe.get_window_extent(renderer)
+            probe.remove()
+            others = placed + [m for j, m in enumerate(markers) if j != i]
+            dx, dy, level = _free_slot(pixels[i], size.width, size.height, bounds, others)
+            arrow = ({"arrowstyle": "-", "color": "#888888", "lw": 0.6, "shrinkA": 0,
+                      "shrinkB": _MARKER_PX} if level else None)
+            ann = ax.annotate(text, points[i][1:], textcoords="offset pixels", xytext=(dx, dy),
+                              ha="left", va="bottom", fontsize=_LABEL_FONT, arrowprops=arrow)
+            ann.set_in_layout(False)
+            px, py = pixels[i]
+            placed.append((px + dx, px + dx + size.width, py + dy, py + dy + size.height))
+
+
+def _free_slot(point: tuple[float, float], w: float, h: float, bounds: Box,
+               others: Sequence[Box]) -> tuple[float, float, int]:
+    """Offset (dx, dy) of a w x h label's lower-left corner from ``point``, and its line level."""
+    px, py = point
+    best: tuple[float, float, float, int] | None = None  # overlap, dx, dy, level
+    level = 0
+    while True:
+        rows = [py - h / 2] if level == 0 else [py - h / 2 + level * (h + 1), py - h / 2 - level * (h + 1)]
+        if level and rows[0] + h > bounds[3] and rows[1] < bounds[2]:
+            break  # both rows of this level leave the frame, and further levels go further out
+        for y0 in rows:
+            for x0 in (px + _MARKER_PX + _GAP_PX, px - _MARKER_PX - _GAP_PX - w):
+                box = (x0, x0 + w, y0, y0 + h)
+                if not (bounds[0] <= box[0] and box[1] <= bounds[1] and bounds[2] <= box[2] and box[3] <= bounds[3]):
+                    continue
+                overlap = sum(_overlap(box, b) for b in others)
+                if best is None or overlap < best[0]:
+                    best = (overlap, x0 - px, y0 - py, level)
+                if overlap == 0:
+                    return x0 - px, y0 - py, level
+        level += 1
+    if best is None:  # no slot inside the frame at all (a label wider than the panel)
+        return _MARKER_PX + _GAP_PX, -h / 2, 0
+    return best[1], best[2], best[3]
+
+
+def _overlap(a: tuple[float, float, float, float], b: tuple[float, float, float, float]) -> float:
+    """Overlap area of two (x0, x1, y0, y1) boxes, in square pixels."""
+    return max(0.0, min(a[1], b[1]) - max(a[0], b[0])) * max(0.0, min(a[3], b[3]) - max(a[2], b[2]))
 
 
 def _short_model(model: str, width: int = 40) -> str:
