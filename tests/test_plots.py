@@ -190,13 +190,14 @@ def _crowded_metrics(n: int) -> dict[str, Any]:
 def test_tradeoff_labels_never_overlap_each_other_nor_the_titles(n: int) -> None:
     from matplotlib.text import Annotation, Text
 
-    from medmis.experiments.reporting._plots import _place_labels, _robustness_tradeoff
+    from medmis.experiments.reporting._labels import place_labels
+    from medmis.experiments.reporting._plots import _robustness_tradeoff
     from medmis.experiments.reporting._simulated import mark_simulated
 
     metrics = _crowded_metrics(n)
     fig = _robustness_tradeoff(metrics, ["openai/gpt-x"], "none")
     mark_simulated(fig)  # its title line moves the panels down: labels are placed after it
-    _place_labels(fig)
+    place_labels(fig)
     fig.draw_without_rendering()
     renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
     titles = [t.get_window_extent(renderer) for t in fig.texts if t.get_text().startswith("SIMULATED EXAMINEE")]

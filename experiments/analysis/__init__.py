@@ -26,6 +26,7 @@ from ._metrics import (
     cost_of,
     item_tags,
 )
+from ._same_answers import same_answers
 from ._stats import mcnemar_exact, p50, p95, paired_bootstrap_diff, percentile, wilson
 from ._units import (
     INDICATOR_METRICS,
@@ -51,7 +52,6 @@ from ._verdict import (
     Verdict,
     VerdictSettings,
     decide,
-    same_answers,
 )
 
 __all__ = [

@@ -379,7 +379,7 @@ def _identical_answers(con: duckdb.DuckDBPyConnection,
     """Identical-answer shares to the registered controls among the run's defenders."""
     from medmis.defenses import is_control
 
-    from ._verdict import same_answers_sql
+    from ._same_answers import same_answers_sql
 
     controls = {d for ds in by_model.values() for d in ds if is_control(d)}
     return same_answers_sql(con, controls) if controls else {}
