@@ -298,13 +298,16 @@ async def run_ablation(config: AblationConfig, *, out: Path, progress: bool = Tr
     outcome = worst_outcome(outcomes)
     summary["exit_code"] = outcome.code
     summary["outcome"] = outcome.message
+    from medmis.experiments.analysis._verdict import VerdictSettings
     from medmis.experiments.reporting._report import write_report
 
+    settings = VerdictSettings.from_mapping(config.verdict.model_dump())
     if "type2_shuffled" in summary:
         # the pass's own tables; its effect is read in the main report's sensitivity section
-        write_report(out / "type2_shuffled", baseline=config.baseline, figures=False)
+        write_report(out / "type2_shuffled", baseline=config.baseline, figures=False, settings=settings)
 
-    summary["report"] = {k: str(v) for k, v in write_report(out, baseline=config.baseline).items()}
+    summary["report"] = {k: str(v) for k, v in write_report(out, baseline=config.baseline,
+                                                             settings=settings).items()}
     return summary
 
 

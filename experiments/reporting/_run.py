@@ -12,8 +12,7 @@ from medmis.experiments.benchmark._types import Record
 from medmis.experiments.harness._io import read_records
 from medmis.experiments.harness._plan import Outside
 
-SIMULATED_PREFIX = "mock/examinee"
-"""Model specs starting with this are the offline demo's simulated examinee."""
+from ._simulated import SIMULATED_PREFIX
 
 
 @dataclass(frozen=True)
