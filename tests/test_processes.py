@@ -105,6 +105,8 @@ def test_a_resume_with_two_processes_runs_only_what_is_missing(tmp_path: Path, u
     assert again.returncode == 0, again.stderr
     assert f"{CASES - 30} new records, {CASES} in total" in again.stdout
     assert len(answers(out)) == CASES
+    # the resume forked its helper too (its read of the records left no thread behind)
+    assert concurrency(out)["processes"] == 2 and "one process" not in again.stderr, again.stderr
 
 
 DRIVER = textwrap.dedent("""
@@ -267,6 +269,23 @@ def test_no_fork_while_another_thread_lives(tmp_path: Path) -> None:
         assert harness._processes(1000) == 2
     # a caller's tools may hold a store connection: never forked
     assert Harness(config, tools=object())._processes(1000) == 1
+
+
+def test_a_number_of_processes_that_cannot_be_honoured_is_said(tmp_path: Path) -> None:
+    config = RunConfig(data=str(SAMPLE), models=["openai/m"], defenders=[DefenderConfig(name="none")],
+                       out=str(tmp_path / "o"), processes=2, max_connections=8)
+    notes: list[str] = []
+    assert Harness(config, tools=object(), notice=notes.append)._processes(1000) == 1
+    assert notes == ["--processes 2: running in one process (the caller's tools cannot cross a fork)"]
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait)
+    thread.start()
+    try:
+        assert Harness(config, notice=notes.append)._processes(1000) == 1
+    finally:
+        stop.set()
+        thread.join()
+    assert "other thread(s) alive in this process" in notes[-1], notes
 
 
 def test_processes_flag_takes_auto_or_a_whole_number(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

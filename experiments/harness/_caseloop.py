@@ -43,17 +43,25 @@ AUTO_MIN_JOBS = 128
 
 
 def fork_ready() -> bool:
-    """Whether this process may fork helpers: Linux, and no thread but this one alive (those
-    of C extensions counted too). Not on CPython 3.14.0, whose fork inside a running task
-    leaves that task current in the child (gh-139894, fixed in 3.14.1)."""
-    if not (sys.platform.startswith("linux") and hasattr(os, "fork")) or sys.version_info[:3] == (3, 14, 0):
-        return False
-    if threading.active_count() != 1:
-        return False
+    """Whether this process may fork helpers (see :func:`fork_blocker`)."""
+    return fork_blocker() is None
+
+
+def fork_blocker() -> str | None:
+    """Why this process may not fork helpers, or None: it needs Linux and no thread but this
+    one alive (those of C extensions counted too). Not on CPython 3.14.0, whose fork inside a
+    running task leaves that task current in the child (gh-139894, fixed in 3.14.1)."""
+    if not (sys.platform.startswith("linux") and hasattr(os, "fork")):
+        return "forked call processes need Linux"
+    if sys.version_info[:3] == (3, 14, 0):
+        return "CPython 3.14.0 cannot fork inside a running task (gh-139894); use 3.14.1 or later"
     try:
-        return len(os.listdir("/proc/self/task")) == 1
+        threads = max(threading.active_count(), len(os.listdir("/proc/self/task")))
     except OSError:
-        return False
+        return "/proc/self/task is unreadable (threads cannot be counted)"
+    if threads != 1:
+        return f"{threads - 1} other thread(s) alive in this process (a fork would copy them half-done)"
+    return None
 
 
 async def run_workers(n: int, worker: Callable[[], Awaitable[None]], on_failure: Callable[[], None]) -> None:

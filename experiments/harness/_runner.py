@@ -32,7 +32,7 @@ from medmis.experiments.benchmark._types import Answer, Case, Item, ProtocolName
 from medmis.tools._exit import collect_from_here
 from medmis.tools._redact import redact
 
-from ._caseloop import CaseLoop, fork_ready, resolve_processes
+from ._caseloop import CaseLoop, fork_blocker, resolve_processes
 from ._config import (
     INVALID_ROWS_FILE,
     CacheMode,
@@ -160,7 +160,10 @@ class Harness:
         """How many processes share the calls (``config.processes``; see ``._caseloop``)."""
         cfg = self.config
         # a caller's tools may hold a store connection, which must not cross a fork
-        if cfg.processes == 1 or self._tools_injected or not fork_ready():
+        blocker = "the caller's tools cannot cross a fork" if self._tools_injected else fork_blocker()
+        if cfg.processes == 1 or blocker is not None:
+            if cfg.processes != "auto" and cfg.processes > 1 and self.notice is not None:
+                self.notice(f"--processes {cfg.processes}: running in one process ({blocker})")
             return 1
         # "auto" only for models over the network, built here (not a caller's factory's)
         remote = not self._factory_given and not any(is_simulated(m) for m in cfg.models)
