@@ -33,7 +33,8 @@ from medmis.experiments._cli_flags import (
     thinking_budget,
 )
 from medmis.experiments._errors import CliError
-from medmis.tools._exit import exit_now
+from medmis.experiments.reporting._interrupted import report_interrupted
+from medmis.tools._exit import exit_now, sigterm_as_interrupt
 
 EXIT_CONFIG = 2
 
@@ -240,6 +241,7 @@ def _run_command(args: argparse.Namespace, argv: Sequence[str], worker: Any) -> 
         seed=args.seed,
         out=args.out,
         max_connections=args.max_connections, processes=args.processes,
+        helper_timeout_s=args.helper_timeout,
         max_retries=args.max_retries,
         cache=args.cache,
         cache_dir=args.cache_dir,
@@ -261,8 +263,14 @@ def _run_command(args: argparse.Namespace, argv: Sequence[str], worker: Any) -> 
     if args.batch_cancel and not args.batch:
         raise CliError("--batch-cancel goes with --batch (and the run's other flags)")
     extra = {"batch_cancel": True} if args.batch_cancel else {}
+    from medmis.experiments.harness._outcome import RunInterrupted
+
     try:
         result = asyncio.run(run_experiment(config, argv=["medmis", *argv], notice=_notice, **extra))
+    except RunInterrupted as stop:  # Ctrl-C or SIGTERM: the report at once, saying it is incomplete
+        if config.write_report:
+            report_interrupted(worker.write, stop.out, _notice)
+        raise
     except DataError as exc:
         if not exc.issues:
             raise
@@ -424,7 +432,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     try:
-        return _dispatch(args, argv)
+        with sigterm_as_interrupt():
+            return _dispatch(args, argv)
     except _config_errors() as exc:
         # a data error is one line too: the first problems and their count (the full list is
         # what `medmis data validate` or --on-invalid skip's invalid_rows.txt is for)

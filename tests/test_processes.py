@@ -7,6 +7,7 @@ process with no other thread, which a test process (pytest, a server thread) nee
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -221,6 +222,115 @@ def test_helpers_keep_ignoring_ctrl_c_when_the_run_ignores_it(tmp_path: Path) ->
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 0 and "ended early" not in stderr, stderr
     assert len(answers(out)) == 18 and concurrency(out)["processes"] == 2
+
+
+def children(pid: int) -> list[tuple[int, bytes]]:
+    """The processes whose parent is ``pid``: (pid, command line)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    found.append((int(proc.name), (proc / "cmdline").read_bytes()))
+            except (OSError, IndexError, ValueError):
+                continue
+    return found
+
+
+def gone(pids: list[int], within_s: float = 10.0) -> bool:
+    """Whether every one of ``pids`` has ended (and been reaped) within ``within_s``."""
+    deadline = time.monotonic() + within_s
+    while any(Path(f"/proc/{pid}").exists() for pid in pids):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def start_run(out: Path, *extra: str) -> tuple[subprocess.Popen[str], int | None, list[int]]:
+    """``medmis run --processes 2`` with its report worker, once it has written 3 records:
+    the process, its helper's pid (None with one process) and the worker's family."""
+    import signal
+
+    cmd = [sys.executable, "-m", "medmis.experiments.cli", "run", "--data", str(SAMPLE), "--limit", "10",
+           "--model", "mock/examinee", "--model-option", "latency_s=0.1", "--defender", "none",
+           "--out", str(out), "--no-progress", "--max-connections", "2", *extra]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            env={**os.environ, "MEDMIS_REPORT_WORKER": "1"},
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.monotonic() + 60
+    records = out / "records.jsonl"
+    while not (records.exists() and len(records.read_text().splitlines()) >= 3):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.02)
+    kids = children(proc.pid)
+    workers = [pid for pid, cmdline in kids if b"reporting._worker" in cmdline]
+    helpers = [pid for pid, _ in kids if pid not in workers]
+    assert len(workers) == 1 and len(helpers) <= 1, kids
+    family = workers + [pid for pid, _ in children(workers[0])]  # the worker and its plot child
+    return proc, (helpers[0] if helpers else None), family
+
+
+def finish(proc: subprocess.Popen[str], timeout_s: float = 60) -> tuple[int, str]:
+    """Its exit code and stderr, or the test fails (and the whole group is killed) after ``timeout_s``."""
+    import signal
+
+    try:
+        _, stderr = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        pytest.fail(f"medmis run still running {timeout_s:g} s later (hung)")
+    return proc.returncode, stderr
+
+
+def pipes(pid: int) -> dict[int, str]:
+    found = {}
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(OSError):
+            if (target := os.readlink(f"/proc/{pid}/fd/{fd}")).startswith("pipe:"):
+                found[int(fd)] = target
+    return found
+
+
+def test_a_stopped_helper_is_killed_and_its_cases_run_by_the_parent(tmp_path: Path) -> None:
+    import signal
+
+    out = tmp_path / "run"
+    proc, helper, family = start_run(out, "--processes", "2", "--helper-timeout", "2")
+    assert helper is not None
+    # a helper holds no pipe but its own and the run's stdout/stderr: not the worker's stdin
+    worker_stdin = os.readlink(f"/proc/{family[0]}/fd/0")
+    held = pipes(helper)
+    assert worker_stdin not in held.values() and len({fd for fd in held if fd > 2}) == 1, held
+    os.kill(helper, signal.SIGSTOP)
+    code, stderr = finish(proc)
+    assert code == 0, stderr
+    assert f"call process {helper} sent nothing for 2 s: stopped or hung; killed" in stderr
+    assert len(answers(out)) == 30  # every case once: the stopped one's run by the parent
+    assert gone([helper, *family]) and no_process_left(out)
+
+
+@pytest.mark.parametrize(("signame", "processes"), [("SIGINT", 2), ("SIGTERM", 2), ("SIGTERM", 1)])
+def test_a_signal_stops_the_run_at_once_with_its_report_and_no_process_left(
+        tmp_path: Path, signame: str, processes: int) -> None:
+    import signal
+
+    out = tmp_path / "run"
+    proc, helper, family = start_run(out, "--processes", str(processes), "--helper-timeout", "600")
+    if helper is not None:
+        os.kill(helper, signal.SIGSTOP)  # a stopped helper does not hold the shutdown up
+    proc.send_signal(getattr(signal, signame))  # the parent only, as `kill` would
+    code, stderr = finish(proc, timeout_s=30)
+    assert code == 3 and "stopped early: interrupted" in stderr and "Traceback" not in stderr, stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["outcome"]["status"] == "stopped early" and manifest["stopped"] == "interrupted"
+    # the report is written at once, and says the run is incomplete
+    assert (out / "report.md").read_text().startswith("Incomplete run: stopped early (interrupted)")
+    assert "interrupted" in json.loads((out / "verdict.json").read_text())["incomplete"]
+    assert gone([*([helper] if helper else []), *family]) and no_process_left(out)
+    again = subprocess.run(proc.args, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0 and len(answers(out)) == 30, again.stderr
 
 
 # --------------------------------------------------------------------------- the rules

@@ -13,6 +13,14 @@ over a pipe, and the parent writes them, counts them and draws the progress exac
 its own cases. A stop (a budget, an error ceiling) closes the counter for every process; the
 calls in flight finish and are written. A helper that dies is noticed at the end of its pipe:
 the cases it had taken and not sent back are run by the parent, and the run says so.
+
+A helper also sends a heartbeat every :data:`BEAT_S` seconds. One that sends nothing for the
+run's helper timeout (stopped by SIGSTOP, or hung in a call that never returns to its event
+loop) is killed, and its cases go back to the parent as a dead one's do. The parent reads its
+pipes without blocking (a helper stopped half-way through a message cannot hold it), and ends
+its helpers within :data:`STOP_GRACE_S` seconds (SIGTERM, then SIGKILL). A helper holds no
+pipe of its parent's but its own (the report worker's stdin among them: the worker ends when
+the parent closes it, whatever becomes of the helpers).
 """
 
 from __future__ import annotations
@@ -20,9 +28,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import pickle
 import signal
+import struct
 import sys
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -40,6 +51,23 @@ AUTO_MIN_CONNECTIONS = 8
 """... and at least this many connections per process (fewer calls in flight keep one loop idle)."""
 AUTO_MIN_JOBS = 128
 """... and at least this many cases per process (a fork costs about as much as a few cases)."""
+BEAT_S = 1.0
+"""A helper's heartbeat: seconds between two messages when it has no case to send."""
+HELPER_TIMEOUT_MARGIN_S = 30.0
+"""The default helper timeout is the model timeout plus this (``RunConfig.helper_timeout_s``)."""
+STOP_GRACE_S = 2.0
+"""Seconds a helper has to exit after SIGTERM before SIGKILL."""
+
+
+def helper_timeout(config: Any) -> float:
+    """Seconds a helper may send nothing before it is killed (``--helper-timeout``; default:
+    ``--model-timeout`` + :data:`HELPER_TIMEOUT_MARGIN_S`: a helper's event loop, which sends
+    the heartbeat, is never held longer than one model request by a healthy call)."""
+    given = getattr(config, "helper_timeout_s", None)
+    if given is not None:
+        return float(given)
+    options = getattr(config, "model_options", None)
+    return float(getattr(options, "timeout_s", 120.0)) + HELPER_TIMEOUT_MARGIN_S
 
 
 def fork_ready() -> bool:
@@ -154,19 +182,101 @@ class _Counter:
             return int(self._cell[0])
 
 
+class _Inbox:
+    """The parent's end of a helper's pipe, read without blocking: length-prefixed pickles."""
+
+    _HEADER = struct.Struct("!Q")
+    _READ = 1 << 20  # bytes read per wake-up at most
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.eof = False
+        self._buffer = bytearray()
+
+    def fill(self) -> None:
+        """Take what the pipe holds now (without waiting for more)."""
+        try:
+            chunk = os.read(self.fd, self._READ)
+        except BlockingIOError:
+            return
+        except OSError:
+            chunk = b""
+        if not chunk:
+            self.eof = True
+        self._buffer += chunk
+
+    def ready(self) -> bool:
+        """Whether a whole message is buffered."""
+        if len(self._buffer) < self._HEADER.size:
+            return False
+        return len(self._buffer) >= self._HEADER.size + self._HEADER.unpack_from(self._buffer)[0]
+
+    def pop(self) -> Any:
+        """The next whole message (call :meth:`ready` first)."""
+        size = self._HEADER.unpack_from(self._buffer)[0]
+        end = self._HEADER.size + size
+        data = bytes(self._buffer[self._HEADER.size:end])
+        del self._buffer[:end]
+        return pickle.loads(data)
+
+
+def _send(fd: int, message: Any) -> None:  # pragma: no cover - runs in a forked helper
+    """Write one message to the parent (blocking until the pipe takes it all)."""
+    data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    view = memoryview(_Inbox._HEADER.pack(len(data)) + data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
 class _Helper:
     """The parent's end of one forked helper."""
 
-    def __init__(self, pid: int, conn: Any, share: int) -> None:
+    def __init__(self, pid: int, fd: int, share: int) -> None:
         self.pid = pid
         self.alive = True  # not reaped yet
-        self.conn = conn
+        self.inbox = _Inbox(fd)
+        self.listening = False
+        self.heard = time.monotonic()  # when it last sent something
         self.share = share
         self.ended: asyncio.Future[None] | None = None
-        self.state: LimiterState | None = None  # sent with each case
+        self.state: LimiterState | None = None  # sent with each case and heartbeat
         self.limiter: dict[str, Any] | None = None  # sent with its last message
         self.error: str | None = None
+        self.noticed = False  # its end was announced when it happened
         self.exit_code: int | None = None
+
+    def reaped(self, block: bool = False) -> bool:
+        """Whether it has exited (collecting its exit code); ``block`` waits for it."""
+        if not self.alive:
+            return True
+        try:
+            pid, status = os.waitpid(self.pid, 0 if block else os.WNOHANG)
+        except ChildProcessError:  # reaped elsewhere (SIGCHLD ignored, a child watcher)
+            self.alive = False
+            return True
+        if pid == 0:
+            return False
+        self.exit_code = os.waitstatus_to_exitcode(status)
+        self.alive = False
+        return True
+
+
+def reap(helpers: list[_Helper], grace_s: float) -> None:
+    """Wait up to ``grace_s`` for ``helpers`` to exit, then kill (SIGKILL) and reap the rest;
+    interrupted meanwhile (a second Ctrl-C), the rest are killed all the same."""
+    waiting = [x for x in helpers if x.alive]
+    deadline = time.monotonic() + grace_s
+    try:
+        while waiting:
+            waiting = [x for x in waiting if not x.reaped()]
+            if not waiting or time.monotonic() >= deadline:
+                break
+            time.sleep(0.01)
+    finally:
+        for helper in waiting:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(helper.pid, signal.SIGKILL)
+            helper.reaped(block=True)
 
 
 class CaseLoop:
@@ -195,6 +305,7 @@ class CaseLoop:
         self._counter = _Counter(len(jobs), shared=False)
         self._done: set[int] = set()
         self._failed = False
+        self.helper_timeout_s = helper_timeout(harness.config)
 
     # -- writing (parent) ------------------------------------------------------------------
     def accept(self, index: int, record: Any, record_line: str, trace_line: str) -> None:
@@ -262,6 +373,7 @@ class CaseLoop:
         """
         h = self.harness
         own = h.config.max_connections
+        watch: asyncio.Future[None] | None = None
         try:
             if processes > 1:
                 self._counter = _Counter(len(self.jobs), shared=True)
@@ -271,10 +383,14 @@ class CaseLoop:
                     h.limiter = AdaptiveLimiter(own)
             self.progress = make_progress()
             self._listen()
+            if self.helpers:
+                watch = asyncio.ensure_future(self._watch(self.helper_timeout_s))
             await self._first_failure(self._work(self._counter.take, min(own, len(self.jobs))))
             self._take_over()
             await self._work(self._leftovers(), min(own, len(self.jobs)))
         finally:
+            if watch is not None:
+                watch.cancel()
             self._counter.close()
             self._stop_helpers()
         return self.written
@@ -313,8 +429,6 @@ class CaseLoop:
 
     # -- helpers: parent side --------------------------------------------------------------
     def _fork(self, shares: list[int]) -> None:
-        from multiprocessing.connection import Connection
-
         sys.stdout.flush()
         sys.stderr.flush()
         for share in shares:
@@ -326,53 +440,60 @@ class CaseLoop:
                 os.close(write_fd)
                 return
             if pid == 0:  # pragma: no cover - the child's coverage is not collected
-                os.close(read_fd)
-                for other in self.helpers:
-                    other.conn.close()
-                _helper_main(self, Connection(write_fd), share)
+                _helper_main(self, write_fd, share)
             os.close(write_fd)
-            self.helpers.append(_Helper(pid, Connection(read_fd), share))
+            os.set_blocking(read_fd, False)
+            self.helpers.append(_Helper(pid, read_fd, share))
 
     def _listen(self) -> None:
         loop = asyncio.get_running_loop()
         for helper in self.helpers:
             helper.ended = loop.create_future()
-            loop.add_reader(helper.conn.fileno(), self._receive, helper)
+            helper.heard = time.monotonic()
+            loop.add_reader(helper.inbox.fd, self._receive, helper)
+            helper.listening = True
 
     def _receive(self, helper: _Helper) -> None:
         """Write what a helper sent (at most a batch per wake-up, so that the parent's own
         calls are not starved); its end when the pipe closes."""
+        if not helper.listening:
+            return
+        inbox = helper.inbox
+        inbox.fill()
         for _ in range(64):
             if self._failed:  # the run is failing: nothing more is written
                 return
+            if not inbox.ready():
+                break
             try:
-                if not helper.conn.poll():
-                    return
-                message = helper.conn.recv()
-            except (EOFError, OSError):  # the helper is gone (or going): its pipe is closed
-                self._ended(helper)
-                return
-            try:
+                message = inbox.pop()
+                helper.heard = time.monotonic()
                 if message[0] == "case":
                     helper.state = message[5]
                     self.accept(*message[1:5])
+                elif message[0] == "beat":
+                    helper.state = message[1]
                 elif message[0] == "end":
                     helper.limiter, helper.error = message[1], message[2]
             except BaseException as exc:  # writing failed here: the run stops and raises it
                 self._fail()
                 self._ended(helper, exc)
                 return
+        else:
+            if inbox.ready():  # more than a batch buffered: the rest on the loop's next turn
+                asyncio.get_running_loop().call_soon(self._receive, helper)
+                return
+        if inbox.eof and not inbox.ready():  # the helper is gone (or going): its pipe is closed
+            self._ended(helper)
 
     def _ended(self, helper: _Helper, failure: BaseException | None = None) -> None:
-        asyncio.get_running_loop().remove_reader(helper.conn.fileno())
+        if helper.listening:
+            asyncio.get_running_loop().remove_reader(helper.inbox.fd)
+            helper.listening = False
         helper.state = None
         try:
-            if failure is None and helper.alive:  # its pipe closed as it exits: reap it
-                _, status = os.waitpid(helper.pid, 0)
-                helper.exit_code = os.waitstatus_to_exitcode(status)
-                helper.alive = False
-        except ChildProcessError:  # reaped elsewhere (SIGCHLD ignored, a child watcher)
-            helper.alive = False
+            if failure is None:  # its pipe closed as it exits: reap it
+                reap([helper], STOP_GRACE_S)
         finally:
             assert helper.ended is not None
             if not helper.ended.done():
@@ -381,8 +502,30 @@ class CaseLoop:
                 else:
                     helper.ended.set_exception(failure)
 
+    async def _watch(self, timeout_s: float) -> None:
+        """Kill a helper that has sent nothing (no case, no heartbeat) for ``timeout_s``; the
+        cases it had taken are then run here (:meth:`_take_over`)."""
+        while True:
+            await asyncio.sleep(min(1.0, timeout_s / 4))
+            for helper in self.helpers:
+                if helper.listening:
+                    self._receive(helper)  # what waits in its pipe counts (this loop may have been busy)
+                if helper.listening and time.monotonic() - helper.heard > timeout_s:
+                    self._stall(helper, timeout_s)
+
+    def _stall(self, helper: _Helper, timeout_s: float) -> None:
+        helper.error = f"sent nothing for {timeout_s:g} s: stopped or hung; killed"
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(helper.pid, signal.SIGKILL)
+        if self.harness.notice is not None:
+            helper.noticed = True
+            then = ("its unfinished cases are left to a resume" if self.harness.stats.stopped_reason
+                    else "this process runs the cases it had taken")
+            self.harness.notice(f"call process {helper.pid} {helper.error}; {then}")
+        self._ended(helper)
+
     def _take_over(self) -> None:
-        lost = [x for x in self.helpers if x.limiter is None or x.error]
+        lost = [x for x in self.helpers if (x.limiter is None or x.error) and not x.noticed]
         for helper in lost:
             why = helper.error or f"exit code {helper.exit_code}"
             if self.harness.notice is not None:
@@ -396,20 +539,47 @@ class CaseLoop:
         return lambda: next(pending, None)
 
     def _stop_helpers(self) -> None:
+        """End every helper still alive: SIGTERM (and SIGCONT, which a stopped one needs to act
+        on it), :data:`STOP_GRACE_S` to exit, then SIGKILL."""
         loop = asyncio.get_running_loop()
         for helper in self.helpers:
-            if not helper.conn.closed:
-                loop.remove_reader(helper.conn.fileno())  # False when never listened to
+            if helper.listening:
+                loop.remove_reader(helper.inbox.fd)
+                helper.listening = False
             if helper.alive:
-                with contextlib.suppress(ProcessLookupError, ChildProcessError):
+                with contextlib.suppress(ProcessLookupError):
                     os.kill(helper.pid, signal.SIGTERM)
-                    os.waitpid(helper.pid, 0)
-                helper.alive = False
-            helper.conn.close()
+                    os.kill(helper.pid, signal.SIGCONT)
+        try:
+            reap(self.helpers, STOP_GRACE_S)
+        finally:
+            for helper in self.helpers:
+                if helper.inbox.fd >= 0:
+                    os.close(helper.inbox.fd)
+                    helper.inbox.fd = -1
 
 
 # -- helpers: child side -------------------------------------------------------------------
-def _helper_main(loop: CaseLoop, conn: Any, share: int) -> None:  # pragma: no cover - runs forked
+def _drop_inherited_pipes(keep: int) -> None:  # pragma: no cover - runs forked
+    """Point stdin and every pipe this helper inherited but ``keep`` (the report worker's
+    stdin, the other helpers' ends, ...) at /dev/null: a helper that outlives its parent must
+    not keep the worker from seeing the end of its input. ``dup2`` rather than ``close``: an
+    object that still owns a number closes /dev/null later, never a file opened since."""
+    devnull = os.open(os.devnull, os.O_RDWR)
+    try:
+        os.dup2(devnull, 0)
+        for name in os.listdir("/proc/self/fd"):
+            fd = int(name)
+            if fd <= 2 or fd in (keep, devnull):
+                continue
+            with contextlib.suppress(OSError):  # (the listing's own descriptor, gone by now)
+                if os.readlink(f"/proc/self/fd/{fd}").startswith("pipe:"):
+                    os.dup2(devnull, fd, inheritable=False)
+    finally:
+        os.close(devnull)
+
+
+def _helper_main(loop: CaseLoop, fd: int, share: int) -> None:  # pragma: no cover - runs forked
     """A forked helper: run cases from the shared counter, send each back; never returns."""
     code = 0
     try:
@@ -420,14 +590,15 @@ def _helper_main(loop: CaseLoop, conn: Any, share: int) -> None:  # pragma: no c
         if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # not when the run ignores it
             signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        _drop_inherited_pipes(fd)
         loop.harness.after_fork(share)
-        asyncio.run(_helper_run(loop, conn, share))
+        asyncio.run(_helper_run(loop, fd, share))
     except KeyboardInterrupt:
         code = 130
     except BaseException as exc:
         code = 1
         with contextlib.suppress(OSError):
-            conn.send(("end", None, f"{type(exc).__name__}: {exc}"))
+            _send(fd, ("end", None, f"{type(exc).__name__}: {exc}"))
     finally:
         try:
             sys.stdout.flush()
@@ -436,7 +607,7 @@ def _helper_main(loop: CaseLoop, conn: Any, share: int) -> None:  # pragma: no c
             os._exit(code)
 
 
-async def _helper_run(loop: CaseLoop, conn: Any, share: int) -> None:  # pragma: no cover - runs forked
+async def _helper_run(loop: CaseLoop, fd: int, share: int) -> None:  # pragma: no cover - runs forked
     h = loop.harness
     failed = False  # this helper's own stop: the shared counter stays open for the others
 
@@ -447,10 +618,20 @@ async def _helper_run(loop: CaseLoop, conn: Any, share: int) -> None:  # pragma:
     async def worker() -> None:
         while not failed and (index := loop._counter.take()) is not None:
             lines = await loop._case(index)
-            conn.send(("case", index, *lines, h.limiter.state()))
+            _send(fd, ("case", index, *lines, h.limiter.state()))
 
+    async def beat() -> None:
+        # its parent's proof that this process still runs (and, when the parent is gone,
+        # the write that fails and ends it)
+        while True:
+            await asyncio.sleep(BEAT_S)
+            _send(fd, ("beat", h.limiter.state()))
+
+    beating = asyncio.ensure_future(beat())
     try:
         await run_workers(share, worker, fail)
     finally:
+        beating.cancel()
+        await asyncio.gather(beating, return_exceptions=True)
         await h.aclose()
-    conn.send(("end", h.limiter.summary(), None))
+    _send(fd, ("end", h.limiter.summary(), None))

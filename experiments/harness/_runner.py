@@ -48,7 +48,7 @@ from ._fingerprint import merge_fingerprints, run_fingerprint
 from ._io import repair_torn_tail
 from ._manifest import is_simulated, package_versions, scrub_argv, write_manifest
 from ._models import ModelPool
-from ._outcome import Outcome, record_outcome
+from ._outcome import Outcome, RunInterrupted, record_outcome
 from ._prepare import ClaimedFolder, check_out_path, write_invalid_rows
 from ._progress import RunProgress
 from ._resume import CasePlan, ResumeState, resume_state
@@ -383,7 +383,7 @@ class Harness:
             # Ctrl-C: what was written stays (resumable); the manifest says why it stopped
             self.stats.stopped_reason = "interrupted"
             self._finish(records_path)
-            raise
+            raise RunInterrupted(self.out) from None
         finally:
             if self._loop is not None:
                 if self._loop.progress is not None:
