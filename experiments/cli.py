@@ -12,7 +12,7 @@ import asyncio
 import json
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from medmis.experiments._argtypes import (
     EXIT_EPILOG,
@@ -35,6 +35,9 @@ from medmis.experiments._cli_flags import (
 from medmis.experiments._errors import CliError
 from medmis.experiments.reporting._interrupted import report_interrupted
 from medmis.tools._exit import exit_now, sigterm_as_interrupt
+
+if TYPE_CHECKING:
+    from medmis.experiments.harness._io import WriteFailed
 
 EXIT_CONFIG = 2
 
@@ -428,6 +431,12 @@ def _config_errors() -> tuple[type[BaseException], ...]:
     return tuple(errors)
 
 
+def _write_failure() -> type[WriteFailed]:
+    from medmis.experiments.harness._io import WriteFailed
+
+    return WriteFailed
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
@@ -444,6 +453,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"medmis: {first}", file=sys.stderr)
         for line in text[1:50]:
             print(f"  {line}", file=sys.stderr)
+        return EXIT_CONFIG
+    except _write_failure() as exc:  # a full disk, a read-only folder: one line, 2 or 3
+        print(f"medmis: {exc}", file=sys.stderr)
+        return int(exc.exit_code)
+    except OSError as exc:  # any other file the command could not use: one line, not a traceback
+        from medmis.experiments.harness._io import os_error_text
+
+        print(f"medmis: {exc.filename or 'error'}: {os_error_text(exc)}", file=sys.stderr)
         return EXIT_CONFIG
     except KeyboardInterrupt:
         print("medmis: stopped early: interrupted; re-run the same command to resume", file=sys.stderr)

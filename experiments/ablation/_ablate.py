@@ -196,7 +196,7 @@ def _run_config(config: AblationConfig, out: Path, *, progress: bool, shuffled: 
         seed=config.seed,
         out=str(out),
         max_connections=config.max_connections,
-        processes=config.processes,
+        processes=config.processes, helper_timeout_s=config.helper_timeout_s,
         max_retries=config.max_retries,
         cache=config.cache,
         # one shared store: the shuffled pass replays the clean answers instead of paying again

@@ -35,12 +35,13 @@ import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 from medmis.agents._limiter import AdaptiveLimiter, LimiterState
 from medmis.tools._redact import configured_secrets
 
-from ._io import repair_torn_tail, scrub_lines
+from ._io import WriteFailed, repair_torn_tail, scrub_lines
 
 # (model spec, defender, case); the defender and case types live in the runner's imports
 Job = tuple[str, Any, Any]
@@ -149,6 +150,19 @@ def merge_limiter_summaries(summaries: list[dict[str, Any]], processes: int | No
     merged["waited_s"] = round(max(s["waited_s"] for s in summaries), 3)
     merged["processes"] = processes
     return merged
+
+
+def _take_back(fh: Any, at: int) -> None:
+    """Cut what a failed write left of its line (``at``: the file's length before it) and point
+    the handle at /dev/null: what it still buffers goes nowhere when it is closed."""
+    with contextlib.suppress(OSError, ValueError):
+        fd = fh.fileno()
+        os.ftruncate(fd, at)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, fd)
+        finally:
+            os.close(devnull)
 
 
 class _Counter:
@@ -326,14 +340,26 @@ class CaseLoop:
         key = record.trace_file or h._trace_file(record.model, record.defender)
         fh = self.trace_handles.get(key)
         if fh is None:
-            path = h.out / key
-            repair_torn_tail(path)
-            fh = self.trace_handles[key] = path.open("a", encoding="utf-8")
-        # one event loop writes: lines never interleave
-        fh.write(trace_line + "\n")
-        fh.flush()
-        self.rec_fh.write(record_line + "\n")
-        self.rec_fh.flush()
+            try:
+                repair_torn_tail(h.out / key)
+                fh = self.trace_handles[key] = (h.out / key).open("a", encoding="utf-8")
+            except OSError as exc:
+                raise WriteFailed(h.out / key, exc, self.written) from None
+        # one event loop writes: lines never interleave. The trace line goes first, then the
+        # record; when either fails both are taken back, so a resume (which reruns the case)
+        # writes neither twice
+        trace_at, record_at = fh.tell(), self.rec_fh.tell()
+        failing = h.out / key
+        try:
+            fh.write(trace_line + "\n")
+            fh.flush()
+            failing = Path(getattr(self.rec_fh, "name", h.out / "records.jsonl"))
+            self.rec_fh.write(record_line + "\n")
+            self.rec_fh.flush()
+        except OSError as exc:
+            _take_back(fh, trace_at)
+            _take_back(self.rec_fh, record_at)
+            raise WriteFailed(failing, exc, self.written) from None
         self.written += 1
         self._done.add(index)
         if h._fresh_errors is not None and record.error is not None:

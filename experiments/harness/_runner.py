@@ -12,6 +12,7 @@ Clean cases are queued first, so that most pairs are complete early for the live
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import sys
@@ -45,8 +46,8 @@ from ._config import (
     VisitBackendName,
 )
 from ._fingerprint import merge_fingerprints, run_fingerprint
-from ._io import repair_torn_tail
-from ._manifest import is_simulated, package_versions, scrub_argv, write_manifest
+from ._io import WriteFailed, repair_torn_tail
+from ._manifest import is_simulated, mark_outcome, package_versions, scrub_argv, write_manifest
 from ._models import ModelPool
 from ._outcome import Outcome, RunInterrupted, record_outcome
 from ._prepare import ClaimedFolder, check_out_path, write_invalid_rows
@@ -317,9 +318,28 @@ class Harness:
         dataset = self.load_dataset()
         planned = self.plan_cases(dataset)
         fingerprint = run_fingerprint(self.config, self.defenders, dataset)
-        with ClaimedFolder(self.out, fingerprint, accept_changes=self.config.accept_changes,
-                           notice=self.notice) as claim:
-            return await self._run_claimed(planned, dataset, claim)
+        try:
+            with ClaimedFolder(self.out, fingerprint, accept_changes=self.config.accept_changes,
+                               notice=self.notice) as claim:
+                try:
+                    return await self._run_claimed(planned, dataset, claim)
+                except OSError as exc:  # the cases' own failures are on their records: this is the folder's
+                    raise self._write_failed(WriteFailed(exc.filename or self.out / "records.jsonl", exc)) from None
+                except WriteFailed as failure:
+                    raise self._write_failed(failure) from None
+        except OSError as exc:  # the folder could not be claimed (its lock, its manifest)
+            raise WriteFailed(exc.filename or self.out, exc) from None
+
+    def _write_failed(self, failure: WriteFailed) -> WriteFailed:
+        """Note in the manifest (when it can still be written) that a write failed."""
+        failure.written = max(failure.written, self.stats.done)  # this invocation's records
+        self.stats.stopped_reason = "write failed"
+        self.outcome = Outcome(failure.exit_code, str(failure))
+        limiter = self._loop.limiter_summary() if self._loop is not None else self.limiter.summary()
+        with contextlib.suppress(OSError, ValueError):  # the manifest may be as unwritable
+            mark_outcome(self.out, self.outcome, stopped=f"write failed: {failure.path.name}",
+                         errors=self.stats.errors, concurrency=limiter, status="write failed")
+        return failure
 
     def _resume(self, records_path: Path, planned: list[tuple[int, ProtocolName, str | None]],
                 items: Sequence[Item]) -> tuple[ResumeState, dict[tuple[str, str, str], bool],
