@@ -335,6 +335,38 @@ def test_a_signal_stops_the_run_at_once_with_its_report_and_no_process_left(
     assert again.returncode == 0 and len(answers(out)) == 30, again.stderr
 
 
+def test_sigterm_stops_an_ablation_with_its_report(tmp_path: Path) -> None:
+    import signal
+
+    out = tmp_path / "out"
+    config = tmp_path / "ablation.toml"
+    config.write_text(textwrap.dedent(f"""
+        name = "t"
+        data = "{SAMPLE.as_posix()}"
+        limit = 10
+        out = "{out.as_posix()}"
+        max_connections = 2
+        model_options = {{ extra = {{ latency_s = 0.1 }} }}
+
+        [[models]]
+        spec = "mock/examinee"
+
+        [[defenders]]
+        name = "none"
+    """), encoding="utf-8")
+    proc = subprocess.Popen([sys.executable, "-m", "medmis.experiments.cli", "ablate", str(config), "--no-progress"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not ((out / "records.jsonl").exists() and len((out / "records.jsonl").read_text().splitlines()) >= 3):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    code, stderr = finish(proc, timeout_s=30)
+    assert code == 3 and "stopped early: interrupted" in stderr and "Traceback" not in stderr, stderr
+    assert json.loads((out / "manifest.json").read_text())["outcome"]["status"] == "stopped early"
+    assert (out / "report.md").read_text().startswith("Incomplete run: stopped early (interrupted)")
+
+
 # --------------------------------------------------------------------------- the rules
 
 
