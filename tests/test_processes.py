@@ -122,11 +122,16 @@ DRIVER = textwrap.dedent("""
         async def run_case(self, spec, defender, case):
             if mode == "die" and os.getpid() != parent:
                 os._exit(7)  # a helper dies on the first case it takes
+            if mode == "stopped-holding-the-counter" and os.getpid() != parent:
+                import signal
+                self._loop._counter._lock.acquire()  # as if stopped inside take()
+                os.kill(os.getpid(), signal.SIGSTOP)
             return await super().run_case(spec, defender, case)
 
     config = RunConfig(data=data, models=["openai/served-model"], out=out,
                        model_options=ModelOptions(base_urls=(url,)), defenders=[DefenderConfig(name="none")],
-                       processes=2, max_connections=4, max_retries=0, progress=False, write_report=False)
+                       processes=2, max_connections=4, max_retries=0, progress=False, write_report=False,
+                       helper_timeout_s=2)
     stop = (lambda stats: "enough" if stats.done >= 5 else None) if mode == "stop" else None
     if mode.startswith("disk-full"):  # the parent's third write of a case run by a helper / by itself fails
         from medmis.experiments.harness import _caseloop
@@ -158,7 +163,7 @@ DRIVER = textwrap.dedent("""
 def drive(tmp_path: Path, url: str, mode: str) -> dict[str, Any]:
     out = tmp_path / mode
     done = subprocess.run([sys.executable, "-c", DRIVER, str(SAMPLE), url, str(out), mode],
-                          capture_output=True, text=True, timeout=120, env=ENV)
+                          capture_output=True, text=True, timeout=60, env=ENV)
     assert done.returncode == 0, done.stderr
     return {**json.loads(done.stdout.strip().splitlines()[-1]), "out": out}
 
@@ -167,6 +172,14 @@ def test_a_helper_that_dies_has_its_cases_run_by_the_parent_and_is_named(tmp_pat
     got = drive(tmp_path, url, "die")
     assert got["new"] == CASES and len(answers(got["out"])) == CASES
     assert any("ended early (exit code 7)" in note for note in got["notes"]), got["notes"]
+    assert no_process_left(got["out"])
+
+
+def test_a_helper_stopped_while_it_holds_the_counter_does_not_hang_the_run(tmp_path: Path, url: str) -> None:
+    got = drive(tmp_path, url, "stopped-holding-the-counter")
+    # the parent waits LOCK_WAIT_S for the counter, then runs what the helpers left
+    assert got["new"] == CASES and len(answers(got["out"])) == CASES
+    assert any("sent nothing for 2 s: stopped or hung; killed" in note for note in got["notes"]), got["notes"]
     assert no_process_left(got["out"])
 
 

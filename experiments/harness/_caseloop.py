@@ -165,13 +165,19 @@ def _take_back(fh: Any, at: int) -> None:
             os.close(devnull)
 
 
+LOCK_WAIT_S = 5.0
+"""The shared counter's lock is held for a few instructions: a process that waits this long for
+it finds its holder stopped (SIGSTOP) and takes no more (a killed holder never releases it)."""
+
+
 class _Counter:
     """Hands out job indices in order; with helpers, from shared memory under a lock."""
 
     def __init__(self, n: int, shared: bool) -> None:
         self.n = n
-        self._lock: Any = contextlib.nullcontext()
+        self._lock: Any = None
         self._cell: Any = [0, 0]  # [next index, closed]
+        self.stuck = False  # the lock was not had in LOCK_WAIT_S: its holder is stopped
         if shared:
             import multiprocessing
 
@@ -179,21 +185,37 @@ class _Counter:
             self._array = multiprocessing.get_context("fork").Array("q", 2)
             self._lock, self._cell = self._array.get_lock(), self._array.get_obj()
 
+    def _locked(self) -> bool:
+        if self._lock is None or self.stuck:
+            return False
+        if not self._lock.acquire(timeout=LOCK_WAIT_S):
+            self.stuck = True
+            return False
+        return True
+
     def take(self) -> int | None:
-        with self._lock:
+        if self._lock is not None and not self._locked():
+            return None  # stuck: this process takes no more (the parent: see CaseLoop._leftovers)
+        try:
             if self._cell[1] or self._cell[0] >= self.n:
                 return None
             self._cell[0] += 1
             return int(self._cell[0] - 1)
+        finally:
+            if self._lock is not None:
+                self._lock.release()
 
     def close(self) -> None:
-        """No index is handed out any more (the run stops)."""
-        with self._lock:
-            self._cell[1] = 1
+        """No index is handed out any more (the run stops); set even when stuck (one cell)."""
+        locked = self._locked()
+        self._cell[1] = 1
+        if locked:
+            self._lock.release()
 
-    def handed_out(self) -> int:
-        with self._lock:
-            return int(self._cell[0])
+    def rest(self) -> tuple[int, bool]:
+        """How many indices were handed out and whether the counter was closed, read without
+        the lock: only once no other process uses it."""
+        return int(self._cell[0]), bool(self._cell[1])
 
 
 class _Inbox:
@@ -560,8 +582,12 @@ class CaseLoop:
                 self.harness.notice(f"call process {helper.pid} ended early ({why}); {then}")
 
     def _leftovers(self) -> Callable[[], int | None]:
-        """The cases a helper took and never sent back (a helper that died)."""
-        pending = iter([i for i in range(self._counter.handed_out()) if i not in self._done])
+        """The cases a helper took and never sent back (a helper that died); and, when the
+        counter got stuck (a helper stopped holding its lock), those never handed out. Every
+        helper has ended by now: the counter is read without its lock."""
+        handed_out, closed = self._counter.rest()
+        end = handed_out if closed or not self._counter.stuck else len(self.jobs)
+        pending = iter([i for i in range(end) if i not in self._done])
         return lambda: next(pending, None)
 
     def _stop_helpers(self) -> None:
