@@ -371,16 +371,17 @@ class CaseLoop:
         # record; when either fails both are taken back, so a resume (which reruns the case)
         # writes neither twice
         trace_at, record_at = fh.tell(), self.rec_fh.tell()
-        failing = h.out / key
+        in_trace = True
         try:
             fh.write(trace_line + "\n")
             fh.flush()
-            failing = Path(getattr(self.rec_fh, "name", h.out / "records.jsonl"))
+            in_trace = False
             self.rec_fh.write(record_line + "\n")
             self.rec_fh.flush()
         except OSError as exc:
             _take_back(fh, trace_at)
             _take_back(self.rec_fh, record_at)
+            failing = h.out / key if in_trace else Path(getattr(self.rec_fh, "name", h.out / "records.jsonl"))
             raise WriteFailed(failing, exc, self.written) from None
         self.written += 1
         self._done.add(index)
