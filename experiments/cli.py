@@ -12,7 +12,7 @@ import asyncio
 import json
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from medmis.experiments._argtypes import (
     EXIT_EPILOG,
@@ -33,11 +33,7 @@ from medmis.experiments._cli_flags import (
     thinking_budget,
 )
 from medmis.experiments._errors import CliError
-from medmis.experiments.reporting._interrupted import report_interrupted
 from medmis.tools._exit import exit_now, sigterm_as_interrupt
-
-if TYPE_CHECKING:
-    from medmis.experiments.harness._io import WriteFailed
 
 EXIT_CONFIG = 2
 
@@ -243,8 +239,7 @@ def _run_command(args: argparse.Namespace, argv: Sequence[str], worker: Any) -> 
         prompt=args.prompt,
         seed=args.seed,
         out=args.out,
-        max_connections=args.max_connections, processes=args.processes,
-        helper_timeout_s=args.helper_timeout,
+        max_connections=args.max_connections, processes=args.processes, helper_timeout_s=args.helper_timeout,
         max_retries=args.max_retries,
         cache=args.cache,
         cache_dir=args.cache_dir,
@@ -266,14 +261,8 @@ def _run_command(args: argparse.Namespace, argv: Sequence[str], worker: Any) -> 
     if args.batch_cancel and not args.batch:
         raise CliError("--batch-cancel goes with --batch (and the run's other flags)")
     extra = {"batch_cancel": True} if args.batch_cancel else {}
-    from medmis.experiments.harness._outcome import RunInterrupted
-
     try:
         result = asyncio.run(run_experiment(config, argv=["medmis", *argv], notice=_notice, **extra))
-    except RunInterrupted as stop:  # Ctrl-C or SIGTERM: the report at once, saying it is incomplete
-        if config.write_report:
-            report_interrupted(worker.write, stop.out, _notice)
-        raise
     except DataError as exc:
         if not exc.issues:
             raise
@@ -415,12 +404,12 @@ def _dispatch(args: argparse.Namespace, argv: Sequence[str]) -> int:
 def _config_errors() -> tuple[type[BaseException], ...]:
     from medmis.agents._errors import MissingKeyError, ModelConfigError
     from medmis.defenses._base import DefenderConfigError
-    from medmis.experiments.harness._io import RecordsFileError
+    from medmis.experiments.harness._io import RecordsFileError, WriteFailed
     from medmis.experiments.harness._runner import RunSetupError
 
     errors: list[type[BaseException]] = [
         CliError, MissingKeyError, ModelConfigError, DefenderConfigError, RunSetupError,
-        FileNotFoundError, RecordsFileError,
+        OSError, RecordsFileError, WriteFailed,  # WriteFailed: 2 or 3 (its exit_code)
     ]
     try:
         from medmis.experiments.benchmark._data import DataError
@@ -431,18 +420,11 @@ def _config_errors() -> tuple[type[BaseException], ...]:
     return tuple(errors)
 
 
-def _write_failure() -> type[WriteFailed]:
-    from medmis.experiments.harness._io import WriteFailed
-
-    return WriteFailed
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     try:
-        with sigterm_as_interrupt():
-            return _dispatch(args, argv)
+        return _dispatch(args, argv)
     except _config_errors() as exc:
         # a data error is one line too: the first problems and their count (the full list is
         # what `medmis data validate` or --on-invalid skip's invalid_rows.txt is for)
@@ -453,15 +435,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"medmis: {first}", file=sys.stderr)
         for line in text[1:50]:
             print(f"  {line}", file=sys.stderr)
-        return EXIT_CONFIG
-    except _write_failure() as exc:  # a full disk, a read-only folder: one line, 2 or 3
-        print(f"medmis: {exc}", file=sys.stderr)
-        return int(exc.exit_code)
-    except OSError as exc:  # any other file the command could not use: one line, not a traceback
-        from medmis.experiments.harness._io import os_error_text
-
-        print(f"medmis: {exc.filename or 'error'}: {os_error_text(exc)}", file=sys.stderr)
-        return EXIT_CONFIG
+        return int(getattr(exc, "exit_code", EXIT_CONFIG))
     except KeyboardInterrupt:
         print("medmis: stopped early: interrupted; re-run the same command to resume", file=sys.stderr)
         return 3
@@ -469,7 +443,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def console() -> None:
     """The ``medmis`` command: :func:`main`, then an exit without the interpreter's teardown."""
-    exit_now(main())
+    exit_now(sigterm_as_interrupt()(main)())  # SIGTERM as Ctrl-C (the command line's, not a library caller's)
 
 
 if __name__ == "__main__":  # pragma: no cover
