@@ -72,6 +72,11 @@ def add_scale_flags(p: argparse.ArgumentParser) -> None:
                    help="processes sharing the calls and --max-connections (Linux; forked once the "
                         "models are built). auto (default): one per core, up to 4, when the models "
                         "are remote and there are at least 8 connections and 128 cases per process")
+    p.add_argument("--helper-timeout", type=_float_range(0.0, None, "a number of seconds above 0"),
+                   default=None, metavar="S",
+                   help="with --processes: a call process that sends nothing for S seconds (no "
+                        "case, no heartbeat; it sends one a second) is killed and its cases run in "
+                        "the parent (default: --model-timeout + 30)")
     add_batch_flags(p)
 
 

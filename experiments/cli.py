@@ -34,7 +34,7 @@ from medmis.experiments._cli_flags import (
     thinking_budget,
 )
 from medmis.experiments._errors import CliError, error_lines
-from medmis.tools._exit import exit_now
+from medmis.tools._exit import exit_now, sigterm_as_interrupt
 
 EXIT_CONFIG = 2
 
@@ -236,7 +236,7 @@ def _run_command(args: argparse.Namespace, argv: Sequence[str], worker: Any) -> 
         prompt=args.prompt,
         seed=args.seed,
         out=args.out,
-        max_connections=args.max_connections, processes=args.processes,
+        max_connections=args.max_connections, processes=args.processes, helper_timeout_s=args.helper_timeout,
         max_retries=args.max_retries,
         cache=args.cache,
         cache_dir=args.cache_dir,
@@ -388,12 +388,12 @@ def _dispatch(args: argparse.Namespace, argv: Sequence[str]) -> int:
 def _config_errors() -> tuple[type[BaseException], ...]:
     from medmis.agents._errors import MissingKeyError, ModelConfigError
     from medmis.defenses._base import DefenderConfigError
-    from medmis.experiments.harness._io import RecordsFileError
+    from medmis.experiments.harness._io import RecordsFileError, WriteFailed
     from medmis.experiments.harness._runner import RunSetupError
 
     errors: list[type[BaseException]] = [
         CliError, MissingKeyError, ModelConfigError, DefenderConfigError, RunSetupError,
-        FileNotFoundError, RecordsFileError,
+        OSError, RecordsFileError, WriteFailed,  # WriteFailed: 2 or 3 (its exit_code)
     ]
     try:
         from medmis.experiments.benchmark._data import DataError
@@ -415,7 +415,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"medmis: {first}", file=sys.stderr)
         for line in text[1:50]:
             print(f"  {line}", file=sys.stderr)
-        return EXIT_CONFIG
+        return int(getattr(exc, "exit_code", EXIT_CONFIG))
     except KeyboardInterrupt:
         print("medmis: stopped early: interrupted; re-run the same command to resume", file=sys.stderr)
         return 3
@@ -423,7 +423,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def console() -> None:
     """The ``medmis`` command: :func:`main`, then an exit without the interpreter's teardown."""
-    exit_now(main())
+    exit_now(sigterm_as_interrupt()(main)())  # SIGTERM as Ctrl-C (the command line's, not a library caller's)
 
 
 if __name__ == "__main__":  # pragma: no cover

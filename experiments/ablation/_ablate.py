@@ -208,7 +208,7 @@ def _run_config(config: AblationConfig, out: Path, *, progress: bool, shuffled: 
         seed=config.seed,
         out=str(out),
         max_connections=config.max_connections,
-        processes=config.processes,
+        processes=config.processes, helper_timeout_s=config.helper_timeout_s,
         max_retries=config.max_retries,
         cache=config.cache,
         # one shared store: the shuffled pass replays the clean answers instead of paying again
@@ -359,8 +359,17 @@ def ablate_command(path: str, *, out: str | None = None, dry_run: bool = False, 
         print(f"budget cap: ${config.budget_usd:.2f}")
     if dry_run:
         return 0
-    summary = asyncio.run(run_ablation(config, out=out_dir, progress=progress, argv=argv,
-                                       accept_changes=accept_changes))
+    from medmis.experiments.harness._outcome import RunInterrupted
+
+    try:
+        summary = asyncio.run(run_ablation(config, out=out_dir, progress=progress, argv=argv,
+                                           accept_changes=accept_changes))
+    except RunInterrupted:  # Ctrl-C or SIGTERM: the report at once, saying it is incomplete
+        from medmis.experiments.reporting._interrupted import report_interrupted
+        from medmis.experiments.reporting._report import write_report
+
+        report_interrupted(lambda d: write_report(d, baseline=config.baseline), out_dir, _notice)
+        raise
     print(json.dumps(summary, indent=2), file=sys.stdout)
     report_md = summary["report"].get("report.md")
     if report_md:

@@ -110,6 +110,8 @@ class AblationConfig(BaseModel):
     max_connections: int = Field(default=8, ge=1)
     processes: Annotated[int, Field(ge=1)] | Literal["auto"] = "auto"
     """Processes sharing each run's calls, as ``medmis run --processes``."""
+    helper_timeout_s: float | None = Field(default=None, gt=0)
+    """As ``medmis run --helper-timeout`` (default: the model timeout + 30 s)."""
     max_retries: int = Field(default=4, ge=0)
     cache: CacheMode = "record"
     cache_dir: str | None = None

@@ -62,6 +62,9 @@ class RunConfig(BaseModel):
     processes: Annotated[int, Field(ge=1)] | Literal["auto"] = 1
     """Processes sharing the calls (forked helpers, Linux): a number, or ``auto`` for one per
     usable core when the models are remote and the run is big enough (see ``._caseloop``)."""
+    helper_timeout_s: float | None = Field(default=None, gt=0)
+    """Seconds a forked call process may send nothing (no case, no heartbeat) before it is
+    killed and its cases go back to the parent; None: ``model_options.timeout_s`` + 30."""
     max_retries: int = Field(default=4, ge=0)
     retry_base_delay: float = 1.0
     retry_deadline_s: float = 300.0

@@ -12,6 +12,7 @@ Clean cases are queued first, so that most pairs are complete early for the live
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import sys
@@ -27,12 +28,12 @@ from medmis.agents._retry import RetryPolicy
 from medmis.agents._transport import aclose_transports
 from medmis.defenses._base import Defender, DefenderContext, create_defender
 from medmis.experiments.benchmark._prompts import prompt_preset
-from medmis.experiments.benchmark._protocols import build_cases, cases_for_item, plan_cases
+from medmis.experiments.benchmark._protocols import build_cases, plan_cases
 from medmis.experiments.benchmark._types import Answer, Case, Item, ProtocolName, Record
 from medmis.tools._exit import collect_from_here
 from medmis.tools._redact import redact
 
-from ._caseloop import CaseLoop, fork_ready, resolve_processes
+from ._caseloop import CaseLoop, fork_blocker, resolve_processes
 from ._config import (
     INVALID_ROWS_FILE,
     CacheMode,
@@ -45,19 +46,19 @@ from ._config import (
     VisitBackendName,
 )
 from ._fingerprint import FingerprintDiff, merge_fingerprints, run_fingerprint
-from ._io import repair_torn_tail
-from ._manifest import is_simulated, package_versions, scrub_argv, write_manifest
+from ._io import WriteFailed, repair_torn_tail
+from ._manifest import is_simulated, mark_outcome, package_versions, scrub_argv, write_manifest
 from ._models import ModelPool
-from ._outcome import Outcome, record_outcome
+from ._outcome import Outcome, RunInterrupted, record_outcome
 from ._plan import describe_outside, has_plan, write_plan
 from ._prepare import ClaimedFolder, check_fingerprint, check_out_path, write_invalid_rows
 from ._progress import RunProgress
-from ._resume import CasePlan, ResumeState, resume_state
+from ._resume import CasePlan, ResumeState, jobs_for_missing, resume_state
 
 # Re-exported: callers import the run's types from here as well as from the package.
 __all__ = [
     "INVALID_ROWS_FILE", "CacheMode", "DefenderConfig", "Harness", "RunConfig", "RunResult",
-    "RunSetupError", "RunStats", "SearchBackendName", "VisitBackendName", "append_line",
+    "RunSetupError", "RunStats", "SearchBackendName", "VisitBackendName",
     "is_simulated", "package_versions", "run_experiment", "scrub_argv",
 ]
 
@@ -162,7 +163,10 @@ class Harness:
         """How many processes share the calls (``config.processes``; see ``._caseloop``)."""
         cfg = self.config
         # a caller's tools may hold a store connection, which must not cross a fork
-        if cfg.processes == 1 or self._tools_injected or not fork_ready():
+        blocker = "the caller's tools cannot cross a fork" if self._tools_injected else fork_blocker()
+        if cfg.processes == 1 or blocker is not None:
+            if cfg.processes != "auto" and cfg.processes > 1 and self.notice is not None:
+                self.notice(f"--processes {cfg.processes}: running in one process ({blocker})")
             return 1
         # "auto" only for models over the network, built here (not a caller's factory's)
         remote = not self._factory_given and not any(is_simulated(m) for m in cfg.models)
@@ -332,9 +336,28 @@ class Harness:
         dataset = self.load_dataset()
         planned = self._planned = self.plan_cases(dataset)
         fingerprint = self.fingerprint(dataset)
-        with ClaimedFolder(self.out, fingerprint, accept_changes=self.config.accept_changes,
-                           notice=self.notice) as claim:
-            return await self._run_claimed(planned, dataset, claim)
+        try:
+            with ClaimedFolder(self.out, fingerprint, accept_changes=self.config.accept_changes,
+                               notice=self.notice) as claim:
+                try:
+                    return await self._run_claimed(planned, dataset, claim)
+                except OSError as exc:  # the cases' own failures are on their records: this is the folder's
+                    raise self._write_failed(WriteFailed(exc.filename or self.out / "records.jsonl", exc)) from None
+                except WriteFailed as failure:
+                    raise self._write_failed(failure) from None
+        except OSError as exc:  # the folder could not be claimed (its lock, its manifest)
+            raise WriteFailed(exc.filename or self.out, exc) from None
+
+    def _write_failed(self, failure: WriteFailed) -> WriteFailed:
+        """Note in the manifest (when it can still be written) that a write failed."""
+        failure.written = max(failure.written, self.stats.done)  # this invocation's records
+        self.stats.stopped_reason = "write failed"
+        self.outcome = Outcome(failure.exit_code, str(failure))
+        limiter = self._loop.limiter_summary() if self._loop is not None else self.limiter.summary()
+        with contextlib.suppress(OSError, ValueError):  # the manifest may be as unwritable
+            mark_outcome(self.out, self.outcome, stopped=f"write failed: {failure.path.name}",
+                         errors=self.stats.errors, concurrency=limiter, status="write failed")
+        return failure
 
     def _resume(self, records_path: Path, planned: list[tuple[int, ProtocolName, str | None]],
                 items: Sequence[Item]) -> tuple[ResumeState, dict[tuple[str, str, str], bool],
@@ -353,24 +376,7 @@ class Harness:
         clean_state: dict[tuple[str, str, str], bool] = {}
         resumed.apply(self.stats, clean_state)
         self.stats.done = 0  # progress counts this invocation's work
-        return resumed, clean_state, self._todo(resumed.missing, planned, items)
-
-    def _todo(self, missing: list[tuple[int, int, int]], planned: list[tuple[int, ProtocolName, str | None]],
-              items: Sequence[Item]) -> list[list[tuple[str, Defender, Case]]]:
-        """The missing cases as jobs, clean first; an item's cases are built once, when needed."""
-        cfg = self.config
-        built: dict[int, dict[tuple[str, str | None], Case]] = {}
-        todo: list[list[tuple[str, Defender, Case]]] = [[], []]
-        for mi, di, ci in missing:
-            i, protocol, target = planned[ci]
-            by_key = built.get(i)
-            if by_key is None:
-                by_key = built[i] = {(c.protocol, c.target): c for c in cases_for_item(
-                    items[i], cfg.protocols, seed=cfg.seed, type1_targets=cfg.type1_targets,
-                    shuffle_type2=cfg.shuffle_type2, prompt=cfg.prompt)}
-            todo[0 if protocol == "clean" else 1].append(
-                (cfg.models[mi], self.defenders[di], by_key[(protocol, target)]))
-        return todo
+        return resumed, clean_state, jobs_for_missing(cfg, self.defenders, resumed.missing, planned, items)
 
     async def _run_claimed(self, planned: list[tuple[int, ProtocolName, str | None]], dataset: Any,
                            claim: ClaimedFolder) -> RunResult:
@@ -401,7 +407,7 @@ class Harness:
             # Ctrl-C: what was written stays (resumable); the manifest says why it stopped
             self.stats.stopped_reason = "interrupted"
             self._finish(records_path)
-            raise
+            raise RunInterrupted(self.out) from None
         finally:
             if self._loop is not None:
                 if self._loop.progress is not None:
@@ -426,11 +432,6 @@ class Harness:
         n, self.outcome = record_outcome(self.out, records_path, self.stats.stopped_reason,
                                          scrub_argv(self.argv), limiter, tally=tally)
         return n
-
-
-def append_line(fh: Any, record: Record) -> None:
-    fh.write(record.model_dump_json() + "\n")
-    fh.flush()
 
 
 async def run_experiment(config: RunConfig, *, batch_cancel: bool = False, **kwargs: Any) -> RunResult:

@@ -11,6 +11,9 @@ per answer on its stdout (``{"paths": {name: path}}`` or ``{"error": "Type: mess
 worker exits at the end of its stdin, so a parent that dies takes it along. Ctrl-C belongs to
 the parent (which may still write the report of a stopped run): the worker ignores SIGINT.
 
+A run that Ctrl-C or SIGTERM stopped (:class:`~medmis.experiments.harness._outcome.RunInterrupted`
+leaving the ``with`` block) gets its report at once, which says the run is incomplete.
+
 Anything the worker cannot do (it failed to start, died, or answered an error) is done again
 in-process by :meth:`ReportWorker.write`, which then raises as ``write_report`` would:
 a failure is never hidden. ``MEDMIS_REPORT_WORKER=0`` turns the worker off.
@@ -112,8 +115,22 @@ class ReportWorker:
     def __enter__(self) -> ReportWorker:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
+        try:
+            if isinstance(exc, KeyboardInterrupt):
+                from medmis.experiments.harness._outcome import RunInterrupted
+
+                # Ctrl-C or SIGTERM stopped the run: its report at once, marked incomplete
+                if isinstance(exc, RunInterrupted):
+                    from ._interrupted import report_interrupted
+
+                    report_interrupted(self.write, exc.out, _notice)
+        finally:
+            self.close()
+
+
+def _notice(message: str) -> None:
+    print(f"medmis: {message}", file=sys.stderr)
 
 
 # What a first report imports besides ``_report`` itself (its modules import some lazily).
