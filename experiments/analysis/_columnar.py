@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
@@ -91,6 +92,27 @@ _KINDS = (
     ("provenance", "t.provenance"),
     ("content_type_x_provenance", f"t.content_type || '{STRATUM_JOIN}' || t.provenance"),
 )
+
+
+def _add_failure_units(con: duckdb.DuckDBPyConnection) -> None:
+    """Add the units of ``FAILURE_METRICS`` to ``units``: the very ``_UNITS`` statement over the
+    records with each error read as a graded wrong answer with no choice (as
+    :func:`._units.errors_as_failures` reads them), its metrics renamed with the suffix.
+
+    Running the same statement (not a copy of it) keeps the two readings on one definition.
+    """
+    from ._units import ERRORS_AS_FAILURES, FAILURE_METRICS
+
+    con.execute("CREATE OR REPLACE TEMP VIEW __failed_records AS SELECT * REPLACE ("
+                "NULL::VARCHAR AS error, CASE WHEN error IS NULL THEN choice END AS choice, "
+                "CASE WHEN error IS NULL THEN correct ELSE false END AS correct) FROM records")
+    statement = re.sub(r"\brecords\b", "__failed_records", _UNITS)
+    con.execute(re.sub(r"\bTABLE units\b", "TABLE __failed_units", statement))
+    bases = ", ".join(f"'{m.removesuffix(ERRORS_AS_FAILURES)}'" for m in FAILURE_METRICS)
+    con.execute(f"INSERT INTO units SELECT * REPLACE (metric || '{ERRORS_AS_FAILURES}' AS metric) "
+                f"FROM __failed_units WHERE metric IN ({bases})")
+    con.execute("DROP TABLE __failed_units")
+    con.execute("DROP VIEW __failed_records")
 
 
 def _blocks_sql() -> list[str]:
@@ -309,6 +331,7 @@ def metrics_from_view(con: duckdb.DuckDBPyConnection, *, baseline: str = "none",
     """
     con.execute(_TAGS)
     con.execute(_UNITS)
+    _add_failure_units(con)
     for statement in _blocks_sql():
         con.execute(statement)
     blocks = _block_proportions(con)
