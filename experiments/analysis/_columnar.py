@@ -100,19 +100,28 @@ def _add_failure_units(con: duckdb.DuckDBPyConnection) -> None:
     :func:`._units.errors_as_failures` reads them), its metrics renamed with the suffix.
 
     Running the same statement (not a copy of it) keeps the two readings on one definition.
+    A unit depends only on the records of its own (model, defender, item), so the statement
+    runs over the items with an error; every other item's units are those of ``units``.
     """
     from ._units import ERRORS_AS_FAILURES, FAILURE_METRICS
 
+    bases = ", ".join(f"'{m.removesuffix(ERRORS_AS_FAILURES)}'" for m in FAILURE_METRICS)
+    renamed = f"* REPLACE (metric || '{ERRORS_AS_FAILURES}' AS metric)"
+    con.execute("CREATE OR REPLACE TEMP TABLE __failed_items AS SELECT DISTINCT model, defender, item_key "
+                "FROM records WHERE error IS NOT NULL")
+    con.execute(f"INSERT INTO units SELECT {renamed} FROM units u WHERE metric IN ({bases}) AND NOT EXISTS "
+                "(SELECT 1 FROM __failed_items f WHERE f.model = u.model AND f.defender = u.defender "
+                "AND f.item_key = u.item_key)")
     con.execute("CREATE OR REPLACE TEMP VIEW __failed_records AS SELECT * REPLACE ("
                 "NULL::VARCHAR AS error, CASE WHEN error IS NULL THEN choice END AS choice, "
-                "CASE WHEN error IS NULL THEN correct ELSE false END AS correct) FROM records")
+                "CASE WHEN error IS NULL THEN correct ELSE false END AS correct) "
+                "FROM records SEMI JOIN __failed_items USING (model, defender, item_key)")
     statement = re.sub(r"\brecords\b", "__failed_records", _UNITS)
     con.execute(re.sub(r"\bTABLE units\b", "TABLE __failed_units", statement))
-    bases = ", ".join(f"'{m.removesuffix(ERRORS_AS_FAILURES)}'" for m in FAILURE_METRICS)
-    con.execute(f"INSERT INTO units SELECT * REPLACE (metric || '{ERRORS_AS_FAILURES}' AS metric) "
-                f"FROM __failed_units WHERE metric IN ({bases})")
+    con.execute(f"INSERT INTO units SELECT {renamed} FROM __failed_units WHERE metric IN ({bases})")
     con.execute("DROP TABLE __failed_units")
     con.execute("DROP VIEW __failed_records")
+    con.execute("DROP TABLE __failed_items")
 
 
 def _blocks_sql() -> list[str]:
