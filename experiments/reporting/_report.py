@@ -73,7 +73,7 @@ __all__ = [
 
 def write_report(
     run_dir: str | Path, *, baseline: str = "none", seed: int = 0, figures: bool = True,
-    plot_helper: PlotHelper | None = None,
+    plot_helper: PlotHelper | None = None, paper_tables: bool = False,
 ) -> dict[str, Path]:
     """Compute metrics for a run and (re)write its report files.
 
@@ -84,6 +84,8 @@ def write_report(
         figures: Also write the PNG plots and the self-contained ``report.html``.
         plot_helper: Draws some of the figures meanwhile (the report worker's; see
             :class:`~._plots.PlotHelper`); the files are the same either way.
+        paper_tables: Also write ``paper_tables.csv`` and ``paper_tables.md`` (the paper's
+            table layout; :mod:`._paper_tables`).
 
     Returns:
         Paths written, keyed by file name: ``"metrics.json"``, ``"metrics.csv"``,
@@ -105,6 +107,12 @@ def write_report(
     _write_text(paths["metrics.json"],
                 json.dumps(metrics, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
     _write_text(paths["metrics.csv"], render_csv(report))
+    if paper_tables:
+        from ._paper_tables import render_paper_tables
+
+        for name, text in render_paper_tables(run, report).items():
+            paths[name] = run.run_dir / name
+            _write_text(paths[name], text)
     paths["verdict.json"] = run.run_dir / "verdict.json"
     _write_text(paths["verdict.json"], json.dumps(asdict(verdict), indent=2, ensure_ascii=False) + "\n")
     stability = _stability(run, report, verdict)
