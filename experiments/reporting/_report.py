@@ -82,10 +82,10 @@ def write_report(
         baseline: Defender the others are compared against.
         seed: Seed of the paired bootstrap.
         figures: Also write the PNG plots and the self-contained ``report.html``.
-        plot_helper: Draws some of the figures meanwhile (the report worker's; see
-            :class:`~._plots.PlotHelper`); the files are the same either way.
         paper_tables: Also write ``paper_tables.csv`` and ``paper_tables.md`` (the paper's
             table layout; :mod:`._paper_tables`).
+        plot_helper: Draws some of the figures meanwhile (the report worker's; see
+            :class:`~._plots.PlotHelper`); the files are the same either way.
 
     Returns:
         Paths written, keyed by file name: ``"metrics.json"``, ``"metrics.csv"``,
