@@ -50,6 +50,9 @@ ERRORS_AS_FAILURES = "_errors_as_failures"
 FAILURE_METRICS: tuple[str, ...] = tuple(
     m + ERRORS_AS_FAILURES
     for m in ("clean_acc", "type1_acc", "type2_acc", "type1_asr", "type1_tasr", "type2_asr"))
+FAILURE_KINDS: tuple[str, ...] = ("subset",)
+"""Strata that carry ``FAILURE_METRICS`` besides the whole run (the paper's tables are per
+subset; the other strata keep the report's cost where it was)."""
 
 METRICS: tuple[str, ...] = (
     "clean_acc",
@@ -215,11 +218,13 @@ def errors_as_failures(records: Iterable[Record]) -> list[Record]:
     return [r if r.error is None else r.model_copy(update=wrong) for r in records]
 
 
-def metric_block(records: Sequence[Record]) -> MetricBlock:
-    """All of ``METRICS`` for the records of one (model, defender), or a stratum of them."""
+def metric_block(records: Sequence[Record], *, failures: bool = True) -> MetricBlock:
+    """All of ``METRICS`` for the records of one (model, defender), or a stratum of them
+    (without ``FAILURE_METRICS`` when ``failures`` is false)."""
     maps = indicator_maps(records)
     block = {m: _proportion(v, "item" if m == "type1_asr_item" else None) for m, v in maps.items()}
     block.update(_rates(records))
-    failed = indicator_maps(errors_as_failures(records))
-    block.update({m: _proportion(failed[m.removesuffix(ERRORS_AS_FAILURES)]) for m in FAILURE_METRICS})
-    return {m: block[m] for m in METRICS}
+    if failures:
+        failed = indicator_maps(errors_as_failures(records))
+        block.update({m: _proportion(failed[m.removesuffix(ERRORS_AS_FAILURES)]) for m in FAILURE_METRICS})
+    return {m: block[m] for m in METRICS if m in block}
