@@ -4,10 +4,13 @@ It runs your registered defender through the same contract as every built-in one
 (clean / type1 / type2; working, failing and absent web tools; traced, costed answers;
 provider errors stop the case), giving it a ``CaseView`` per case as a run does: question,
 options and context sentences, never the gold key or the target. Needs
-``pip install medmis[test]`` in your environment.
+``pip install medmis[test]`` in your environment. The tests are plain functions (the contract
+runs in ``asyncio.run``), so they need no pytest-asyncio and no pytest configuration.
 """
 
 from __future__ import annotations
+
+import asyncio
 
 from medmis.defenses import get_spec
 from medmis.defenses.testing import check_defender
@@ -21,6 +24,6 @@ def test_defender_is_registered_through_the_entry_point() -> None:
     assert spec.description, "give your defender a description (shown by `medmis defenders`)"
 
 
-async def test_defender_meets_the_contract() -> None:
-    answers = await check_defender(DEFENDER, OPTIONS)
+def test_defender_meets_the_contract() -> None:
+    answers = asyncio.run(check_defender(DEFENDER, OPTIONS))
     assert answers

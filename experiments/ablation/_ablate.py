@@ -174,12 +174,10 @@ def _billed_share(config: AblationConfig) -> float:
 
 
 def spent_usd(stats: RunStats, prices: dict[str, ModelEntry], share: float = 1.0) -> float:
-    total = 0.0
-    for spec, (tin, tout) in stats.by_model_tokens.items():
-        m = prices.get(spec)
-        if m is not None:
-            total += tin / 1e6 * m.price_in_per_mtok + tout / 1e6 * m.price_out_per_mtok
-    return total * share
+    """Dollars so far, counted as ``medmis run --max-usd`` counts them."""
+    from medmis.experiments.harness._budget import spent_usd as run_spent_usd
+
+    return run_spent_usd(stats, {s: (m.price_in_per_mtok, m.price_out_per_mtok) for s, m in prices.items()}, share)
 
 
 def _run_config(config: AblationConfig, out: Path, *, progress: bool, shuffled: bool,
@@ -300,13 +298,16 @@ async def run_ablation(config: AblationConfig, *, out: Path, progress: bool = Tr
     outcome = worst_outcome(outcomes)
     summary["exit_code"] = outcome.code
     summary["outcome"] = outcome.message
+    from medmis.experiments.analysis._verdict import VerdictSettings
     from medmis.experiments.reporting._report import write_report
 
+    settings = VerdictSettings.from_mapping(config.verdict.model_dump())
     if "type2_shuffled" in summary:
         # the pass's own tables; its effect is read in the main report's sensitivity section
-        write_report(out / "type2_shuffled", baseline=config.baseline, figures=False)
+        write_report(out / "type2_shuffled", baseline=config.baseline, figures=False, settings=settings)
 
-    summary["report"] = {k: str(v) for k, v in write_report(out, baseline=config.baseline).items()}
+    summary["report"] = {k: str(v) for k, v in write_report(out, baseline=config.baseline,
+                                                             settings=settings).items()}
     return summary
 
 
@@ -327,7 +328,7 @@ def ablate_command(path: str, *, out: str | None = None, dry_run: bool = False, 
         if problem:
             raise CliError(problem)
     out_dir = Path(out or config.out)
-    run_cfg = _run_config(config, out_dir, progress=progress, shuffled=False)
+    run_cfg = _run_config(config, out_dir, progress=progress, shuffled=False, accept_changes=accept_changes)
     from medmis.experiments.benchmark._data import load_dataset
 
     dataset = load_dataset(
@@ -340,7 +341,11 @@ def ablate_command(path: str, *, out: str | None = None, dry_run: bool = False, 
                                     shuffle_type2=True, prompt=config.prompt)
     if not cases:
         raise CliError(f"{path}: the selection has no cases (check data, subset, limit, protocols)")
-    if not dry_run and _nothing_to_do(config, out_dir, dataset.items):
+    # the folders' fingerprints first, as `medmis run` checks them: a complete folder of another
+    # run is refused, never reported as "nothing to do"; an accepted change goes on to the run,
+    # which records it
+    if not dry_run and not _check_folders(config, out_dir, dataset, accept_changes) \
+            and _nothing_to_do(config, out_dir, dataset.items):
         return _finished_outcome(out_dir)
     cells = estimate(config, cases, out_dir)
     print(f"ablation {config.name!r}: {len(dataset.items)} items, {len(config.models)} model(s) x "
@@ -369,6 +374,26 @@ def _notice(message: str) -> None:
     print(f"medmis: {message}", file=sys.stderr)
 
 
+def _check_folders(config: AblationConfig, out: Path, dataset: Any, accept_changes: Sequence[str]) -> bool:
+    """Check the run folders of the grid (and of the shuffled pass) as the harness checks them
+    before it claims one; True when a difference was accepted.
+
+    Raises:
+        RunSetupError: A folder holds another run (a change not accepted).
+    """
+    from medmis.experiments.harness._runner import Harness
+
+    passes = [(out, False)]
+    if config.delivery.type2_shuffled and "type2" in config.protocols:
+        passes.append((out / "type2_shuffled", True))
+    accepted = False
+    for folder, shuffled in passes:
+        cfg = _run_config(config, folder, progress=False, shuffled=shuffled, accept_changes=accept_changes)
+        diff = Harness(cfg).check_folder(dataset)
+        accepted = accepted or bool(diff is not None and diff.changed)
+    return accepted
+
+
 def _nothing_to_do(config: AblationConfig, out: Path, items: Sequence[Any]) -> bool:
     """Every case of the grid (and of the shuffled pass) is recorded already."""
     if not (out / "records.jsonl").exists():
@@ -389,8 +414,12 @@ def _nothing_to_do(config: AblationConfig, out: Path, items: Sequence[Any]) -> b
 
 def _finished_outcome(out: Path) -> int:
     from medmis.experiments.harness._outcome import outcome_of
+    from medmis.experiments.harness._plan import describe_outside, outside_plan
     from medmis.experiments.harness._resume import error_texts
 
+    outside = outside_plan(out)
+    if outside.count:
+        _notice(describe_outside(out / "records.jsonl", outside))
     n, errors = error_texts(out / "records.jsonl")  # keys and error texts, read columnar
     print(f"nothing to do: {n} records complete in {out}")
     outcome = outcome_of(n, [e for e in errors if e], stopped=None)

@@ -78,6 +78,18 @@ class Simulation(BaseModel):
     the same cases with the examinee reseeded (``OUT/stability/seed-<s>``); 0 or 1: none."""
 
 
+class VerdictEntry(BaseModel):
+    """``[verdict]``: the verdict's non-inferiority margins and control threshold (0-1)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    clean_margin: float = Field(default=0.05, ge=0, le=1)
+    type2_asr_margin: float = Field(default=0.05, ge=0, le=1)
+    recovery_margin: float = Field(default=0.10, ge=0, le=1)
+    control_share: float = Field(default=0.95, gt=0, le=1)
+    rate_gap: float = Field(default=0.02, ge=0, le=1)
+
+
 class AblationConfig(BaseModel):
     """The whole ablation (the TOML file, validated)."""
 
@@ -118,6 +130,7 @@ class AblationConfig(BaseModel):
     delivery: Delivery = Field(default_factory=Delivery)
     simulation: Simulation = Field(default_factory=Simulation)
     baseline: str = "none"
+    verdict: VerdictEntry = Field(default_factory=VerdictEntry)
 
     @model_validator(mode="after")
     def _check(self) -> AblationConfig:

@@ -101,6 +101,7 @@ class RunStats:
     input_tokens: int = 0
     output_tokens: int = 0
     by_model_tokens: dict[str, list[int]] = field(default_factory=dict)
+    llm_calls: int = 0  # model calls of the records counted (``--max-calls``)
     stopped_reason: str | None = None
     # Type 1 outcomes (correct or not) recorded before their item's clean answer, by key
     waiting: dict[tuple[str, str, str], list[bool]] = field(default_factory=dict, repr=False)
@@ -112,6 +113,7 @@ class RunStats:
         first, but the last clean calls may still be in flight) is paired when that arrives.
         """
         self.done += 1
+        self.llm_calls += record.llm_calls
         self.input_tokens += record.usage.input_tokens
         self.output_tokens += record.usage.output_tokens
         tok = self.by_model_tokens.setdefault(record.model, [0, 0])

@@ -1,4 +1,4 @@
-"""How a run ended, as an exit status and one summary line (the contract in DESIGN.md).
+"""How a run ended, as an exit status and one summary line (the contract in docs/contracts.md).
 
 ==== ===================================================================================
 0    finished: every case ran and was graded (no case errors in the folder)

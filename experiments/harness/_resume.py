@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ._plan import Outside, Plan, has_plan, restrict_view
 from ._scan import (
     KEY,
     PARQUET_NAME,
@@ -53,6 +54,8 @@ class ResumeState:
     output_tokens: int = 0
     by_model_tokens: dict[str, list[int]] = field(default_factory=dict)
     clean: dict[tuple[str, str, str], bool] = field(default_factory=dict)
+    outside: Outside = field(default_factory=Outside)
+    """Records outside the folder's plan (left out of every figure)."""
 
     def apply(self, stats: Any, clean_state: dict[tuple[str, str, str], bool]) -> None:
         """Add these figures to the runner's ``RunStats`` and clean-answer map."""
@@ -74,7 +77,8 @@ class ResumeState:
 _RESUME_COLUMNS = (*KEY, "correct", "error", "usage")
 
 
-def resume_state(path: str | Path, plan: CasePlan, *, retry_errors: bool = False) -> ResumeState:
+def resume_state(path: str | Path, plan: CasePlan, *, retry_errors: bool = False,
+                 keep: Plan | Path | None = None) -> ResumeState:
     """The planned cases still to run and the progress figures of ``records.jsonl``.
 
     Reads only the columns needed (from the Parquet compaction when it is fresh) and lets
@@ -85,6 +89,9 @@ def resume_state(path: str | Path, plan: CasePlan, *, retry_errors: bool = False
         path: The run's ``records.jsonl`` (absent or empty: nothing done).
         plan: The run's planned cases.
         retry_errors: Count keys whose last record is an error as missing.
+        keep: The run folder's plan (``._plan``: a ``Plan`` or the folder holding
+            ``plan.json``): records outside it are left out of the figures and counted in
+            ``outside``.
     """
     p = Path(path)
     state = ResumeState()
@@ -96,11 +103,14 @@ def resume_state(path: str | Path, plan: CasePlan, *, retry_errors: bool = False
     con = connect()
     try:
         parquet = p.with_name(PARQUET_NAME)
+        name = "records" if keep is None else "records__all"
         if _fresh(con, parquet, p):
             con.execute("SET memory_limit='512MB'")  # scans and one join: no table to hold
-            records_view(con, parquet)
+            records_view(con, parquet, name)
         else:
-            load_records_table(con, p, columns=_RESUME_COLUMNS)
+            load_records_table(con, p, table=name, columns=_RESUME_COLUMNS)
+        if keep is not None:
+            state.outside = restrict_view(con, keep, name, "records")
         done_if = "true" if not retry_errors else "error IS NULL"
         con.execute(f"CREATE TEMP VIEW done AS SELECT * FROM records WHERE {done_if}")
         state.missing = _missing(con, plan)
@@ -197,12 +207,16 @@ def error_texts(path: str | Path) -> tuple[int, list[str]]:
     con = connect()
     try:
         parquet = p.with_name(PARQUET_NAME)
+        keep = p.parent if has_plan(p.parent) else None  # records outside the plan are no case of the run
+        name = "records" if keep is None else "records__all"
         if _fresh(con, parquet, p):
-            records_view(con, parquet)
-            row = con.execute("SELECT count(*) FROM records").fetchone()
-            n = int(row[0]) if row else 0
+            records_view(con, parquet, name)
         else:
-            n = load_records_table(con, p, columns=(*KEY, "error"))
+            load_records_table(con, p, table=name, columns=(*KEY, "error"))
+        if keep is not None:
+            restrict_view(con, keep, name, "records")
+        row = con.execute("SELECT count(*) FROM records").fetchone()
+        n = int(row[0]) if row else 0
         errors = [str(e) for (e,) in con.execute("SELECT error FROM records WHERE error IS NOT NULL").fetchall()]
     finally:
         con.close()

@@ -44,12 +44,13 @@ from ._config import (
     SearchBackendName,
     VisitBackendName,
 )
-from ._fingerprint import merge_fingerprints, run_fingerprint
+from ._fingerprint import FingerprintDiff, merge_fingerprints, run_fingerprint
 from ._io import repair_torn_tail
 from ._manifest import is_simulated, package_versions, scrub_argv, write_manifest
 from ._models import ModelPool
 from ._outcome import Outcome, record_outcome
-from ._prepare import ClaimedFolder, check_out_path, write_invalid_rows
+from ._plan import describe_outside, has_plan, write_plan
+from ._prepare import ClaimedFolder, check_fingerprint, check_out_path, write_invalid_rows
 from ._progress import RunProgress
 from ._resume import CasePlan, ResumeState, resume_state
 
@@ -94,6 +95,7 @@ class Harness:
         self._fresh_errors: list[str] | None = None
         self._tools_injected = tools is not None
         self._loop: CaseLoop | None = None
+        self._planned: list[tuple[int, ProtocolName, str | None]] | None = None
         self.retry = RetryPolicy(
             max_retries=config.max_retries,
             base_delay=config.retry_base_delay,
@@ -215,12 +217,28 @@ class Harness:
         )
         return cases, dataset
 
+    def fingerprint(self, dataset: Any) -> dict[str, Any]:
+        """The run's fingerprint (``._fingerprint``), from the models as built."""
+        models = {spec: self._pool.raw(spec) for spec in self.config.models}
+        return run_fingerprint(self.config, self.defenders, dataset, models)
+
+    def check_folder(self, dataset: Any | None = None) -> FingerprintDiff | None:
+        """:meth:`run`'s checks before it claims the folder, writing nothing: how the run
+        differs from the folder's (None for a new folder). Raises ``RunSetupError`` as it would."""
+        check_out_path(self.out)
+        self.check_models()
+        if dataset is None:
+            dataset = self.load_dataset()
+        return check_fingerprint(self.out, self.fingerprint(dataset), self.config.accept_changes)[1]
+
     def write_manifest(self, dataset: Any, n_cases: int, claim: ClaimedFolder | None = None) -> None:
-        fingerprint = dict(claim.fingerprint) if claim else run_fingerprint(self.config, self.defenders, dataset)
+        fingerprint = dict(claim.fingerprint) if claim else self.fingerprint(dataset)
         if claim is not None and claim.recorded is not None:
             fingerprint = merge_fingerprints(claim.recorded, fingerprint)
         write_manifest(self.out, self.config, self.defenders, dataset, n_cases, self.argv,
                        fingerprint=fingerprint, accepted=claim.accepted if claim else None)
+        if self._planned is not None:  # what the readers keep of records.jsonl (``._plan``)
+            write_plan(self.out, fingerprint["models"], fingerprint["defenders"], dataset.items, self._planned)
 
     def _trace_file(self, model: str, defender: str) -> str:
         """The trace file of a model x defender, relative to the run folder (``traces/…``)."""
@@ -312,8 +330,8 @@ class Harness:
         check_out_path(self.out)
         self.check_models()
         dataset = self.load_dataset()
-        planned = self.plan_cases(dataset)
-        fingerprint = run_fingerprint(self.config, self.defenders, dataset)
+        planned = self._planned = self.plan_cases(dataset)
+        fingerprint = self.fingerprint(dataset)
         with ClaimedFolder(self.out, fingerprint, accept_changes=self.config.accept_changes,
                            notice=self.notice) as claim:
             return await self._run_claimed(planned, dataset, claim)
@@ -327,7 +345,10 @@ class Harness:
         cfg = self.config
         plan = CasePlan(cfg.models, [d.label for d in self.defenders],
                         [(protocol, items[i].key, target) for i, protocol, target in planned])
-        resumed = resume_state(records_path, plan, retry_errors=cfg.retry_errors)
+        resumed = resume_state(records_path, plan, retry_errors=cfg.retry_errors,
+                               keep=self.out if has_plan(self.out) else None)
+        if resumed.outside.count and self.notice is not None:
+            self.notice(describe_outside(records_path, resumed.outside))
         self._fresh_errors = [] if resumed.records == 0 else None
         clean_state: dict[tuple[str, str, str], bool] = {}
         resumed.apply(self.stats, clean_state)

@@ -130,7 +130,8 @@ def render_headline(report: MetricsReport) -> str:
         x, t1 = dm.metrics, dm.paired.get("type1_asr")
         rows.append([
             f"`{model}`", f"`{defender}`",
-            *(fmt_ci(x[k]) for k in ("clean_acc", "type1_acc", "type2_acc", "type1_asr",
+            *(f"{fmt_ci(x[k])} ({x[k].k}/{x[k].n})" if x[k].value is not None else "—"
+              for k in ("clean_acc", "type1_acc", "type2_acc", "type1_asr",
                                      "type1_tasr", "type2_asr", "type2_recovery")),
             fmt_delta(t1), fmt_p(t1),
             fmt_count(x["unparsed_rate"]), fmt_count(x["error_rate"]),

@@ -151,6 +151,9 @@ def _serve(requests: IO[str], answers: IO[str]) -> None:
     for name in _WARM:
         with contextlib.suppress(ImportError):  # a missing one fails loudly where it is used
             importlib.import_module(name)
+    from medmis.defenses import _base as registry
+
+    registry.warn_broken_plugins = False  # the run that started this worker names a broken plug-in
     collect_from_here()
     from ._plot_helper import ForkedPlotter
 
