@@ -267,6 +267,9 @@ def test_paper_tables_of_a_fixture_run(tmp_path: Path, capsys: pytest.CaptureFix
     assert len(body) == 13 * 3
     text = check_md(run, records, subsets, several=False)
     assert "SIMULATED EXAMINEE" in text
+    errors = sum(1 for r in records if r["error"])
+    assert f"- **Records:** {len(records)} ({errors} with an error)" in text
+    assert "- **Type 1 targets:** `sampled`" in text and "- **Model options:** `temperature=0.0`" in text
 
 
 def test_readme_documents_the_flag_and_the_reading() -> None:

@@ -206,6 +206,10 @@ def _facts(run: RunData, report: MetricsReport) -> str:
         ("Prompt", render_prompt_fact(run)),
         ("Type 1 targets", f"`{fp.get('type1_targets') or m.get('type1_targets') or '—'}`"),
     ]
+    options = fp.get("model_options") or {}
+    shown = ", ".join(f"{k}={v}" for k, v in options.items() if v is not None and not isinstance(v, dict))
+    if shown:  # the settings that make a model a configuration (reasoning effort, thinking, ...)
+        facts.append(("Model options", f"`{shown}`"))
     if fp.get("decoding") or m.get("decoding"):
         facts.append(("Decoding", f"`{fp.get('decoding') or m.get('decoding')}`"))
     return "\n".join(f"- **{k}:** {v}" for k, v in facts)
