@@ -124,6 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="defender label the others are compared against (one of the run's "
                           "defenders; default: none when the run has it)")
     rep.add_argument("--seed", type=int, default=0, help="seed of the paired bootstrap")
+    rep.add_argument("--paper-tables", action="store_true", help="also DIR/paper_tables.csv and .md")
 
     abl = sub.add_parser("ablate", help="run an ablation grid from a TOML config")
     abl.add_argument("config", help="ablation config (TOML), e.g. experiments/configs/demo.toml")
@@ -300,7 +301,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from medmis.experiments.harness._checks import check_baseline
 
     baseline = check_baseline(run_dir / "records.jsonl", args.baseline)
-    paths = write_report(run_dir, baseline=baseline, seed=args.seed, notice=_notice)
+    paths = write_report(run_dir, baseline=baseline, seed=args.seed, notice=_notice,
+                         paper_tables=args.paper_tables)
     for name, path in paths.items():
         print(f"{name}: {path}")
     return 0

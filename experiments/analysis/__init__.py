@@ -29,6 +29,7 @@ from ._metrics import (
 from ._same_answers import same_answers
 from ._stats import mcnemar_exact, p50, p95, paired_bootstrap_diff, percentile, wilson
 from ._units import (
+    FAILURE_METRICS,
     INDICATOR_METRICS,
     METRICS,
     PAIRED_METRICS,
@@ -37,6 +38,7 @@ from ._units import (
     STRATUM_KINDS,
     UNSPECIFIED,
     Proportion,
+    errors_as_failures,
     indicator_maps,
     is_correct,
     item_key,
@@ -56,6 +58,7 @@ from ._verdict import (
 
 __all__ = [
     "DEFAULT_SETTINGS",
+    "FAILURE_METRICS",
     "INDICATOR_METRICS",
     "METRICS",
     "PAIRED_METRICS",
@@ -85,6 +88,7 @@ __all__ = [
     "compute_metrics",
     "cost_of",
     "decide",
+    "errors_as_failures",
     "indicator_maps",
     "is_correct",
     "item_key",

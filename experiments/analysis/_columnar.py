@@ -35,6 +35,7 @@ from medmis.experiments.benchmark._types import (
 )
 
 from ._cluster import clustered_from_totals
+from ._failures import add_failure_units
 from ._metrics import (
     PAIRWISE_METRICS,
     Cost,
@@ -46,6 +47,8 @@ from ._metrics import (
 )
 from ._stats import p50, p95
 from ._units import (
+    FAILURE_KINDS,
+    FAILURE_METRICS,
     METRICS,
     PAIRED_METRICS,
     PROTOCOL_METRICS,
@@ -123,11 +126,13 @@ def _blocks_sql() -> list[str]:
     sources = [(kind, label, "unit_items") for kind, label in _KINDS]
     sources.append(("subset_protocol", f"t.subset || '{STRATUM_JOIN}' || u.protocol", "unit_items_p"))
     counts = []
+    failures = ", ".join(f"'{m}'" for m in FAILURE_METRICS)
     for i, (kind, label, table) in enumerate(sources):
+        keep = "" if kind in ("all", *FAILURE_KINDS) else f" WHERE u.metric NOT IN ({failures})"
         labelled = (f"SELECT u.model, u.defender, '{kind}' AS kind, {label} AS label, u.metric, u.item_key, "
-                    f"u.total, u.size, u.fpos FROM {table} u JOIN tags t USING (item_key)")
-        shared = (f"WHERE (u.model, u.defender, u.metric) IN (SELECT (model, defender, metric) FROM {table} "
-                  "GROUP BY ALL HAVING max(size) > 1)")
+                    f"u.total, u.size, u.fpos FROM {table} u JOIN tags t USING (item_key){keep}")
+        shared = (f"{'AND' if keep else 'WHERE'} (u.model, u.defender, u.metric) IN (SELECT (model, "
+                  f"defender, metric) FROM {table} GROUP BY ALL HAVING max(size) > 1)")
         make = "CREATE OR REPLACE TABLE item_agg AS" if i == 0 else "INSERT INTO item_agg"
         statements.append(f"{make} {labelled} {shared}")
         counts.append(f"SELECT model, defender, kind, label, metric, sum(total)::BIGINT AS k, "
@@ -190,10 +195,12 @@ def _strata(blocks: dict[tuple[str, str, str, str], MetricBlock], model: str, de
         return blocks.get((model, defender, kind, label))
 
     strata: dict[str, dict[str, MetricBlock]] = {}
+    plain = tuple(m for m in METRICS if m not in FAILURE_METRICS)
     for kind in ("subset", "content_type", "provenance"):
-        strata[kind] = {lab: _full_block(b) for lab in order[kind] if (b := get(kind, lab))}
+        metrics = METRICS if kind in FAILURE_KINDS else plain
+        strata[kind] = {lab: _full_block(b, metrics) for lab in order[kind] if (b := get(kind, lab))}
     strata["content_type_x_provenance"] = {
-        lab: _full_block(b) for ct in order["content_type"] for pv in order["provenance"]
+        lab: _full_block(b, plain) for ct in order["content_type"] for pv in order["provenance"]
         if (b := get("content_type_x_provenance", lab := ct + STRATUM_JOIN + pv))
     }
     strata["subset_x_protocol"] = {}
@@ -318,6 +325,7 @@ def metrics_from_view(con: duckdb.DuckDBPyConnection, *, baseline: str = "none",
     """
     con.execute(_TAGS)
     con.execute(_UNITS)
+    add_failure_units(con, _UNITS)
     for statement in _blocks_sql():
         con.execute(statement)
     blocks = _block_proportions(con)

@@ -79,7 +79,7 @@ __all__ = [
 def write_report(
     run_dir: str | Path, *, baseline: str = "none", seed: int = 0, figures: bool = True,
     plot_helper: PlotHelper | None = None, notice: Callable[[str], None] | None = None,
-    settings: VerdictSettings | None = None,
+    settings: VerdictSettings | None = None, paper_tables: bool = False,
 ) -> dict[str, Path]:
     """Compute metrics for a run and (re)write its report files.
 
@@ -88,6 +88,8 @@ def write_report(
         baseline: Defender the others are compared against.
         seed: Seed of the paired bootstrap.
         figures: Also write the PNG plots and the self-contained ``report.html``.
+        paper_tables: Also write ``paper_tables.csv`` and ``paper_tables.md`` (the paper's
+            table layout; :mod:`._paper_tables`).
         plot_helper: Draws some of the figures meanwhile (the report worker's; see
             :class:`~._plots.PlotHelper`); the files are the same either way.
         notice: Told, in one line, of records outside the run's plan (left out of every
@@ -119,6 +121,12 @@ def write_report(
     _write_text(paths["metrics.json"],
                 json.dumps(metrics, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
     _write_text(paths["metrics.csv"], render_csv(report))
+    if paper_tables:
+        from ._paper_tables import render_paper_tables
+
+        for name, text in render_paper_tables(run, report).items():
+            paths[name] = run.run_dir / name
+            _write_text(paths[name], text)
     paths["verdict.json"] = run.run_dir / "verdict.json"
     _write_text(paths["verdict.json"], json.dumps(verdict.to_json(), indent=2, ensure_ascii=False) + "\n")
     stability = _stability(run, report, verdict)
