@@ -52,6 +52,7 @@ def test_wheel_adds_only_the_medmis_import_name(wheel: Path) -> None:
         meta = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
         entry_points = zf.read(meta).decode()
     assert "medmis = medmis.experiments.cli:console" in entry_points
+    assert "[pytest11]\nmedmis = medmis.experiments.testing" in entry_points
 
 
 def _dependency_folders() -> list[str]:
