@@ -80,7 +80,7 @@ def test_installed_wheel_imports_from_outside_the_checkout(wheel: Path, tmp_path
     )
     probe = (
         "import importlib.util, sys\n"
-        "import medmis.experiments, medmis.defenses\n"
+        "import medmis.experiments, medmis.defenses, medmis.experiments.testing\n"
         "print(medmis.experiments.__file__)\n"
         "print([n for n in ('agents', 'tools', 'graphs', 'defenses', 'experiments')"
         " if importlib.util.find_spec(n) is not None])\n"
