@@ -52,6 +52,7 @@ def test_wheel_adds_only_the_medmis_import_name(wheel: Path) -> None:
         meta = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
         entry_points = zf.read(meta).decode()
     assert "medmis = medmis.experiments.cli:console" in entry_points
+    assert "[pytest11]\nmedmis = medmis.experiments.testing" in entry_points
 
 
 def _dependency_folders() -> list[str]:
@@ -79,7 +80,7 @@ def test_installed_wheel_imports_from_outside_the_checkout(wheel: Path, tmp_path
     )
     probe = (
         "import importlib.util, sys\n"
-        "import medmis.experiments, medmis.defenses\n"
+        "import medmis.experiments, medmis.defenses, medmis.experiments.testing\n"
         "print(medmis.experiments.__file__)\n"
         "print([n for n in ('agents', 'tools', 'graphs', 'defenses', 'experiments')"
         " if importlib.util.find_spec(n) is not None])\n"

@@ -72,7 +72,7 @@ def test_template_copied_into_a_fresh_project_passes(tmp_path: Path) -> None:
                           cwd=project, env={**env, "PYTEST_ADDOPTS": ""}, capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "2 passed" in done.stdout and "warning" not in done.stdout.lower()
+    assert "3 passed" in done.stdout and "warning" not in done.stdout.lower()
 
 
 def test_unknown_defender_names_the_registered_ones() -> None:
