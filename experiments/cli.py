@@ -178,6 +178,9 @@ def build_parser() -> argparse.ArgumentParser:
     from medmis.experiments.view import add_parser as add_view_parser
 
     add_view_parser(sub)
+    from medmis.experiments.export._cli import add_export_parser
+
+    add_export_parser(sub)
     return parser
 
 
@@ -382,6 +385,10 @@ def _dispatch(args: argparse.Namespace, argv: Sequence[str]) -> int:
         from medmis.experiments.review import _cli as review_cli
 
         return review_cli.run(args)
+    if args.command == "export":
+        from medmis.experiments.export._cli import run_export
+
+        return run_export(args)
     if args.command == "view":
         from medmis.experiments.view import run as run_view
 
