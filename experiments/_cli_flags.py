@@ -26,6 +26,12 @@ def add_cache_flags(p: argparse.ArgumentParser, *, search: bool = True) -> None:
                    help="extra contamination patterns (one per line) added to the default blocklist")
 
 
+def add_plugin_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--plugin", action="append", default=[], metavar="FILE",
+                   help="a local .py file whose @defender(s) register for this command "
+                        "(repeatable; its source hash joins the run's fingerprint)")
+
+
 def add_request_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model-timeout", type=_float_range(0.0, None, "a number of seconds above 0"),
                    default=120.0, metavar="S",

@@ -24,6 +24,7 @@ from medmis.experiments._argtypes import (
 from medmis.experiments._cli_flags import (
     add_cache_flags,
     add_hub_repo_flag,
+    add_plugin_flag,
     add_request_flags,
     add_scale_flags,
     base_url_list,
@@ -117,6 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--no-progress", action="store_true", help="no progress bar or progress lines")
     add_cache_flags(run)
     add_scale_flags(run)
+    add_plugin_flag(run)
 
     rep = sub.add_parser("report", help="(re)write DIR/metrics.json, metrics.csv, report.md (and plots/HTML)")
     rep.add_argument("dir", help="run folder (holds records.jsonl)")
@@ -139,6 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
     abl.add_argument("--accept-change", action="append", default=[], metavar="FIELD[,FIELD]",
                      help="as for `medmis run`: resume into an --out holding a run with other settings")
     abl.add_argument("--no-progress", action="store_true", help="no progress bar or progress lines")
+    add_plugin_flag(abl)
 
     data = sub.add_parser("data", help="dataset utilities")
     dsub = data.add_subparsers(dest="data_command", required=True)
@@ -151,7 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     review_cli.add_parser(sub)
 
-    sub.add_parser("defenders", help="list registered defenders with their options")
+    add_plugin_flag(sub.add_parser("defenders", help="list registered defenders with their options"))
 
     from medmis.experiments.generate._cli import add_parsers as _add_generate_parsers
 
@@ -176,6 +179,9 @@ def build_parser() -> argparse.ArgumentParser:
     from medmis.experiments.view import add_parser as add_view_parser
 
     add_view_parser(sub)
+    from medmis.experiments.export._cli import add_export_parser
+
+    add_export_parser(sub)
     return parser
 
 
@@ -230,7 +236,7 @@ def _run_command(args: argparse.Namespace, argv: Sequence[str], worker: Any) -> 
             seed=args.seed,
             extra=parse_flat(args.model_option, "--model-option"),
         ),
-        defenders=[DefenderConfig(name=n, options=options.get(n, {})) for n in names],
+        defenders=[DefenderConfig(name=n, options=options.get(n, {})) for n in names], plugins=args.plugin,
         protocols=protocols,  # type: ignore[arg-type]
         type1_targets=args.type1_targets,
         shuffle_type2=args.shuffle_type2,
@@ -274,7 +280,7 @@ def _run_command(args: argparse.Namespace, argv: Sequence[str], worker: Any) -> 
         raise CliError(f"{exc.summary()}; `medmis data validate` lists them all, "
                        "--on-invalid skip runs the valid rows") from None
     if config.write_report and not (result.nothing_to_do and (result.out / "report.md").exists()):
-        result.report = worker.write(result.out)
+        result.report = worker.write(result.out, plugins=config.plugins)
     if result.nothing_to_do:
         print(f"nothing to do: {result.records} records complete in {result.out}")
     else:
@@ -308,10 +314,10 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_defenders() -> int:
+def _cmd_defenders(plugins: Sequence[str]) -> int:
     from medmis.experiments._defenders_cmd import run
 
-    return run()
+    return run(plugins)
 
 
 def _tool_flags(args: argparse.Namespace) -> dict[str, Any]:
@@ -354,7 +360,8 @@ def _cmd_ablate(args: argparse.Namespace, argv: Sequence[str]) -> int:
         overrides.append(f"limit={args.limit}")
     return ablate_command(args.config, out=args.out, dry_run=args.dry_run,
                           progress=not args.no_progress, argv=["medmis", *argv],
-                          overrides=overrides, accept_changes=accept_change_fields(args.accept_change))
+                          overrides=overrides, accept_changes=accept_change_fields(args.accept_change),
+                          plugins=args.plugin)
 
 
 def _dispatch(args: argparse.Namespace, argv: Sequence[str]) -> int:
@@ -369,7 +376,7 @@ def _dispatch(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
         return validate_command(args.path, subset=args.subset, hub_repo=args.hub_repo)
     if args.command == "defenders":
-        return _cmd_defenders()
+        return _cmd_defenders(args.plugin)
     if args.command in ("generate", "compare"):
         from medmis.experiments.generate import _cli as gen_cli
 
@@ -380,6 +387,10 @@ def _dispatch(args: argparse.Namespace, argv: Sequence[str]) -> int:
         from medmis.experiments.review import _cli as review_cli
 
         return review_cli.run(args)
+    if args.command == "export":
+        from medmis.experiments.export._cli import run_export
+
+        return run_export(args)
     if args.command == "view":
         from medmis.experiments.view import run as run_view
 

@@ -25,6 +25,7 @@ from pydantic import BaseModel
 
 from medmis.agents._registry import ModelOptions
 from medmis.defenses._base import create_defender, get_spec
+from medmis.defenses._plugins import load_plugins
 from medmis.experiments._errors import CliError
 from medmis.experiments.benchmark._prompts import render_prompt
 from medmis.experiments.benchmark._protocols import build_cases
@@ -201,6 +202,7 @@ def _run_config(config: AblationConfig, out: Path, *, progress: bool, shuffled: 
         # draws); a seed in model_options wins
         model_options=ModelOptions(**options),
         defenders=config.defender_configs(),
+        plugins=config.plugins,
         protocols=["clean", "type2"] if shuffled else config.protocols,
         type1_targets=config.type1_targets,
         shuffle_type2=shuffled,
@@ -313,14 +315,16 @@ async def run_ablation(config: AblationConfig, *, out: Path, progress: bool = Tr
 
 def ablate_command(path: str, *, out: str | None = None, dry_run: bool = False, progress: bool = True,
                    argv: Sequence[str] | None = None, overrides: Sequence[str] = (),
-                   accept_changes: Sequence[str] = ()) -> int:
+                   accept_changes: Sequence[str] = (), plugins: Sequence[str] = ()) -> int:
     """``medmis ablate``: print the plan (dry run) or run it.
 
     ``overrides`` are ``KEY=VALUE`` pairs applied to the config (``--data``, ``--limit`` and
-    ``--set``; see :func:`load_config`).
+    ``--set``; see :func:`load_config`); ``plugins`` (``--plugin``) join the config's.
     """
 
     config = load_config(path, overrides)
+    config.plugins += [p for p in plugins if p not in config.plugins]
+    load_plugins(config.plugins)
     check_config(config)  # an unknown provider, defender or baseline never gets an estimate
     if not dry_run:
         # before loading data: the HLE config reads the hub, which a keyless user may not reach

@@ -129,6 +129,8 @@ class AblationConfig(BaseModel):
     model_options: dict[str, Any] = Field(default_factory=dict)
     models: list[ModelEntry]
     defenders: list[DefenderEntry]
+    plugins: list[str] = Field(default_factory=list)
+    """Local plug-in files whose ``@defender``s register for the run (relative to the config file)."""
     delivery: Delivery = Field(default_factory=Delivery)
     simulation: Simulation = Field(default_factory=Simulation)
     baseline: str = "none"
@@ -263,9 +265,11 @@ def load_config(path: str | Path, overrides: Sequence[str] = ()) -> AblationConf
     for pair in overrides:
         apply_override(raw, pair)
     try:
-        return AblationConfig.model_validate(raw)
+        config = AblationConfig.model_validate(raw)
     except ValidationError as exc:
         raise CliError(f"{path}: {_describe(exc, raw)}") from None
+    config.plugins = [str(Path(path).parent / p) for p in config.plugins]  # absolute ones stay
+    return config
 
 
 def _known_keys(loc: Sequence[Any]) -> list[str]:

@@ -52,6 +52,8 @@ class RunConfig(BaseModel):
     models: list[str]
     model_options: ModelOptions = Field(default_factory=ModelOptions)
     defenders: list[DefenderConfig]
+    plugins: list[str] = Field(default_factory=list)
+    """Local plug-in files (``--plugin``) whose ``@defender``s register for this run."""
     protocols: list[ProtocolName] = Field(default_factory=lambda: list(PROTOCOLS))
     type1_targets: Type1Targets = "sampled"
     shuffle_type2: bool = False

@@ -90,7 +90,8 @@ def _code_of(factory: Any, options: type) -> dict[str, Any]:
         if data is None:
             continue
         digest.update(name.encode() + b"\0" + data + b"\0")
-        hashed.append(name)
+        # a local --plugin file's module is named after its content hash (defenses._plugins)
+        hashed.append("<local plug-in file>" if name.startswith("medmis_plugin_") else name)
     code: dict[str, Any] = {"modules": hashed, "sha256": digest.hexdigest() if hashed else None}
     dist = _plugin_distribution(names[0]) if names else None
     if dist:

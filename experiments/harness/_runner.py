@@ -27,6 +27,7 @@ from medmis.agents._limiter import AdaptiveLimiter
 from medmis.agents._retry import RetryPolicy
 from medmis.agents._transport import aclose_transports
 from medmis.defenses._base import Defender, DefenderContext, create_defender
+from medmis.defenses._plugins import load_plugins
 from medmis.experiments.benchmark._prompts import prompt_preset
 from medmis.experiments.benchmark._protocols import build_cases, plan_cases
 from medmis.experiments.benchmark._types import Answer, Case, Item, ProtocolName, Record
@@ -110,6 +111,7 @@ class Harness:
             model_factory, config.model_options, cache_mode=config.cache, cache_dir=self._cache_dir(),
             max_connections=config.max_connections,
         )
+        load_plugins(config.plugins)  # the run's local plug-in files (--plugin) register their defenders
         self.defenders: list[Defender] = [
             create_defender(d.name, d.options, label=d.label) for d in config.defenders
         ]

@@ -6,7 +6,7 @@ the other core; when the run ends, the report is written from the records on dis
 process that is already warm. The report is the one :func:`write_report` writes in-process,
 byte for byte; only the waiting moves.
 
-Protocol: one JSON line per request on the worker's stdin (``{"run_dir": …}``), one JSON line
+Protocol: one JSON line per request on the worker's stdin (``{"run_dir": …, "plugins": […]}``), one JSON line
 per answer on its stdout (``{"paths": {name: path}}`` or ``{"error": "Type: message"}``). The
 worker exits at the end of its stdin, so a parent that dies takes it along. Ctrl-C belongs to
 the parent (which may still write the report of a stopped run): the worker ignores SIGINT.
@@ -25,7 +25,7 @@ import json
 import signal
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -57,21 +57,23 @@ class ReportWorker:
             process = None
         return cls(process)
 
-    def write(self, run_dir: str | Path) -> dict[str, Path]:
-        """The report's paths, written by the worker if it can, otherwise in this process."""
-        answer = self._ask(str(run_dir))
+    def write(self, run_dir: str | Path, plugins: Sequence[str] = ()) -> dict[str, Path]:
+        """The report's paths, written by the worker if it can, otherwise in this process.
+        ``plugins``: the run's local plug-in files (loaded in this process already), which the
+        worker loads too so its registry knows their defenders (which are controls)."""
+        answer = self._ask(str(run_dir), plugins)
         if answer is not None and isinstance(answer.get("paths"), dict):
             return {name: Path(path) for name, path in answer["paths"].items()}
         from ._report import write_report
 
         return write_report(run_dir)
 
-    def _ask(self, run_dir: str) -> dict[str, Any] | None:
+    def _ask(self, run_dir: str, plugins: Sequence[str] = ()) -> dict[str, Any] | None:
         process = self._process
         if process is None or process.stdin is None or process.stdout is None or process.poll() is not None:
             return None
         try:
-            process.stdin.write(json.dumps({"run_dir": run_dir}) + "\n")
+            process.stdin.write(json.dumps({"run_dir": run_dir, "plugins": list(plugins)}) + "\n")
             process.stdin.flush()
             line = process.stdout.readline()
         except (OSError, ValueError):
@@ -169,13 +171,18 @@ def _serve(requests: IO[str], answers: IO[str]) -> None:
         with contextlib.suppress(ImportError):  # a missing one fails loudly where it is used
             importlib.import_module(name)
     from medmis.defenses import _base as registry
+    from medmis.defenses import _plugins as registry_plugins
 
     registry.warn_broken_plugins = False  # the run that started this worker names a broken plug-in
     collect_from_here()
     from ._plot_helper import ForkedPlotter
 
     plotter = ForkedPlotter.start()
-    serve_paths(requests, answers, lambda request: write_report(request["run_dir"], plot_helper=plotter))
+    def handle(request: dict[str, Any]) -> dict[str, Path]:
+        registry_plugins.load_plugins(request.get("plugins") or ())
+        return write_report(request["run_dir"], plot_helper=plotter)
+
+    serve_paths(requests, answers, handle)
 
 
 def main() -> None:
