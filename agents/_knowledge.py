@@ -55,7 +55,12 @@ def known_from_items(items: Iterable[Any]) -> list[Known]:
     out = []
     for item in items:
         options = dict(item.options)
-        out.append(Known(item.question, tuple(options.values()), options[item.gold]))
+        known = Known(item.question, tuple(options.values()), options[item.gold])
+        out.append(known)
+        # the paper preset shows a stem with embedded options as released
+        released = getattr(item, "released_question", None)
+        if released:
+            out.append(Known(released, known.options, known.answer))
     return out
 
 

@@ -6,7 +6,10 @@ when both match. A case carries its run's preset (``Case.prompt``, kept on the d
 under every preset (``preface``, ``context``, ``context_heading``, ``system_suffix``,
 ``instruction``, ``system``).
 
-``paper`` (version 1) reproduces the reference evaluation of MedMisBench exactly. Sources, in
+``paper`` (version 2) reproduces the reference evaluation of MedMisBench exactly. Version 2
+shows a stem that embeds ``(A) ... (B) ...`` as released when the option columns hold the same
+options, as the reference's ``reconstruct_dicts`` leaves it (version 1 stripped the embedded
+list; every other prompt is unchanged). Sources, in
 the public repository AI-in-Health/MedMisBench:
 
 * The case wording, clean and injected (Type 1 and Type 2 alike): ``build_prompt`` in
@@ -209,7 +212,7 @@ def _toolkit(
 PRESETS: dict[str, PromptPreset] = {
     "paper": PromptPreset(
         name="paper",
-        version="1",
+        version="2",
         description="the reference evaluation's wording, JSON answer and structured output",
         source="AI-in-Health/MedMisBench medmisbench_no_harness_eval.ipynb (89383f5)",
         render=_paper,
