@@ -73,6 +73,10 @@ def run_fingerprint(config: RunConfig, defenders: Sequence[Any], dataset: Any) -
         "prompt": f"{preset.name}@{preset.version}",
         "model_options": options,
         "models": sorted(config.models),
+        **({"model_variants": {
+            m: {"spec": v.spec, "options": {k: _bare_url(x) if k == "base_url" else x
+                                            for k, x in sorted(v.options.items()) if k not in _TRANSPORT_OPTIONS}}
+            for m, v in sorted(config.model_variants.items())}} if config.model_variants else {}),
         "defenders": {
             d.label: {"name": d.name, "options": d.options.model_dump(mode="json")} for d in defenders
         },
@@ -91,7 +95,8 @@ class FingerprintDiff:
     def blocking(self, accepted: Sequence[str]) -> dict[str, tuple[Any, Any]]:
         """The changes not named in ``accepted``."""
         return {k: v for k, v in self.changed.items()
-                if k not in accepted and not (k.startswith("defender ") and "defenders" in accepted)}
+                if k not in accepted and not (k.startswith("defender ") and "defenders" in accepted)
+                and not (k.startswith("model ") and "model_options" in accepted)}
 
     def describe(self, fields: Mapping[str, tuple[Any, Any]] | None = None) -> str:
         """``seed: 0 -> 5; prompt: paper@1 -> toolkit@1`` (short values, one line)."""
@@ -128,6 +133,11 @@ def compare_fingerprints(recorded: Mapping[str, Any], new: Mapping[str, Any]) ->
         diff.changed[name] = (old_v, new_v)
     old_models = set(recorded.get("models") or [])
     diff.added_models = sorted(set(new.get("models") or []) - old_models)
+    # a model name run again with another spec or other options of its own is another model
+    old_vars, new_vars = recorded.get("model_variants") or {}, new.get("model_variants") or {}
+    for name in sorted((set(old_vars) | set(new_vars)) & old_models & set(new.get("models") or [])):
+        if old_vars.get(name) != new_vars.get(name):
+            diff.changed[f"model {name}"] = (old_vars.get(name), new_vars.get(name))
     old_defs: Mapping[str, Any] = recorded.get("defenders") or {}
     for label, spec in (new.get("defenders") or {}).items():
         if label not in old_defs:
@@ -170,4 +180,7 @@ def merge_fingerprints(recorded: Mapping[str, Any], new: Mapping[str, Any]) -> d
     defenders = dict(recorded.get("defenders") or {})
     defenders.update(new.get("defenders") or {})
     merged["defenders"] = defenders
+    variants = {**(recorded.get("model_variants") or {}), **(new.get("model_variants") or {})}
+    if variants:
+        merged["model_variants"] = variants
     return merged

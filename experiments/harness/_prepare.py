@@ -97,7 +97,8 @@ class ClaimedFolder:
         diff = compare_fingerprints(self.recorded, self.fingerprint)
         blocking = diff.blocking(self.accept_changes)
         if blocking:
-            names = ",".join(k if not k.startswith("defender ") else "defenders" for k in blocking)
+            names = ",".join("defenders" if k.startswith("defender ") else
+                             "model_options" if k.startswith("model ") else k for k in blocking)
             names = ",".join(dict.fromkeys(names.split(",")))
             raise RunSetupError(
                 f"{self.out} holds a different run ({diff.describe(blocking)}); choose a new --out, "

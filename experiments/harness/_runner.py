@@ -106,6 +106,7 @@ class Harness:
         self._pool = ModelPool(
             model_factory, config.model_options, cache_mode=config.cache, cache_dir=self._cache_dir(),
             max_connections=config.max_connections,
+            variants={m: (config.spec_of(m), config.options_of(m)) for m in config.model_variants},
         )
         self.defenders: list[Defender] = [
             create_defender(d.name, d.options, label=d.label) for d in config.defenders
