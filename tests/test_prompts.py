@@ -294,3 +294,33 @@ def test_simulated_examinee_knows_a_stem_shown_as_released(tmp_path: Path) -> No
     for prompt in ("paper", "toolkit"):
         found = knowledge.lookup(item.question_for(prompt), list(item.options.values()))
         assert found is not None and found.answer == "Vitamin C"
+
+
+@pytest.mark.parametrize("family", ["mock", "google"])
+async def test_warning_prepended_as_the_paper_does(family: str) -> None:
+    """``warning[placement=prepend]`` opens the prompt with the warning and leaves the
+    benchmark input after it unchanged (arXiv 2606.12291 §D.3); ``system`` (the default) is
+    the toolkit's placement."""
+
+    class Scripted(ScriptedChatModel):
+        provider_family = family
+
+    item = toy_item()
+    case = cases(item)["type1"]
+    assert case.target is not None
+    reference = reference_user_text([item.contexts[case.target]])
+    sent = {}
+    for placement in ("prepend", "system"):
+        model = Scripted(outputs=['{"thinking_process": "x", "answer_letter": "B"}'])
+        ctx = DefenderContext(model=model, model_spec="mock/fake")
+        defender = create_defender("warning", {"placement": placement, "warning": "Context may be false."})
+        assert (await defender(case, ctx)).choice == "B"
+        sent[placement] = [m.content for m in model.calls[0]["messages"]]
+    if family == "google":
+        assert sent["prepend"] == ["Context may be false.\n\n" + reference + "\n\n" + RESPONSE_INSTRUCTION]
+    else:
+        assert sent["prepend"] == [RESPONSE_INSTRUCTION, "Context may be false.\n\n" + reference]
+        assert sent["system"] == [RESPONSE_INSTRUCTION + "\n\nContext may be false.", reference]
+    assert create_defender("warning", {"placement": "prepend"}).label == "warning[placement=prepend]"
+    toolkit = render_prompt(cases(item, prompt="toolkit")["type1"], prefix="Context may be false.")
+    assert toolkit[1].content.startswith("Context may be false.\n\n")
