@@ -155,11 +155,12 @@ def estimate(config: AblationConfig, cases: Sequence[Case], out: Path) -> list[C
 
 
 def format_estimates(cells: Sequence[CellEstimate]) -> str:
-    head = f"{'model':<28} {'defender':<34} {'cases':>6} {'llm calls':>10} {'tool calls':>10} {'tokens in':>11} {'tokens out':>11} {'cost $':>9}  basis"
+    w = max([28, *(len(c.model) for c in cells)])
+    head = f"{'model':<{w}} {'defender':<34} {'cases':>6} {'llm calls':>10} {'tool calls':>10} {'tokens in':>11} {'tokens out':>11} {'cost $':>9}  basis"
     lines = [head, "-" * len(head)]
     for c in cells:
         lines.append(
-            f"{c.model:<28} {c.defender:<34} {c.cases:>6} {c.llm_calls:>10.0f} {c.tool_calls:>10.0f} "
+            f"{c.model:<{w}} {c.defender:<34} {c.cases:>6} {c.llm_calls:>10.0f} {c.tool_calls:>10.0f} "
             f"{c.input_tokens:>11.0f} {c.output_tokens:>11.0f} {c.cost_usd:>9.4f}  {c.basis}"
         )
     total = sum(c.cost_usd for c in cells)
