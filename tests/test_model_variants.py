@@ -66,6 +66,9 @@ def test_one_spec_twice_with_options_of_its_own(tmp_path: Path) -> None:
     assert variants["mock/examinee@knows-little"] == {"spec": "mock/examinee",
                                                       "options": {"extra": {"clean_accuracy": 0.05}}}
     assert manifest["simulated"] is True  # a label keeps its spec's provider
+    report = (out / "report.md").read_text()
+    assert ("**Per-model settings:** `mock/examinee@knows-little` = `mock/examinee` "
+            "(extra={'clean_accuracy': 0.05})") in report
     # the options reached each model: the same requests, other answers
     harness = Harness(RunConfig.model_validate(manifest["config"] | {"out": str(tmp_path / "x")}))
     built = {name: harness._pool.raw(name) for name in variants}
