@@ -294,6 +294,13 @@ def test_simulated_examinee_knows_a_stem_shown_as_released(tmp_path: Path) -> No
     for prompt in ("paper", "toolkit"):
         found = knowledge.lookup(item.question_for(prompt), list(item.options.values()))
         assert found is not None and found.answer == "Vitamin C"
+    # an answer key read from the file (the released row) knows both too
+    from medmis.agents._knowledge import load_knowledge
+
+    from_file = Knowledge(load_knowledge(tmp_path / "embedded.jsonl"))
+    for prompt in ("paper", "toolkit"):
+        found = from_file.lookup(item.question_for(prompt), list(item.options.values()))
+        assert found is not None and found.answer == "Vitamin C"
 
 
 @pytest.mark.parametrize("family", ["mock", "google"])
