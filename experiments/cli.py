@@ -143,12 +143,9 @@ def build_parser() -> argparse.ArgumentParser:
     abl.add_argument("--no-progress", action="store_true", help="no progress bar or progress lines")
     add_plugin_flag(abl)
 
-    data = sub.add_parser("data", help="dataset utilities")
-    dsub = data.add_subparsers(dest="data_command", required=True)
-    val = dsub.add_parser("validate", help="validate a data file; exit 0 when valid")
-    val.add_argument("path", help="JSONL/CSV/Parquet file, folder, hub:SUBSET or hub:all")
-    val.add_argument("--subset", default=None, help="check one subset only")
-    add_hub_repo_flag(val)
+    from medmis.experiments._data_cli import add_data_parsers
+
+    add_data_parsers(sub)
 
     from medmis.experiments.review import _cli as review_cli
 
@@ -372,9 +369,9 @@ def _dispatch(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if args.command == "ablate":
         return _cmd_ablate(args, argv)
     if args.command == "data":
-        from medmis.experiments.benchmark._data import validate_command
+        from medmis.experiments._data_cli import run_data
 
-        return validate_command(args.path, subset=args.subset, hub_repo=args.hub_repo)
+        return run_data(args)
     if args.command == "defenders":
         return _cmd_defenders(args.plugin)
     if args.command in ("generate", "compare"):

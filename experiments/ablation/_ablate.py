@@ -30,6 +30,7 @@ from medmis.experiments._errors import CliError
 from medmis.experiments.benchmark._prompts import render_prompt
 from medmis.experiments.benchmark._protocols import build_cases
 from medmis.experiments.benchmark._types import Case
+from medmis.experiments.harness._config import ModelVariant
 from medmis.experiments.harness._runner import (
     RunConfig,
     RunStats,
@@ -130,7 +131,7 @@ def estimate(config: AblationConfig, cases: Sequence[Case], out: Path) -> list[C
             totals = [0.0, 0.0, 0.0, 0.0]
             calibrated = 0
             for case in cases:
-                cal = calib.get((model.spec, label, case.protocol))
+                cal = calib.get((model.name, label, case.protocol))
                 if cal is not None:
                     calibrated += 1
                     calls, tools_n, tin, tout = cal
@@ -147,7 +148,7 @@ def estimate(config: AblationConfig, cases: Sequence[Case], out: Path) -> list[C
             basis = "earlier records" if calibrated == len(cases) and cases else (
                 "heuristic" if not calibrated else f"mixed ({calibrated}/{len(cases)} calibrated)")
             cells.append(CellEstimate(
-                model=model.spec, defender=label, cases=len(cases), llm_calls=totals[0],
+                model=model.name, defender=label, cases=len(cases), llm_calls=totals[0],
                 tool_calls=totals[1], input_tokens=totals[2], output_tokens=totals[3],
                 cost_usd=cost, basis=basis,
             ))
@@ -155,11 +156,12 @@ def estimate(config: AblationConfig, cases: Sequence[Case], out: Path) -> list[C
 
 
 def format_estimates(cells: Sequence[CellEstimate]) -> str:
-    head = f"{'model':<28} {'defender':<34} {'cases':>6} {'llm calls':>10} {'tool calls':>10} {'tokens in':>11} {'tokens out':>11} {'cost $':>9}  basis"
+    w = max([28, *(len(c.model) for c in cells)])
+    head = f"{'model':<{w}} {'defender':<34} {'cases':>6} {'llm calls':>10} {'tool calls':>10} {'tokens in':>11} {'tokens out':>11} {'cost $':>9}  basis"
     lines = [head, "-" * len(head)]
     for c in cells:
         lines.append(
-            f"{c.model:<28} {c.defender:<34} {c.cases:>6} {c.llm_calls:>10.0f} {c.tool_calls:>10.0f} "
+            f"{c.model:<{w}} {c.defender:<34} {c.cases:>6} {c.llm_calls:>10.0f} {c.tool_calls:>10.0f} "
             f"{c.input_tokens:>11.0f} {c.output_tokens:>11.0f} {c.cost_usd:>9.4f}  {c.basis}"
         )
     total = sum(c.cost_usd for c in cells)
@@ -195,9 +197,11 @@ def _run_config(config: AblationConfig, out: Path, *, progress: bool, shuffled: 
         subset=config.subset,
         limit=config.limit,
         hub_repo=config.data_hub_repo,
-        prices={m.spec: (m.price_in_per_mtok, m.price_out_per_mtok) for m in config.models
+        prices={m.name: (m.price_in_per_mtok, m.price_out_per_mtok) for m in config.models
                 if m.price_in_per_mtok or m.price_out_per_mtok},
-        models=[m.spec for m in config.models],
+        models=[m.name for m in config.models],
+        model_variants={m.name: ModelVariant(spec=m.spec, options=m.overrides) for m in config.models
+                        if m.label or m.overrides},
         # the run seed reaches the model as `medmis run --seed` does (the simulated examinee's
         # draws); a seed in model_options wins
         model_options=ModelOptions(**options),
@@ -267,7 +271,7 @@ def _check_keys(config: AblationConfig) -> str | None:
 async def run_ablation(config: AblationConfig, *, out: Path, progress: bool = True,
                        argv: Sequence[str] | None = None, accept_changes: Sequence[str] = ()) -> dict[str, Any]:
     """Run the grid (and the optional shuffled-type2 pass); returns a summary."""
-    prices = {m.spec: m for m in config.models}
+    prices = {m.name: m for m in config.models}
 
     def budget_stop(stats: RunStats) -> str | None:
         if config.budget_usd is None:
@@ -411,7 +415,7 @@ def _nothing_to_do(config: AblationConfig, out: Path, items: Sequence[Any]) -> b
     """Every case of the grid (and of the shuffled pass) is recorded already."""
     if not (out / "records.jsonl").exists():
         return False
-    models = [m.spec for m in config.models]
+    models = [m.name for m in config.models]
     labels = [create_defender(d.name, d.options).label for d in config.defender_configs()]
     main = build_cases(items, config.protocols, seed=config.seed,
                        type1_targets=config.type1_targets, prompt=config.prompt)

@@ -31,14 +31,44 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 class ModelEntry(BaseModel):
-    """A model in the grid with its price per million tokens (USD) for estimates and caps."""
+    """A model in the grid with its price per million tokens (USD) for estimates and caps,
+    and options of its own (overriding ``model_options`` key by key)."""
 
     model_config = ConfigDict(extra="forbid")
 
     spec: str
+    label: str | None = None
+    """The model's name in records and reports (default: the spec). It starts with the spec
+    (``openai/gpt-5.4@medium``), so the same spec can run twice with other options."""
     price_in_per_mtok: float = 0.0
     price_out_per_mtok: float = 0.0
     options: dict[str, Any] = Field(default_factory=dict)
+    unset: list[str] = Field(default_factory=list)
+    """Options of ``model_options`` this model is sent without (TOML has no null), e.g.
+    ``["temperature"]`` for a model that refuses one."""
+
+    @model_validator(mode="after")
+    def _label_names_the_spec(self) -> ModelEntry:
+        # the options whose None means "not sent"
+        nullable = {k for k, f in ModelOptions.model_fields.items() if f.default is None} | {"temperature"}
+        bad = [k for k in self.unset if k not in nullable or k in self.options]
+        if bad:
+            raise ValueError(f"unset: {', '.join(bad)} cannot be unset (unset takes options not "
+                             f"also given here: {', '.join(sorted(nullable))})")
+        if self.label is not None and not self.label.startswith(self.spec):
+            raise ValueError(f"label {self.label!r} must be the spec {self.spec!r} followed by a "
+                             f"suffix (e.g. {self.spec + '@medium'!r})")
+        return self
+
+    @property
+    def name(self) -> str:
+        """The model's name in the run: its label, else its spec."""
+        return self.label or self.spec
+
+    @property
+    def overrides(self) -> dict[str, Any]:
+        """The options this model changes from ``model_options`` (unset ones as None)."""
+        return {**self.options, **dict.fromkeys(self.unset)}
 
 
 class DefenderEntry(BaseModel):
@@ -142,6 +172,11 @@ class AblationConfig(BaseModel):
             raise ValueError("an ablation needs at least one model")
         if not self.defenders:
             raise ValueError("an ablation needs at least one defender")
+        names = [m.name for m in self.models]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"models: {', '.join(twice)} listed twice; give each entry a label "
+                             "(the spec and a suffix) to run a spec with other options")
         real = [m.spec for m in self.models if not m.spec.startswith("mock/")]
         if self.simulation.stability_seeds > 1 and real:
             raise ValueError("simulation.stability_seeds re-runs the simulated examinee only; "
@@ -174,6 +209,7 @@ class AblationConfig(BaseModel):
 # Fields holding a dict whose keys are another model's fields (checked like nested models).
 _DICT_AS_MODEL: dict[tuple[type[BaseModel], str], type[BaseModel]] = {
     (AblationConfig, "model_options"): ModelOptions,
+    (ModelEntry, "options"): ModelOptions,
 }
 
 

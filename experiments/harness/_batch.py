@@ -103,7 +103,7 @@ class BatchHarness(Harness):
 
     def check_models(self) -> None:
         # first: a provider without a batch API is refused before its SDK is even imported
-        check_batchable(self.config.models, self.defenders, self.config.cache)
+        check_batchable([self.config.spec_of(m) for m in self.config.models], self.defenders, self.config.cache)
         super().check_models()
 
     def _driver(self, spec: str) -> BatchDriver:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from medmis.agents._registry import ModelOptions
 from medmis.experiments.benchmark._prompts import PromptName
@@ -39,6 +39,32 @@ class DefenderConfig(BaseModel):
     label: str | None = None
 
 
+class ModelVariant(BaseModel):
+    """A model of a run under a name of its own (``RunConfig.models``) with options of its own:
+    an ablation config's ``[[models]]`` entry with ``label`` or ``options``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    spec: str
+    options: dict[str, Any] = Field(default_factory=dict)
+    """Overrides of the run's ``model_options`` (a key given here replaces the run's)."""
+
+
+def merge_options(base: ModelOptions, overrides: dict[str, Any]) -> ModelOptions:
+    """``base`` with ``overrides`` applied key by key (validated); a ``base_url`` or
+    ``base_urls`` given here replaces both of the base's.
+
+    Raises:
+        ValueError: The result is not valid model options.
+    """
+    if not overrides:
+        return base
+    data = base.model_dump()
+    if "base_url" in overrides or "base_urls" in overrides:
+        data.pop("base_url"), data.pop("base_urls")
+    return ModelOptions.model_validate({**data, **overrides})
+
+
 class RunConfig(BaseModel):
     """Everything that determines a run (recorded in manifest.json)."""
 
@@ -51,6 +77,9 @@ class RunConfig(BaseModel):
     on_invalid: Literal["fail", "skip"] = "fail"
     models: list[str]
     model_options: ModelOptions = Field(default_factory=ModelOptions)
+    model_variants: dict[str, ModelVariant] = Field(default_factory=dict)
+    """Models in ``models`` that are not (only) their spec: name -> spec and option overrides,
+    so one run can hold a model twice with different settings (records name the model)."""
     defenders: list[DefenderConfig]
     plugins: list[str] = Field(default_factory=list)
     """Local plug-in files (``--plugin``) whose ``@defender``s register for this run."""
@@ -93,6 +122,23 @@ class RunConfig(BaseModel):
     accept_changes: list[str] = Field(default_factory=list)
     """Fingerprint fields allowed to differ from the run already in ``out`` (see
     ``_fingerprint.ACCEPTABLE_CHANGES``); each accepted change is recorded in the manifest."""
+
+    @model_validator(mode="after")
+    def _variants_are_models(self) -> RunConfig:
+        stray = sorted(set(self.model_variants) - set(self.models))
+        if stray:
+            raise ValueError(f"model_variants names models the run does not have: {', '.join(stray)}")
+        return self
+
+    def spec_of(self, model: str) -> str:
+        """The spec behind a model name of ``models``."""
+        variant = self.model_variants.get(model)
+        return variant.spec if variant is not None else model
+
+    def options_of(self, model: str) -> ModelOptions:
+        """The options a model of ``models`` is built with (the run's, with its overrides)."""
+        variant = self.model_variants.get(model)
+        return merge_options(self.model_options, variant.options) if variant is not None else self.model_options
 
 
 @dataclass

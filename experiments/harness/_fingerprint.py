@@ -88,10 +88,15 @@ def run_fingerprint(config: RunConfig, defenders: Sequence[Any], dataset: Any,
         "prompt": f"{preset.name}@{preset.version}",
         "model_options": options,
         "models": sorted(config.models),
-        "endpoints": {spec: bare_url(effective_base_url(spec, config.model_options, built.get(spec)))
-                      for spec in config.models if not is_simulated(spec)},
+        "endpoints": {name: bare_url(effective_base_url(config.spec_of(name), config.options_of(name),
+                                                        built.get(name)))
+                      for name in config.models if not is_simulated(name)},
         "examinee": {spec: examinee_identity(built[spec]) for spec in config.models
                      if is_simulated(spec) and spec in built},
+        **({"model_variants": {
+            m: {"spec": v.spec, "options": {k: bare_url(x) if k == "base_url" else x
+                                            for k, x in sorted(v.options.items()) if k not in _TRANSPORT_OPTIONS}}
+            for m, v in sorted(config.model_variants.items())}} if config.model_variants else {}),
         "defenders": {
             d.label: {"name": d.name, "options": d.options.model_dump(mode="json"), "code": defender_code(d.name)}
             for d in defenders
@@ -130,6 +135,8 @@ def accept_name(changed: str) -> str:
         return "defender_code"
     if changed.startswith("defender "):
         return "defenders"
+    if changed.startswith("model "):  # a model name's own spec or options (``[[models]]``)
+        return "model_options"
     return changed
 
 
@@ -188,6 +195,11 @@ def compare_fingerprints(recorded: Mapping[str, Any], new: Mapping[str, Any]) ->
                 diff.changed[name] = (before, after)
     old_models = set(recorded.get("models") or [])
     diff.added_models = sorted(set(new.get("models") or []) - old_models)
+    # a model name run again with another spec or other options of its own is another model
+    old_vars, new_vars = recorded.get("model_variants") or {}, new.get("model_variants") or {}
+    for name in sorted((set(old_vars) | set(new_vars)) & old_models & set(new.get("models") or [])):
+        if old_vars.get(name) != new_vars.get(name):
+            diff.changed[f"model {name}"] = (old_vars.get(name), new_vars.get(name))
     old_defs: Mapping[str, Any] = recorded.get("defenders") or {}
     for label, spec in (new.get("defenders") or {}).items():
         if label not in old_defs:
@@ -251,4 +263,7 @@ def merge_fingerprints(recorded: Mapping[str, Any], new: Mapping[str, Any]) -> d
     for name in _BOTH_OR_NEITHER:  # a resume without the tool-using defenders keeps their record
         if name not in new and name in recorded:
             merged[name] = recorded[name]
+    variants = {**(recorded.get("model_variants") or {}), **(new.get("model_variants") or {})}
+    if variants:
+        merged["model_variants"] = variants
     return merged

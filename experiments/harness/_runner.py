@@ -110,6 +110,7 @@ class Harness:
         self._pool = ModelPool(
             model_factory, config.model_options, cache_mode=config.cache, cache_dir=self._cache_dir(),
             max_connections=config.max_connections,
+            variants={m: (config.spec_of(m), config.options_of(m)) for m in config.model_variants},
         )
         load_plugins(config.plugins)  # the run's local plug-in files (--plugin) register their defenders
         self.defenders: list[Defender] = [

@@ -85,6 +85,7 @@ def render_run_facts(run: RunData, report: MetricsReport) -> str:
         ("Dataset SHA-256", f"`{dataset.get('sha256') or '—'}`"),
         ("Prompt", render_prompt_fact(run)),
         ("Temperature", _temperature(m)),
+        *([("Per-model settings", _model_settings(m))] if _model_settings(m) else []),
         ("Run seed", str(m.get("seed", "—"))),
         ("Baseline defender", f"`{report.baseline}`"),
         ("Paired bootstrap", f"{report.n_boot} replicates, seed {report.seed}"),
@@ -118,6 +119,18 @@ def _temperature(manifest: dict[str, Any]) -> str:
     options = (manifest.get("config") or {}).get("model_options") or {}
     value = options.get("temperature", (manifest.get("prompt") or {}).get("temperature"))
     return "—" if value is None else f"{value:g}"
+
+
+def _model_settings(manifest: dict[str, Any]) -> str:
+    """Models run with options of their own (an ablation's ``[[models]]`` entries): what each
+    sends in place of the run's options (``unset``: not sent)."""
+    variants = (manifest.get("config") or {}).get("model_variants") or {}
+    parts = []
+    for name, variant in variants.items():
+        options = ", ".join(f"{k}={'unset' if v is None else v}" for k, v in (variant.get("options") or {}).items())
+        spec = variant.get("spec")
+        parts.append(f"`{name}`" + (f" = `{spec}`" if spec != name else "") + (f" ({options})" if options else ""))
+    return "; ".join(parts)
 
 
 def render_headline(report: MetricsReport) -> str:
