@@ -59,9 +59,9 @@ name = "none"
 
 @pytest.mark.parametrize(("edit", "flags", "field"), [
     (("seed = 0", "seed = 7"), [], "seed: 0 -> 7"),
-    (('prompt = "paper"', 'prompt = "toolkit"'), [], "prompt: paper@1 -> toolkit@1"),
+    (('prompt = "paper"', 'prompt = "toolkit"'), [], "prompt: paper@2 -> toolkit@1"),
     (None, ["--set", "seed=3"], "seed: 0 -> 3"),
-    (None, ["--set", "prompt=toolkit"], "prompt: paper@1 -> toolkit@1"),
+    (None, ["--set", "prompt=toolkit"], "prompt: paper@2 -> toolkit@1"),
     (None, ["--set", 'protocols=["clean"]'], "protocols:"),
     (None, ["--limit", "1"], "limit: 2 -> 1"),
 ])
@@ -93,7 +93,7 @@ def test_ablate_accepts_a_change_on_purpose_and_records_it(tmp_path: Path, capsy
                  "--accept-change", "prompt"]) == 0
     assert "accepted changes" in capsys.readouterr().err
     (entry,) = manifest(out)["accepted_changes"]
-    assert entry["changes"]["prompt"] == ["paper@1", "toolkit@1"]
+    assert entry["changes"]["prompt"] == ["paper@2", "toolkit@1"]
     assert manifest(out)["fingerprint"]["prompt"] == "toolkit@1"
     # another seed samples other Type 1 targets: accepted, they run
     assert main(["ablate", str(config), "--no-progress", "--set", "prompt=toolkit", "--set", "seed=3",

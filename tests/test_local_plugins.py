@@ -86,7 +86,7 @@ def test_run_with_a_plugin_writes_its_report_and_refuses_an_edited_file(tmp_path
     assert first.returncode == 0, first.stderr
     assert (out / "report.md").exists() and "local_probe" in (out / "report.md").read_text()
     # the worker that wrote it knew the plug-in's defenders: its control is a control there
-    findings = json.loads((out / "verdict.json").read_text())["models"][0]["findings"]
+    findings = json.loads((out / "verdict.json").read_text())["models"]["mock/examinee"]["findings"]
     assert findings["local_blind"]["control"] is True and findings["local_probe"]["control"] is False
     code = json.loads((out / "manifest.json").read_text())["fingerprint"]["defenders"]["local_probe"]["code"]
     assert code["sha256"] and code["modules"] == ["<local plug-in file>"]

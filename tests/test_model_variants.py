@@ -87,7 +87,8 @@ def test_refused_resume_names_the_model_and_the_flag(tmp_path: Path, capsys: pyt
     changed = GRID.replace("clean_accuracy = 0.95", "clean_accuracy = 0.5")
     assert main(["ablate", str(write(tmp_path, changed)), "--out", str(out), "--no-progress"]) == 2
     err = capsys.readouterr().err
-    assert "model mock/examinee@knows-much" in err and "--accept-change model_options" in err
+    # the name's own options changed, and so did the simulated examinee it builds
+    assert "model mock/exam" in err and "--accept-change examinee,model_options" in err
     assert len(read_records(out / "records.jsonl")) == 6
     # the same options resume it
     assert main(["ablate", str(write(tmp_path, GRID)), "--out", str(out), "--no-progress"]) == 0
