@@ -44,7 +44,22 @@ ITEMS = [
 ]
 
 
-class _Provider(BaseHTTPRequestHandler):
+class JsonHandler(BaseHTTPRequestHandler):
+    """A quiet handler that answers with JSON (shared with test_secret_forms)."""
+
+    def _send(self, status: int, payload: dict[str, object]) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+class _Provider(JsonHandler):
     calls = 0
     lock = threading.Lock()
 
@@ -68,17 +83,6 @@ class _Provider(BaseHTTPRequestHandler):
             "message": f"Incorrect API key provided: {KEY}. Sent: {sent}. You can find your "
                        "API key at https://platform.openai.com/account/api-keys.",
             "type": "invalid_request_error", "param": None, "code": "invalid_api_key"}})
-
-    def _send(self, status: int, payload: dict[str, object]) -> None:
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args: object) -> None:
-        pass
 
 
 @pytest.fixture

@@ -12,12 +12,12 @@ import base64
 import json
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import quote
 
 import pytest
-from test_no_secrets_on_disk import ITEMS
+from test_no_secrets_on_disk import ITEMS, JsonHandler
 
 from medmis.experiments.cli import main
 from medmis.tools._redact import configured_secrets, json_needs_redaction, redact
@@ -40,7 +40,7 @@ def _forms() -> dict[str, str]:
     }
 
 
-class _Echo(BaseHTTPRequestHandler):
+class _Echo(JsonHandler):
     calls = 0
     lock = threading.Lock()
 
@@ -63,17 +63,6 @@ class _Echo(BaseHTTPRequestHandler):
             return
         self._send(401, {"error": {"message": f"Incorrect API key provided: {KEY}. {echo}",
                                    "type": "invalid_request_error", "code": "invalid_api_key"}})
-
-    def _send(self, status: int, payload: dict[str, object]) -> None:
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args: object) -> None:
-        pass
 
 
 @pytest.fixture
