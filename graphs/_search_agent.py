@@ -32,6 +32,8 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langchain_core.runnables import RunnableConfig
 from pydantic import Field, model_validator
 
+from medmis.agents._capabilities import accepts_call_settings
+from medmis.agents._errors import MissingKeyError, ModelConfigError
 from medmis.agents._mock import message_text
 from medmis.experiments.benchmark._extract import extract_answer
 from medmis.experiments.benchmark._prompts import render_prompt
@@ -41,7 +43,8 @@ from medmis.experiments.benchmark._protocols import (
     render_user_prompt,
 )
 from medmis.experiments.benchmark._types import Answer, CaseView
-from medmis.tools._types import tool_schemas
+from medmis.tools._redact import redact
+from medmis.tools._types import ReplayMissError, tool_schemas
 
 from . import _search_paper as paper
 from ._citations import cited_urls_in, verify_citations
@@ -73,6 +76,7 @@ PAPER_SETTINGS: dict[str, Any] = {
     "max_queries": 4,
     "max_results": 5,
     "max_page_chars": 8000,
+    "call_decoding": "harness",
 }
 
 
@@ -98,6 +102,12 @@ class SearchAgentOptions(DefenderOptions):
         verify: Check the final answer's cited URLs against the pages fetched in the case and
             record the verdict (``verification`` in the answer's extra; no model call).
         planner_model: Model spec for the plan step (default: the base model).
+        call_decoding: ``harness`` (the paper preset's default): each call carries the
+            reference harness's temperature and output cap (planner and loop 0.1 / 4096
+            tokens, finaliser 0.0 / 2048), whatever the run's decoding preset; ``run``
+            (the toolkit preset's default): every call is sent with the run's decoding
+            (``--decoding`` and its override flags). The paper preset's planner asks for
+            JSON mode either way.
     """
 
     preset: Preset = "toolkit"
@@ -111,6 +121,7 @@ class SearchAgentOptions(DefenderOptions):
     warn: bool = True
     verify: bool = True
     planner_model: str | None = None
+    call_decoding: Literal["harness", "run"] = "run"
 
     @model_validator(mode="before")
     @classmethod
@@ -234,17 +245,45 @@ def build_search_agent_graph(opts: SearchAgentOptions) -> CompiledStateGraph:
 
     is_paper = opts.preset == "paper"
     schemas = tool_schemas("paper" if is_paper else "toolkit")
+    harness = opts.call_decoding == "harness"
+    agent_settings = paper.AGENT_SETTINGS if harness else None
+    final_settings = paper.FINALIZER_SETTINGS if is_paper and harness else None
+
+    async def _harness_plan(ctx: DefenderContext, planner: Any, question: str) -> Any:
+        """The harness's ``chat_json``: a JSON-mode call, once more without JSON mode when that
+        call fails or its reply holds no JSON, and no plan (the fallback) when that fails too."""
+        json_settings = dict(paper.PLAN_SETTINGS) if harness else {"json_mode": True}
+        plain_settings = {k: v for k, v in json_settings.items() if k != "json_mode"} or None
+        messages = paper.plan_messages(question)
+        try:
+            reply = await ctx.generate(messages, model=planner, name="plan", settings=json_settings)
+            return paper.reply_json(message_text(reply))
+        except _FATAL:
+            raise
+        except Exception as exc:
+            if not accepts_call_settings(planner):
+                # nothing was asked in JSON mode: a second call would be the same call
+                ctx.note("plan_fallback", {"reason": _reason(exc)})
+                return None
+            ctx.note("plan_retry", {"reason": _reason(exc)})
+        try:
+            reply = await ctx.generate(messages, model=planner, name="plan", settings=plain_settings)
+            return paper.reply_json(message_text(reply))
+        except _FATAL:
+            raise
+        except Exception as exc:
+            ctx.note("plan_fallback", {"reason": _reason(exc)})
+            return None
 
     async def plan(state: SearchAgentState, config: RunnableConfig) -> dict[str, Any]:
         d = deps(config)
         question = paper.question_prompt(d.case)
-        messages = paper.plan_messages(question) if is_paper else _plan_prompt(d.case, opts)
-        reply = await d.ctx.generate(messages, model=d.ctx.model_for(opts.planner_model), name="plan")
-        text = message_text(reply)
+        planner = d.ctx.model_for(opts.planner_model)
         if is_paper:
-            parsed = paper.normalise_plan(paper.parse_reply_json(text), question, opts.max_queries)
+            parsed = paper.normalise_plan(await _harness_plan(d.ctx, planner, question), question, opts.max_queries)
         else:
-            parsed = _toolkit_plan(text, d.case, opts.max_queries)
+            reply = await d.ctx.generate(_plan_prompt(d.case, opts), model=planner, name="plan")
+            parsed = _toolkit_plan(message_text(reply), d.case, opts.max_queries)
         d.ctx.note("plan", parsed)
         return {"plan": parsed}
 
@@ -252,7 +291,7 @@ def build_search_agent_graph(opts: SearchAgentOptions) -> CompiledStateGraph:
         d = deps(config)
         opening = [] if state.get("messages") else _agent_opening(d.case, state, opts)
         history = [*state.get("messages", []), *opening]
-        reply = await d.ctx.generate(history, tools=schemas, name="agent")
+        reply = await d.ctx.generate(history, tools=schemas, name="agent", settings=agent_settings)
         return {"messages": [*opening, reply], "iterations": state.get("iterations", 0) + 1}
 
     async def tools(state: SearchAgentState, config: RunnableConfig) -> dict[str, Any]:
@@ -302,7 +341,7 @@ def build_search_agent_graph(opts: SearchAgentOptions) -> CompiledStateGraph:
             preface = f"{FORCED_PREFACE}\n\n{evidence}"
             warned = _preface(d.case, opts)
             messages = render_prompt(d.case, preface=f"{preface}\n\n{warned}" if warned else preface)
-        reply = await d.ctx.generate(messages, name="force_answer")
+        reply = await d.ctx.generate(messages, name="force_answer", settings=final_settings)
         return {"final": message_text(reply), "stop_reason": reason}
 
     async def direct(state: SearchAgentState, config: RunnableConfig) -> dict[str, Any]:
@@ -353,6 +392,15 @@ def build_search_agent_graph(opts: SearchAgentOptions) -> CompiledStateGraph:
         graph.add_node("verify", verify)
         graph.add_edge("verify", END)
     return graph.compile(name="search_agent")
+
+
+# failures the harness's planner must not swallow: a replay miss, a missing key, options the
+# provider cannot honour (they would fail every call; the run stops on them)
+_FATAL = (ReplayMissError, MissingKeyError, ModelConfigError)
+
+
+def _reason(exc: Exception) -> str:
+    return redact(f"{type(exc).__name__}: {exc}")[:300]
 
 
 async def _done(outcome: dict[str, Any]) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from medmis.agents._registry import ModelOptions
 from medmis.experiments.benchmark._prompts import PromptName
@@ -88,6 +88,13 @@ class RunConfig(BaseModel):
     accept_changes: list[str] = Field(default_factory=list)
     """Fingerprint fields allowed to differ from the run already in ``out`` (see
     ``_fingerprint.ACCEPTABLE_CHANGES``); each accepted change is recorded in the manifest."""
+
+    @model_validator(mode="after")
+    def _run_seed_to_examinee(self) -> RunConfig:
+        # the run seed reseeds the simulated examinee; it is never sent to a provider
+        if self.model_options.run_seed is None:
+            self.model_options = self.model_options.model_copy(update={"run_seed": self.seed})
+        return self
 
 
 @dataclass

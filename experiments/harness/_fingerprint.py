@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from medmis.agents._decoding import decoding_fingerprint, decoding_table
 from medmis.experiments.benchmark._prompts import prompt_preset
 
 from ._config import RunConfig
@@ -26,7 +27,7 @@ __all__ = ["ACCEPTABLE_CHANGES", "ITEM_FIELDS", "FingerprintDiff", "compare_fing
 
 ITEM_FIELDS = (
     "data_sha256", "subset", "limit", "on_invalid", "seed", "protocols", "type1_targets",
-    "shuffle_type2", "prompt", "model_options",
+    "shuffle_type2", "prompt", "model_options", "decoding",
 )
 """Fingerprint fields that must match to resume. ``--accept-change`` takes these names and
 ``defenders`` (a recorded defender label run with other options)."""
@@ -61,6 +62,8 @@ def run_fingerprint(config: RunConfig, defenders: Sequence[Any], dataset: Any) -
     options["base_url"] = _bare_url(options.get("base_url"))
     if options.get("seed") == config.seed:
         del options["seed"]  # the CLI passes --seed on to the model: one field, not two
+    if options.get("run_seed") == config.seed:
+        del options["run_seed"]  # the run seed the simulated examinee draws with: `seed`
     return {
         "data_sha256": getattr(dataset, "sha256", None) or None,
         "subset": config.subset,
@@ -72,6 +75,10 @@ def run_fingerprint(config: RunConfig, defenders: Sequence[Any], dataset: Any) -
         "shuffle_type2": config.shuffle_type2,
         "prompt": f"{preset.name}@{preset.version}",
         "model_options": options,
+        # the preset and the values it resolved to (models may be added: the per-model table
+        # is recorded, the preset and the user's overrides are what must match)
+        "decoding": decoding_fingerprint(config.model_options),
+        "decoding_resolved": decoding_table(config.models, config.model_options),
         "models": sorted(config.models),
         "defenders": {
             d.label: {"name": d.name, "options": d.options.model_dump(mode="json")} for d in defenders

@@ -11,6 +11,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from medmis.agents._decoding import decoding_record
 from medmis.experiments.benchmark._prompts import prompt_preset
 from medmis.tools._redact import is_secret_name, redact, redact_obj
 
@@ -107,6 +108,7 @@ def write_manifest(
         ],
         "protocols": list(config.protocols),
         "prompt": _prompt_facts(config),
+        "decoding": decoding_record(config.models, config.model_options),
         "seed": config.seed,
         "prices": {m: list(p) for m, p in config.prices.items()},
         "dataset": {
@@ -147,7 +149,7 @@ def _prompt_facts(config: RunConfig) -> dict[str, Any]:
         "name": preset.name,
         "version": preset.version,
         "source": preset.source,
-        "temperature": config.model_options.temperature,
+        "temperature": config.model_options.temperature,  # the option; per model: "decoding"
     }
 
 
