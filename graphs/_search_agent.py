@@ -32,8 +32,6 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langchain_core.runnables import RunnableConfig
 from pydantic import Field, model_validator
 
-from medmis.agents._capabilities import accepts_call_settings
-from medmis.agents._errors import MissingKeyError, ModelConfigError
 from medmis.agents._mock import message_text
 from medmis.experiments.benchmark._extract import extract_answer
 from medmis.experiments.benchmark._prompts import render_prompt
@@ -43,8 +41,7 @@ from medmis.experiments.benchmark._protocols import (
     render_user_prompt,
 )
 from medmis.experiments.benchmark._types import Answer, CaseView
-from medmis.tools._redact import redact
-from medmis.tools._types import ReplayMissError, tool_schemas
+from medmis.tools._types import tool_schemas
 
 from . import _search_paper as paper
 from ._citations import cited_urls_in, verify_citations
@@ -249,38 +246,13 @@ def build_search_agent_graph(opts: SearchAgentOptions) -> CompiledStateGraph:
     agent_settings = paper.AGENT_SETTINGS if harness else None
     final_settings = paper.FINALIZER_SETTINGS if is_paper and harness else None
 
-    async def _harness_plan(ctx: DefenderContext, planner: Any, question: str) -> Any:
-        """The harness's ``chat_json``: a JSON-mode call, once more without JSON mode when that
-        call fails or its reply holds no JSON, and no plan (the fallback) when that fails too."""
-        json_settings = dict(paper.PLAN_SETTINGS) if harness else {"json_mode": True}
-        plain_settings = {k: v for k, v in json_settings.items() if k != "json_mode"} or None
-        messages = paper.plan_messages(question)
-        try:
-            reply = await ctx.generate(messages, model=planner, name="plan", settings=json_settings)
-            return paper.reply_json(message_text(reply))
-        except _FATAL:
-            raise
-        except Exception as exc:
-            if not accepts_call_settings(planner):
-                # nothing was asked in JSON mode: a second call would be the same call
-                ctx.note("plan_fallback", {"reason": _reason(exc)})
-                return None
-            ctx.note("plan_retry", {"reason": _reason(exc)})
-        try:
-            reply = await ctx.generate(messages, model=planner, name="plan", settings=plain_settings)
-            return paper.reply_json(message_text(reply))
-        except _FATAL:
-            raise
-        except Exception as exc:
-            ctx.note("plan_fallback", {"reason": _reason(exc)})
-            return None
-
     async def plan(state: SearchAgentState, config: RunnableConfig) -> dict[str, Any]:
         d = deps(config)
         question = paper.question_prompt(d.case)
         planner = d.ctx.model_for(opts.planner_model)
         if is_paper:
-            parsed = paper.normalise_plan(await _harness_plan(d.ctx, planner, question), question, opts.max_queries)
+            found = await paper.harness_plan(d.ctx, planner, question, harness=harness)
+            parsed = paper.normalise_plan(found, question, opts.max_queries)
         else:
             reply = await d.ctx.generate(_plan_prompt(d.case, opts), model=planner, name="plan")
             parsed = _toolkit_plan(message_text(reply), d.case, opts.max_queries)
@@ -392,15 +364,6 @@ def build_search_agent_graph(opts: SearchAgentOptions) -> CompiledStateGraph:
         graph.add_node("verify", verify)
         graph.add_edge("verify", END)
     return graph.compile(name="search_agent")
-
-
-# failures the harness's planner must not swallow: a replay miss, a missing key, options the
-# provider cannot honour (they would fail every call; the run stops on them)
-_FATAL = (ReplayMissError, MissingKeyError, ModelConfigError)
-
-
-def _reason(exc: Exception) -> str:
-    return redact(f"{type(exc).__name__}: {exc}")[:300]
 
 
 async def _done(outcome: dict[str, Any]) -> dict[str, Any]:

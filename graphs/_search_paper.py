@@ -25,12 +25,19 @@ part of the evaluation protocol, so it is reproduced exactly:
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
+from medmis.agents._capabilities import accepts_call_settings
+from medmis.agents._errors import MissingKeyError, ModelConfigError
+from medmis.agents._mock import message_text
 from medmis.experiments.benchmark._types import CaseView
-from medmis.tools._types import Page, SearchResponse, ToolError
+from medmis.tools._redact import redact
+from medmis.tools._types import Page, ReplayMissError, SearchResponse, ToolError
+
+if TYPE_CHECKING:
+    from ._context import DefenderContext
 
 SYSTEM_PROMPT = (
     "You are an AI medical assistant doing grounded web research. "
@@ -155,6 +162,42 @@ def parse_reply_json(text: str) -> Any:
     try:
         return reply_json(text)
     except ValueError:
+        return None
+
+
+# failures the planner must not swallow: a replay miss, a missing key, options the provider
+# cannot honour (they would fail every call; the run stops on them)
+_FATAL = (ReplayMissError, MissingKeyError, ModelConfigError)
+
+
+def _reason(exc: Exception) -> str:
+    return redact(f"{type(exc).__name__}: {exc}")[:300]
+
+
+async def harness_plan(ctx: DefenderContext, planner: Any, question: str, *, harness: bool) -> Any:
+    """The harness's ``chat_json``: a JSON-mode call, once more without JSON mode when that
+    call fails or its reply holds no JSON, and no plan (None: the fallback) when that fails
+    too. ``harness``: with the harness's temperature and cap (``PLAN_SETTINGS``)."""
+    json_settings = dict(PLAN_SETTINGS) if harness else {"json_mode": True}
+    plain_settings = {k: v for k, v in json_settings.items() if k != "json_mode"} or None
+    messages = plan_messages(question)
+    try:
+        reply = await ctx.generate(messages, model=planner, name="plan", settings=json_settings)
+        return reply_json(message_text(reply))
+    except _FATAL:
+        raise
+    except Exception as exc:
+        if not accepts_call_settings(planner):  # nothing was asked in JSON mode: no second call
+            ctx.note("plan_fallback", {"reason": _reason(exc)})
+            return None
+        ctx.note("plan_retry", {"reason": _reason(exc)})
+    try:
+        reply = await ctx.generate(messages, model=planner, name="plan", settings=plain_settings)
+        return reply_json(message_text(reply))
+    except _FATAL:
+        raise
+    except Exception as exc:
+        ctx.note("plan_fallback", {"reason": _reason(exc)})
         return None
 
 
