@@ -304,3 +304,22 @@ def test_reference_values_per_model(spec: str, base_url: str | None, expected: J
         {k: v for k, v in expected.items() if v is not None}
     assert "temperature" in got and got["temperature"] == expected["temperature"]
     assert resolve(spec, ModelOptions(decoding="paper")).temperature == 0.0
+
+
+def test_resume_checks_the_decoding_preset(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "run"
+    argv = ["run", "--data", str(DATA), "--limit", "2", "--model", "mock/examinee", "--defender", "none",
+            "--out", str(out), "--no-progress"]
+    assert main(argv) == 0
+    # a folder written before decoding presets existed resumes as `paper`
+    path = out / "manifest.json"
+    manifest = json.loads(path.read_text())
+    for key in ("decoding", "decoding_resolved"):
+        del manifest["fingerprint"][key]
+    path.write_text(json.dumps(manifest))
+    assert main(argv) == 0
+    capsys.readouterr()
+    # another preset into the same folder is refused, naming the field
+    assert main([*argv, "--decoding", "reference"]) == 2
+    err = capsys.readouterr().err
+    assert "decoding" in err and len(err.strip().splitlines()) == 1

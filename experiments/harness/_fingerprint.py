@@ -58,7 +58,8 @@ def run_fingerprint(config: RunConfig, defenders: Sequence[Any], dataset: Any) -
         dataset: The loaded dataset (its ``sha256`` identifies the data, not its path).
     """
     preset = prompt_preset(config.prompt)
-    options = config.model_options.model_dump(mode="json", exclude=set(_TRANSPORT_OPTIONS))
+    # the decoding preset is its own field ("decoding"), so folders written before it resume
+    options = config.model_options.model_dump(mode="json", exclude={*_TRANSPORT_OPTIONS, "decoding"})
     options["base_url"] = _bare_url(options.get("base_url"))
     if options.get("seed") == config.seed:
         del options["seed"]  # the CLI passes --seed on to the model: one field, not two
