@@ -174,3 +174,29 @@ def test_call_decoding_run_sends_the_runs_decoding(tmp_path: Path, respx_mock: r
         {"temperature": 1.0, "max_completion_tokens": 2048},
         {"temperature": 1.0, "max_completion_tokens": 2048},
     ]
+
+
+def test_gemini_and_claude_map_the_per_call_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Gemini: temperature, maxOutputTokens and JSON mode as response_mime_type (the harness
+    reaches Gemini through its OpenAI-compatible endpoint with json_object); Claude: the cap
+    and temperature, no JSON mode (the harness sends none), temperature 1 kept while thinking."""
+    from langchain_core.messages import HumanMessage
+
+    from medmis.agents import ModelOptions, load_model
+
+    monkeypatch.setenv("GOOGLE_API_KEY", "k")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "k")
+    gemini = load_model("google/gemini-3.1-pro-preview", ModelOptions(decoding="reference"))
+    config = gemini.request_config(None, settings={"temperature": 0.1, "max_output_tokens": 4096, "json_mode": True})  # type: ignore[attr-defined]
+    assert (config.temperature, config.max_output_tokens, config.response_mime_type) == (0.1, 4096, "application/json")
+    assert config.thinking_config.thinking_level.value == "HIGH"  # the preset's, kept
+
+    messages = [HumanMessage("plan")]
+    plain = load_model("anthropic/claude-test", ModelOptions())
+    body = plain._get_request_payload(messages, call_settings={"temperature": 0.0, "max_output_tokens": 2048, "json_mode": True})  # type: ignore[attr-defined]
+    assert (body["temperature"], body["max_tokens"]) == (0.0, 2048) and "response_format" not in body
+    thinking = load_model("anthropic/claude-sonnet-4-6", ModelOptions(decoding="reference"))
+    body = thinking._get_request_payload(messages, call_settings={"temperature": 0.1, "max_output_tokens": 4096})  # type: ignore[attr-defined]
+    # (langchain-anthropic carries a thinking model's temperature in extra_body: the wire body's top level)
+    sent = {**body.get("extra_body", {}), **{k: v for k, v in body.items() if k != "extra_body"}}
+    assert (sent["temperature"], sent["max_tokens"], sent["thinking"]) == (1.0, 4096, {"type": "adaptive"})
