@@ -37,6 +37,7 @@ decoding settings (its draws use ``ModelOptions.seed``, else the run seed).
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from ._registry import ModelOptions, parse_spec
@@ -144,12 +145,13 @@ def decoding_fingerprint(opts: ModelOptions) -> dict[str, Any]:
     return {"preset": opts.decoding, "overrides": explicit_overrides(opts)}
 
 
-def decoding_table(models: list[str], opts: ModelOptions) -> dict[str, dict[str, Any]]:
-    """Per model spec, the values the preset resolved to (:func:`resolved_values`)."""
-    return {spec: resolved_values(spec, opts) for spec in sorted(models)}
+def decoding_table(models: Mapping[str, tuple[str, ModelOptions]]) -> dict[str, dict[str, Any]]:
+    """Per model name (name -> its spec and the options it is built with), the values the
+    preset resolved to (:func:`resolved_values`)."""
+    return {name: resolved_values(spec, opts) for name, (spec, opts) in sorted(models.items())}
 
 
-def decoding_record(models: list[str], opts: ModelOptions) -> dict[str, Any]:
-    """The manifest's ``decoding``: ``preset``, ``overrides`` (the user's values) and
-    ``resolved`` (per model spec, every value sent)."""
-    return {**decoding_fingerprint(opts), "resolved": decoding_table(models, opts)}
+def decoding_record(opts: ModelOptions, models: Mapping[str, tuple[str, ModelOptions]]) -> dict[str, Any]:
+    """The manifest's ``decoding``: the run's ``preset`` and ``overrides`` (the user's values)
+    and ``resolved`` (per model name, every value sent, a model's own options included)."""
+    return {**decoding_fingerprint(opts), "resolved": decoding_table(models)}

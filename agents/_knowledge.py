@@ -55,7 +55,12 @@ def known_from_items(items: Iterable[Any]) -> list[Known]:
     out = []
     for item in items:
         options = dict(item.options)
-        out.append(Known(item.question, tuple(options.values()), options[item.gold]))
+        known = Known(item.question, tuple(options.values()), options[item.gold])
+        out.append(known)
+        # the paper preset shows a stem with embedded options as released
+        released = getattr(item, "released_question", None)
+        if released:
+            out.append(Known(released, known.options, known.answer))
     return out
 
 
@@ -182,9 +187,16 @@ class Knowledge:
         self.by_question: dict[str, list[Known]] = {}
         for k in known:
             self.by_question.setdefault(squash(k.question), []).append(k)
+            # a released stem that also embeds its options "(A) x (B) y" is shown without them
+            # under the toolkit preset: know it by its bare stem too
+            if "(" in k.question:
+                for numeric in (False, True):
+                    split = _embedded(k.question, numeric)
+                    if split and split[0] and [squash(t) for t in split[1]] == [squash(o) for o in k.options]:
+                        self.by_question.setdefault(squash(split[0]), []).append(k)
 
     def __len__(self) -> int:
-        return sum(map(len, self.by_question.values()))
+        return len({id(k) for found in self.by_question.values() for k in found})
 
     def lookup(self, question: str, options: Sequence[str]) -> Known | None:
         """The entry for a question as shown, told apart by its option texts; None if unknown."""

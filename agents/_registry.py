@@ -136,3 +136,39 @@ def load_model(spec: str, options: ModelOptions | None = None, **kwargs: Any) ->
         members = [build(model_id, opts.model_copy(update={"base_url": u, "base_urls": ()})) for u in urls]
         return ReplicaChatModel(members=members, urls=urls)
     return build(model_id, opts)
+
+
+# The environment variable each provider reads its server's address from when no option gives
+# one; a LangChain integration by its provider name (its own SDK reads the variable).
+BASE_URL_VARIABLES: dict[str, tuple[str, ...]] = {
+    "openai": ("OPENAI_BASE_URL",),
+    "google": ("GOOGLE_GEMINI_BASE_URL",),
+    "anthropic": ("ANTHROPIC_BASE_URL",),
+}
+_LANGCHAIN_BASE_URL_VARIABLES: dict[str, tuple[str, ...]] = {
+    "openai": ("OPENAI_BASE_URL", "OPENAI_API_BASE"),
+    "anthropic": ("ANTHROPIC_BASE_URL", "ANTHROPIC_API_URL"),
+    "google_genai": ("GOOGLE_GEMINI_BASE_URL",),
+    "ollama": ("OLLAMA_HOST",),
+}
+
+
+def effective_base_url(spec: str, opts: ModelOptions, model: BaseChatModel | None = None) -> str | None:
+    """The server a spec's requests go to: the address the built ``model`` reports (the
+    adapters here report ``base_url``, the option's or the environment's or the provider's
+    default), else ``opts.base_url``, else the environment variable the provider reads.
+    None when nothing names one (a LangChain integration's own default, a mock model)."""
+    import os
+
+    provider, model_id = parse_spec(spec)
+    if model is not None and provider != "langchain":
+        url = model._identifying_params.get("base_url")
+        if isinstance(url, str) and url:
+            return url
+    if opts.base_url:
+        return opts.base_url
+    if provider == "langchain":
+        variables = _LANGCHAIN_BASE_URL_VARIABLES.get(model_id.partition(":")[0], ())
+    else:
+        variables = BASE_URL_VARIABLES.get(provider, ())
+    return next((os.environ[v] for v in variables if os.environ.get(v)), None)

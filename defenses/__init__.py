@@ -3,7 +3,8 @@
 A defender is ``async (view, ctx) -> Answer``, made by a factory registered with
 ``@defender(name, options=...)``. The built-ins are registered by importing this package
 (``_builtin`` and ``_agentic`` below); plug-ins register through the ``medmis.defenders``
-entry-point group, loaded on the first lookup of a name that is not built in. ``view`` is a
+entry-point group, loaded on the first lookup of a name that is not built in, and a local
+file's through ``load_plugins`` (``--plugin FILE``). ``view`` is a
 ``CaseView`` (re-exported here): question, options and context sentences, nothing more.
 """
 
@@ -31,6 +32,7 @@ from ._base import (
     is_control,
     list_defenders,
 )
+from ._plugins import load_plugins
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -48,5 +50,6 @@ __all__ = [
     "get_spec",
     "is_control",
     "list_defenders",
+    "load_plugins",
     "message_to_dict",
 ]

@@ -17,6 +17,7 @@ the defender can show to its model.
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib.metadata import entry_points
@@ -121,13 +122,27 @@ def defender(
     return register
 
 
+_BROKEN: dict[str, str] = {}  # entry-point name -> why its import failed
+# whether a broken entry point is announced on stderr: off in helper processes whose parent
+# (the `medmis` command) announces it already, so the user sees one line
+warn_broken_plugins = True
+
+
 def _load_entry_points() -> None:
     global _entry_points_loaded
     if _entry_points_loaded:
         return
     _entry_points_loaded = True
     for ep in entry_points(group=ENTRY_POINT_GROUP):
-        ep.load()
+        try:
+            ep.load()
+        except Exception as exc:  # one broken plug-in must not take the others down
+            lines = str(exc).strip().splitlines()
+            why = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+            _BROKEN[ep.name] = (f"plug-in entry point {ep.name} = {ep.value} ({ENTRY_POINT_GROUP}) "
+                                f"failed to import: {why}")
+            if warn_broken_plugins:
+                print(f"medmis: warning: {_BROKEN[ep.name]}; skipped", file=sys.stderr)
 
 
 def get_spec(name: str) -> DefenderSpec:
@@ -136,6 +151,8 @@ def get_spec(name: str) -> DefenderSpec:
     try:
         return _REGISTRY[name]
     except KeyError:
+        if name in _BROKEN:
+            raise DefenderConfigError(f"defender {name!r}: {_BROKEN[name]}") from None
         known = ", ".join(sorted(_REGISTRY))
         raise DefenderConfigError(f"unknown defender {name!r} (registered: {known})") from None
 

@@ -33,7 +33,10 @@ def none_defender(opts: DefenderOptions) -> SolveFn:
 
 class WarningOptions(DefenderOptions):
     warning: str = DEFAULT_WARNING
-    placement: str = "system"  # "system" or "user" (before the context block)
+    placement: str = "system"
+    """``system``: appended to the system message (the toolkit's); ``prepend``: opening the
+    user prompt, before the framing, as the paper's defensive prompt is prepended (arXiv
+    2606.12291 §D.3, Figure 18); ``user``: before the context block."""
 
 
 @defender(
@@ -43,12 +46,14 @@ class WarningOptions(DefenderOptions):
     description="Defensive prompt: warns that added context may be false, outdated, irrelevant or misleading.",
 )
 def warning_defender(opts: WarningOptions) -> SolveFn:
-    if opts.placement not in {"system", "user"}:
-        raise ValueError("warning placement must be 'system' or 'user'")
+    if opts.placement not in {"system", "prepend", "user"}:
+        raise ValueError("warning placement must be 'system', 'prepend' or 'user'")
 
     async def solve(case: CaseView, ctx: DefenderContext) -> Answer:
         if opts.placement == "system":
             messages = render_prompt(case, system_suffix=opts.warning)
+        elif opts.placement == "prepend":
+            messages = render_prompt(case, prefix=opts.warning)
         else:
             messages = render_prompt(case, preface=opts.warning)
         reply = await ctx.generate(messages, name="answer")

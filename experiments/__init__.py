@@ -12,6 +12,8 @@
 * :mod:`medmis.experiments.analysis` -- metrics and statistics.
 * :mod:`medmis.experiments.reporting` -- markdown, HTML and plots.
 * :mod:`medmis.experiments.ablation` -- TOML-configured grids, dry-run estimates, budget cap.
+* :mod:`medmis.experiments.api` -- the public API: ``run``, ``load_run``, ``compare`` (below).
+* :mod:`medmis.experiments.testing` -- the pytest plug-in (entry point ``pytest11``).
 
 The names below are re-exported lazily: importing ``medmis.experiments.benchmark`` (as the
 graphs and defenders do) must not pull in the harness, which imports the defenders.
@@ -20,7 +22,7 @@ graphs and defenders do) must not pull in the harness, which imports the defende
 from importlib import import_module
 from typing import Any
 
-_SUBPACKAGES = ("benchmark", "harness", "analysis", "reporting", "ablation")
+_SUBPACKAGES = ("benchmark", "harness", "analysis", "reporting", "ablation", "api")
 _EXPORTS: dict[str, str] = {
     # benchmark
     **dict.fromkeys(
@@ -45,7 +47,9 @@ _EXPORTS: dict[str, str] = {
         "analysis",
     ),
     # reporting
-    **dict.fromkeys(("load_run", "write_report"), "reporting"),
+    **dict.fromkeys(("write_report",), "reporting"),
+    # the public API (``load_run`` opens a folder with its records as DuckDB / Arrow)
+    **dict.fromkeys(("RunFolder", "compare", "load_run", "run"), "api"),
     # ablation
     **dict.fromkeys(("AblationConfig", "load_config", "run_ablation"), "ablation"),
 }

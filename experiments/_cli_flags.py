@@ -26,6 +26,12 @@ def add_cache_flags(p: argparse.ArgumentParser, *, search: bool = True) -> None:
                    help="extra contamination patterns (one per line) added to the default blocklist")
 
 
+def add_plugin_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--plugin", action="append", default=[], metavar="FILE",
+                   help="a local .py file whose @defender(s) register for this command "
+                        "(repeatable; its source hash joins the run's fingerprint)")
+
+
 def add_request_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model-timeout", type=_float_range(0.0, None, "a number of seconds above 0"),
                    default=120.0, metavar="S",
@@ -102,6 +108,11 @@ def add_scale_flags(p: argparse.ArgumentParser) -> None:
                    help="processes sharing the calls and --max-connections (Linux; forked once the "
                         "models are built). auto (default): one per core, up to 4, when the models "
                         "are remote and there are at least 8 connections and 128 cases per process")
+    p.add_argument("--helper-timeout", type=_float_range(0.0, None, "a number of seconds above 0"),
+                   default=None, metavar="S",
+                   help="with --processes: a call process that sends nothing for S seconds (no "
+                        "case, no heartbeat; it sends one a second) is killed and its cases run in "
+                        "the parent (default: --model-timeout + 30)")
     add_batch_flags(p)
 
 

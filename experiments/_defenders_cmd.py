@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import types
 import typing
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -94,10 +95,11 @@ def describe_options(options: type[BaseModel]) -> list[OptionInfo]:
     return rows
 
 
-def run() -> int:
-    """Print the listing; exit status 0."""
-    from medmis.defenses import list_defenders
+def run(plugins: Sequence[str] = ()) -> int:
+    """Print the listing, local plug-in files' defenders included; exit status 0."""
+    from medmis.defenses import list_defenders, load_plugins
 
+    load_plugins(plugins)
     for spec in list_defenders():
         tags = [t for t, on in (("uses web tools", spec.uses_tools), ("control", spec.control),
                                 ("single call: --batch", spec.single_call)) if on]

@@ -1,4 +1,4 @@
-"""The ``medmis`` command line (contracts in DESIGN.md: keep flags stable).
+"""The ``medmis`` command line (contracts in docs/contracts.md and the README: keep flags stable).
 
 Heavy modules are imported inside each sub-command so that ``medmis --help`` stays fast.
 Configuration errors (a missing API key, an unknown defender, a bad data file) print one
@@ -25,6 +25,7 @@ from medmis.experiments._cli_flags import (
     add_cache_flags,
     add_decoding_flags,
     add_hub_repo_flag,
+    add_plugin_flag,
     add_request_flags,
     add_scale_flags,
     base_url_list,
@@ -36,7 +37,7 @@ from medmis.experiments._cli_flags import (
     thinking_budget,
 )
 from medmis.experiments._errors import CliError, error_lines
-from medmis.tools._exit import exit_now
+from medmis.tools._exit import exit_now, sigterm_as_interrupt
 
 EXIT_CONFIG = 2
 
@@ -50,6 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EXIT_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    from medmis.experiments._version import VersionAction
+
+    parser.add_argument("--version", action=VersionAction)
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="run models x defenders x protocols on a dataset (resumable)",
@@ -106,21 +110,29 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--price", action="append", default=[], metavar="MODEL=IN,OUT",
                      help="USD per million input and output tokens for MODEL (repeatable); the "
                           "report then shows dollar cost per case and per 1,000 cases")
-    run.add_argument("--no-progress", action="store_true")
+    run.add_argument("--max-usd", type=float, default=None, metavar="USD",
+                     help="stop (exit 3, resumable) once the tokens of this invocation cost USD "
+                          "(needs --price for every model)")
+    run.add_argument("--max-calls", type=int_at_least(1), default=None, metavar="N",
+                     help="stop (exit 3, resumable) once this invocation's cases made N model calls")
+    run.add_argument("--no-progress", action="store_true", help="no progress bar or progress lines")
     add_cache_flags(run)
     add_scale_flags(run)
+    add_plugin_flag(run)
 
     rep = sub.add_parser("report", help="(re)write DIR/metrics.json, metrics.csv, report.md (and plots/HTML)")
-    rep.add_argument("dir")
+    rep.add_argument("dir", help="run folder (holds records.jsonl)")
     rep.add_argument("--baseline", default=None, metavar="DEFENDER",
                      help="defender label the others are compared against (one of the run's "
                           "defenders; default: none when the run has it)")
     rep.add_argument("--seed", type=int, default=0, help="seed of the paired bootstrap")
+    rep.add_argument("--paper-tables", action="store_true", help="also DIR/paper_tables.csv and .md")
 
     abl = sub.add_parser("ablate", help="run an ablation grid from a TOML config")
-    abl.add_argument("config")
-    abl.add_argument("--out", default=None)
-    abl.add_argument("--dry-run", action="store_true")
+    abl.add_argument("config", help="ablation config (TOML), e.g. experiments/configs/demo.toml")
+    abl.add_argument("--out", default=None, help="run folder (default: the config's out, else runs/ablation)")
+    abl.add_argument("--dry-run", action="store_true",
+                     help="print cases, expected calls, tokens and cost per cell; run nothing")
     abl.add_argument("--data", default=None, help="override the config's data (file, folder or hub:SUBSET)")
     abl.add_argument("--limit", type=int_at_least(1), default=None, help="override the config's item limit")
     abl.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
@@ -128,20 +140,18 @@ def build_parser() -> argparse.ArgumentParser:
                           "value read as TOML, else as a string); repeatable")
     abl.add_argument("--accept-change", action="append", default=[], metavar="FIELD[,FIELD]",
                      help="as for `medmis run`: resume into an --out holding a run with other settings")
-    abl.add_argument("--no-progress", action="store_true")
+    abl.add_argument("--no-progress", action="store_true", help="no progress bar or progress lines")
+    add_plugin_flag(abl)
 
-    data = sub.add_parser("data", help="dataset utilities")
-    dsub = data.add_subparsers(dest="data_command", required=True)
-    val = dsub.add_parser("validate", help="validate a data file; exit 0 when valid")
-    val.add_argument("path")
-    val.add_argument("--subset", default=None)
-    add_hub_repo_flag(val)
+    from medmis.experiments._data_cli import add_data_parsers
+
+    add_data_parsers(sub)
 
     from medmis.experiments.review import _cli as review_cli
 
     review_cli.add_parser(sub)
 
-    sub.add_parser("defenders", help="list registered defenders with their options")
+    add_plugin_flag(sub.add_parser("defenders", help="list registered defenders with their options"))
 
     from medmis.experiments.generate._cli import add_parsers as _add_generate_parsers
 
@@ -149,38 +159,26 @@ def build_parser() -> argparse.ArgumentParser:
 
     tools = sub.add_parser("tools", help="debug the web tools")
     tsub = tools.add_subparsers(dest="tools_command", required=True)
-    ts = tsub.add_parser("search")
-    ts.add_argument("query")
-    ts.add_argument("--max-results", type=int_at_least(1), default=5)
+    ts = tsub.add_parser("search", help="run one search and print the JSON a model would get")
+    ts.add_argument("query", help="search query")
+    ts.add_argument("--max-results", type=int_at_least(1), default=5, help="results to return (default 5)")
     add_cache_flags(ts)
-    tv = tsub.add_parser("visit")
-    tv.add_argument("url")
-    tv.add_argument("--goal", default=None)
-    tv.add_argument("--max-chars", type=int_at_least(1), default=6000)
+    tv = tsub.add_parser("visit", help="fetch one page and print the JSON a model would get")
+    tv.add_argument("url", help="page to fetch (after the URL safety checks)")
+    tv.add_argument("--goal", default=None, help="what to look for: focuses the extracted text")
+    tv.add_argument("--max-chars", type=int_at_least(1), default=6000,
+                    help="clip the page text to this many characters (default 6000)")
     add_cache_flags(tv, search=False)
 
-    cache = sub.add_parser("cache", help="inspect and move the record/replay store")
-    csub = cache.add_subparsers(dest="cache_command", required=True)
-    cs = csub.add_parser("stats")
-    cs.add_argument("--cache-dir", required=True)
-    ce = csub.add_parser("export")
-    ce.add_argument("--cache-dir", required=True)
-    ce.add_argument("path")
-    ce.add_argument("--kind", action="append", default=None, help="model, search or visit (repeatable)")
-    ci = csub.add_parser("import")
-    ci.add_argument("--cache-dir", required=True)
-    ci.add_argument("path")
-    cp = csub.add_parser("prune")
-    cp.add_argument("--cache-dir", required=True)
-    cp.add_argument("--older-than-days", type=float, default=None)
-    cp.add_argument("--kind", default=None)
-    cp.add_argument("--corrupt", action="store_true", help="drop entries that fail their checks")
-    from medmis.tools._cache_cli import add_verify_parser
+    from medmis.tools._cache_cli import add_cache_parser
 
-    add_verify_parser(csub)
+    add_cache_parser(sub)
     from medmis.experiments.view import add_parser as add_view_parser
 
     add_view_parser(sub)
+    from medmis.experiments.export._cli import add_export_parser
+
+    add_export_parser(sub)
     return parser
 
 
@@ -230,14 +228,14 @@ def _run_command(args: argparse.Namespace, argv: Sequence[str], worker: Any) -> 
             extra=parse_flat(args.model_option, "--model-option"),
             **decoding_options(args),  # only the values given: the preset decides the rest
         ),
-        defenders=[DefenderConfig(name=n, options=options.get(n, {})) for n in names],
+        defenders=[DefenderConfig(name=n, options=options.get(n, {})) for n in names], plugins=args.plugin,
         protocols=protocols,  # type: ignore[arg-type]
         type1_targets=args.type1_targets,
         shuffle_type2=args.shuffle_type2,
         prompt=args.prompt,
         seed=args.seed,
         out=args.out,
-        max_connections=args.max_connections, processes=args.processes,
+        max_connections=args.max_connections, processes=args.processes, helper_timeout_s=args.helper_timeout,
         max_retries=args.max_retries,
         cache=args.cache,
         cache_dir=args.cache_dir,
@@ -258,7 +256,14 @@ def _run_command(args: argparse.Namespace, argv: Sequence[str], worker: Any) -> 
 
     if args.batch_cancel and not args.batch:
         raise CliError("--batch-cancel goes with --batch (and the run's other flags)")
-    extra = {"batch_cancel": True} if args.batch_cancel else {}
+    extra: dict[str, Any] = {"batch_cancel": True} if args.batch_cancel else {}
+    if args.max_usd is not None or args.max_calls is not None:
+        from medmis.experiments.harness._budget import budget_stop
+
+        if args.batch:
+            raise CliError("--max-usd / --max-calls do not apply to --batch (its jobs are submitted at once)")
+        extra["stop_when"] = budget_stop(max_usd=args.max_usd, max_calls=args.max_calls,
+                                         models=config.models, prices=config.prices)
     try:
         result = asyncio.run(run_experiment(config, argv=["medmis", *argv], notice=_notice, **extra))
     except DataError as exc:
@@ -267,7 +272,7 @@ def _run_command(args: argparse.Namespace, argv: Sequence[str], worker: Any) -> 
         raise CliError(f"{exc.summary()}; `medmis data validate` lists them all, "
                        "--on-invalid skip runs the valid rows") from None
     if config.write_report and not (result.nothing_to_do and (result.out / "report.md").exists()):
-        result.report = worker.write(result.out)
+        result.report = worker.write(result.out, plugins=config.plugins)
     if result.nothing_to_do:
         print(f"nothing to do: {result.records} records complete in {result.out}")
     else:
@@ -294,16 +299,17 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from medmis.experiments.harness._checks import check_baseline
 
     baseline = check_baseline(run_dir / "records.jsonl", args.baseline)
-    paths = write_report(run_dir, baseline=baseline, seed=args.seed)
+    paths = write_report(run_dir, baseline=baseline, seed=args.seed, notice=_notice,
+                         paper_tables=args.paper_tables)
     for name, path in paths.items():
         print(f"{name}: {path}")
     return 0
 
 
-def _cmd_defenders() -> int:
+def _cmd_defenders(plugins: Sequence[str]) -> int:
     from medmis.experiments._defenders_cmd import run
 
-    return run()
+    return run(plugins)
 
 
 def _tool_flags(args: argparse.Namespace) -> dict[str, Any]:
@@ -331,29 +337,9 @@ def _cmd_tools(args: argparse.Namespace) -> int:
 
 
 def _cmd_cache(args: argparse.Namespace) -> int:
-    from medmis.tools._cache_cli import one_line
+    from medmis.tools._cache_cli import one_line, run_cache
 
-    return one_line(lambda: _cache_command(args), CliError)
-
-
-def _cache_command(args: argparse.Namespace) -> int:
-    from medmis.tools import _cassette
-    from medmis.tools._cache_cli import run_verify
-
-    if args.cache_command == "verify":
-        return run_verify(args)
-    if args.cache_command == "stats":
-        print(json.dumps(_cassette.cache_stats(args.cache_dir), indent=2))
-    elif args.cache_command == "export":
-        n = _cassette.cache_export(args.cache_dir, args.path, args.kind)
-        print(f"exported {n} entries to {args.path}")
-    elif args.cache_command == "import":
-        n = _cassette.cache_import(args.cache_dir, args.path)
-        print(f"imported {n} entries into {args.cache_dir}")
-    else:
-        n = _cassette.cache_prune(args.cache_dir, args.older_than_days, args.kind, corrupt=args.corrupt)
-        print(f"pruned {n} entries")
-    return 0
+    return one_line(lambda: run_cache(args), CliError)
 
 
 def _cmd_ablate(args: argparse.Namespace, argv: Sequence[str]) -> int:
@@ -366,7 +352,8 @@ def _cmd_ablate(args: argparse.Namespace, argv: Sequence[str]) -> int:
         overrides.append(f"limit={args.limit}")
     return ablate_command(args.config, out=args.out, dry_run=args.dry_run,
                           progress=not args.no_progress, argv=["medmis", *argv],
-                          overrides=overrides, accept_changes=accept_change_fields(args.accept_change))
+                          overrides=overrides, accept_changes=accept_change_fields(args.accept_change),
+                          plugins=args.plugin)
 
 
 def _dispatch(args: argparse.Namespace, argv: Sequence[str]) -> int:
@@ -377,11 +364,11 @@ def _dispatch(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if args.command == "ablate":
         return _cmd_ablate(args, argv)
     if args.command == "data":
-        from medmis.experiments.benchmark._data import validate_command
+        from medmis.experiments._data_cli import run_data
 
-        return validate_command(args.path, subset=args.subset, hub_repo=args.hub_repo)
+        return run_data(args)
     if args.command == "defenders":
-        return _cmd_defenders()
+        return _cmd_defenders(args.plugin)
     if args.command in ("generate", "compare"):
         from medmis.experiments.generate import _cli as gen_cli
 
@@ -392,6 +379,10 @@ def _dispatch(args: argparse.Namespace, argv: Sequence[str]) -> int:
         from medmis.experiments.review import _cli as review_cli
 
         return review_cli.run(args)
+    if args.command == "export":
+        from medmis.experiments.export._cli import run_export
+
+        return run_export(args)
     if args.command == "view":
         from medmis.experiments.view import run as run_view
 
@@ -402,12 +393,12 @@ def _dispatch(args: argparse.Namespace, argv: Sequence[str]) -> int:
 def _config_errors() -> tuple[type[BaseException], ...]:
     from medmis.agents._errors import MissingKeyError, ModelConfigError
     from medmis.defenses._base import DefenderConfigError
-    from medmis.experiments.harness._io import RecordsFileError
+    from medmis.experiments.harness._io import RecordsFileError, WriteFailed
     from medmis.experiments.harness._runner import RunSetupError
 
     errors: list[type[BaseException]] = [
         CliError, MissingKeyError, ModelConfigError, DefenderConfigError, RunSetupError,
-        FileNotFoundError, RecordsFileError,
+        OSError, RecordsFileError, WriteFailed,  # WriteFailed: 2 or 3 (its exit_code)
     ]
     try:
         from medmis.experiments.benchmark._data import DataError
@@ -429,7 +420,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"medmis: {first}", file=sys.stderr)
         for line in text[1:50]:
             print(f"  {line}", file=sys.stderr)
-        return EXIT_CONFIG
+        return int(getattr(exc, "exit_code", EXIT_CONFIG))
     except KeyboardInterrupt:
         print("medmis: stopped early: interrupted; re-run the same command to resume", file=sys.stderr)
         return 3
@@ -437,7 +428,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def console() -> None:
     """The ``medmis`` command: :func:`main`, then an exit without the interpreter's teardown."""
-    exit_now(main())
+    exit_now(sigterm_as_interrupt()(main)())  # SIGTERM as Ctrl-C (the command line's, not a library caller's)
 
 
 if __name__ == "__main__":  # pragma: no cover

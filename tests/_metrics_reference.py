@@ -18,6 +18,7 @@ from medmis.experiments.analysis._metrics import (
     item_tags,
 )
 from medmis.experiments.analysis._units import (
+    FAILURE_KINDS,
     PAIRED_METRICS,
     PROTOCOL_METRICS,
     STRATUM_JOIN,
@@ -59,11 +60,12 @@ def _strata(records: Sequence[Record], tags: ItemTags) -> Strata:
     strata: Strata = {}
     for field in ("subset", "content_type", "provenance"):
         groups = _group_by_tags(records, tags, field)
-        strata[field] = {lab: metric_block(groups[lab]) for lab in order[field] if lab in groups}
+        strata[field] = {lab: metric_block(groups[lab], failures=field in FAILURE_KINDS)
+                         for lab in order[field] if lab in groups}
 
     crossed = _group_by_tags(records, tags, "content_type", "provenance")
     strata["content_type_x_provenance"] = {
-        lab: metric_block(crossed[lab])
+        lab: metric_block(crossed[lab], failures=False)
         for ct in order["content_type"]
         for pv in order["provenance"]
         if (lab := ct + STRATUM_JOIN + pv) in crossed

@@ -121,7 +121,11 @@ def test_paper_search_config_is_the_table_19_setting() -> None:
 
     config = load_config(PAPER_CONFIG)
     mitigation = load_config(ROOT / "experiments" / "configs" / "hle_mitigation.toml")
-    assert [m.spec for m in config.models] == [m.spec for m in mitigation.models]
+    # the paper's -preview ids; flash-lite at medium thinking (App. D.3)
+    assert [m.spec for m in config.models] == ["google/gemini-3.1-pro-preview",
+                                               "google/gemini-3.1-flash-lite-preview"]
+    assert [m.options for m in config.models] == [{}, {"thinking_level": "medium"}]
+    assert len(config.models) == len(mitigation.models)
     assert (config.search, config.visit, config.type1_targets) == ("serper", "jina", "sampled")
     assert config.data == "hub:MEDMISHLE" and "clean" in config.protocols
     defenders = [create_defender(d.name, d.options) for d in config.defender_configs()]

@@ -11,6 +11,7 @@ import pytest
 from conftest import clear_provider_env
 
 from medmis.experiments.ablation._config import load_config, parse_value
+from medmis.experiments.benchmark import PRESETS
 from medmis.experiments.cli import main
 from medmis.experiments.harness import read_records
 
@@ -112,11 +113,11 @@ def test_run_records_the_preset(preset: str, tmp_path: Path) -> None:
             "--out", str(out), "--no-progress"]  # fmt: skip
     assert main(argv) == 0
     records = read_records(out / "records.jsonl")
-    assert records and {(r.prompt, r.prompt_version) for r in records} == {(preset, "1")}
+    assert records and {(r.prompt, r.prompt_version) for r in records} == {(preset, PRESETS[preset].version)}
     assert all(r.choice is not None for r in records)
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["config"]["prompt"] == preset and manifest["prompt"]["name"] == preset
     steps = [json.loads(line)["steps"] for line in (out / "traces").glob("*.jsonl").__next__().read_text().splitlines()]
     first_system = steps[0][0]["input"][0]["content"]
     assert ("Return only valid JSON" in first_system) == (preset == "paper")
-    assert f"**Prompt:** `{preset}` v1" in (out / "report.md").read_text()
+    assert f"**Prompt:** `{preset}` v{PRESETS[preset].version}" in (out / "report.md").read_text()

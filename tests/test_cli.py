@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -31,9 +33,13 @@ def test_data_validate_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[
     rows[2]["question"] = ""
     bad.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
     capsys.readouterr()
-    assert main(["data", "validate", str(bad)]) != 0
+    assert main(["data", "validate", str(bad)]) == 2  # a data error: the README's table says 2
     err = capsys.readouterr().err
     assert f"{bad}:2:" in err and f"{bad}:3:" in err
+    # the installed command says the same
+    done = subprocess.run([sys.executable, "-m", "medmis.experiments.cli", "data", "validate", str(bad)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
 
 
 def test_missing_key_is_one_line_without_traceback(

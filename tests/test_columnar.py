@@ -174,7 +174,7 @@ def test_repair_torn_tail_cuts_only_the_partial_line(tmp_path: Path, head: bytes
 @pytest.mark.parametrize("seed", [0, 4])
 def test_same_answers_sql_equals_per_record(seed: int) -> None:
     from medmis.experiments.analysis._columnar import records_into
-    from medmis.experiments.analysis._verdict import same_answers, same_answers_sql
+    from medmis.experiments.analysis._same_answers import same_answers, same_answers_sql
     from medmis.experiments.harness._scan import connect
 
     records = random_records(seed)

@@ -323,3 +323,27 @@ def test_resume_checks_the_decoding_preset(tmp_path: Path, capsys: pytest.Captur
     assert main([*argv, "--decoding", "reference"]) == 2
     err = capsys.readouterr().err
     assert "decoding" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_models_own_options_go_through_the_preset(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An ablation's ``[[models]]`` entry (``RunConfig.model_variants``) is resolved like any
+    model: its own options win, the preset decides the rest (merging them must not turn the
+    run's defaults into explicit values)."""
+    from medmis.experiments import RunConfig
+    from medmis.experiments.harness._config import DefenderConfig, ModelVariant
+    from medmis.experiments.harness._fingerprint import run_fingerprint
+
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    spec = "openai/gpt-4.1"
+    config = RunConfig(
+        data=str(DATA), models=[spec, f"{spec}@short", f"{spec}@untempered"],
+        model_variants={f"{spec}@short": ModelVariant(spec=spec, options={"max_output_tokens": 64}),
+                        f"{spec}@untempered": ModelVariant(spec=spec, options={"temperature": None})},
+        model_options=ModelOptions(decoding="reference"), defenders=[DefenderConfig(name="none")], out="unused",
+    )
+    resolved = run_fingerprint(config, [], None)["decoding_resolved"]
+    assert (resolved[spec]["temperature"], resolved[spec]["max_output_tokens"]) == (1.0, 2048)
+    assert (resolved[f"{spec}@short"]["temperature"], resolved[f"{spec}@short"]["max_output_tokens"]) == (1.0, 64)
+    assert (resolved[f"{spec}@untempered"]["temperature"], resolved[f"{spec}@untempered"]["max_output_tokens"]) == \
+        (None, 2048)
+    assert all(v["seed"] is None for v in resolved.values())  # the run seed is never sent

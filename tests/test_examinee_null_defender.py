@@ -43,11 +43,11 @@ def test_a_null_defender_is_rarely_named_better(tmp_path: Path) -> None:
     """Also ``spotlight``: it changes only the context's form (datamarks), which the default
     examinee does not weigh, so it is a null defender too (it used to be named better because
     the examinee discounted marked context by 0.7)."""
-    started = time.perf_counter()
+    started = time.process_time()  # CPU seconds: a loaded machine's wall clock says nothing
     defenders = [DefenderConfig(name="none"),
                  DefenderConfig(name="warning", options={"warning": NEUTRAL}, label="paraphrase"),
                  DefenderConfig(name="spotlight")]
     named = [_run(tmp_path / f"seed-{s}", s, defenders).get("mock/examinee", []) for s in SEEDS]
     assert sum("paraphrase" in n for n in named) <= 1, named
     assert sum("spotlight" in n for n in named) <= 1, named
-    assert time.perf_counter() - started < 60
+    assert time.process_time() - started < 60

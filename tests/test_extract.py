@@ -370,3 +370,50 @@ def test_fast_when_nothing_matches() -> None:
         assert extract_answer(reply, SCURVY).choice is None
         timings.append(time.perf_counter() - start)
     assert statistics.median(timings) < 1e-3
+
+
+# Replies where this project's reading and the reference evaluation's differ (README, "Answer
+# extraction"). The reference column records what AI-in-Health/MedMisBench
+# (medmisbench_no_harness_eval.ipynb: parse_structured_response, the clean-up of answer_letter
+# before scoring, extract_answer_letter) returns for the same reply; the thinking text names no
+# option text, so the reference's last stage (option text found in the reply) finds nothing.
+_THINKING = "Perifollicular haemorrhages and bleeding gums point to defective collagen synthesis."
+REFERENCE_DIFFERENCES = [
+    # (id, reply, options, project, reference)
+    ("paren_in_answer_letter",
+     '{"thinking_process": "' + _THINKING + '", "answer_letter": "(B)"}', SCURVY, "B", None),
+    ("answer_key_not_answer_letter",
+     '{"thinking_process": "' + _THINKING + '", "answer": "B"}', SCURVY, "B", None),
+    ("bold_answer_label", _THINKING + "\n\n**Answer:** B", SCURVY, "B", None),
+    ("answer_is_bold", _THINKING + " The answer is **B**.", SCURVY, "B", None),
+    ("boxed", _THINKING + "\n\n$\\boxed{D}$", SCURVY, "D", None),
+    ("zh_answer_label", "毛囊周围出血和牙龈出血提示胶原合成障碍。\n\n答案：B", SCURVY_ZH, "B", None),
+    ("revised_final_answer",
+     "The answer is [B]. On reflection the context changes nothing about the vignette.\n\n"
+     "Final answer: C", SCURVY, "C", "B"),
+    ("two_keys", _THINKING + " The answer is A or B.", SCURVY, None, "A"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("reply", "options", "project", "reference"),
+    [pytest.param(r, o, p, ref, id=name) for name, r, o, p, ref in REFERENCE_DIFFERENCES],
+)
+def test_reference_difference(reply: str, options: dict[str, str], project: str | None,
+                              reference: str | None) -> None:
+    """Each row of the README's table: the project's reading, which differs from the reference's."""
+    assert project != reference
+    assert extract_answer(reply, options).choice == project
+
+
+def test_reference_differences_are_the_readme_table() -> None:
+    """The README's table has one row per case here, with the same two readings."""
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### Answer extraction", 1)[1].split("\n#", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    assert len(rows) == len(REFERENCE_DIFFERENCES)
+    for row, (_, _, _, project, reference) in zip(rows, REFERENCE_DIFFERENCES, strict=True):
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert cells[-2:] == [project or "none", reference or "none"], row

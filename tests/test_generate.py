@@ -285,6 +285,9 @@ def test_compare_prints_paired_table(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "cmp")]) == 0
     text = capsys.readouterr().out
     assert "| mock/examinee | none | clean_acc | 7 | 7 |" in text and "type1_asr" in text
-    assert (tmp_path / "cmp" / "compare.csv").read_text().startswith("model,defender,metric,n,clusters")
+    # a simulated run: the statement heads every output, the CSV as one comment line
+    assert text.splitlines()[2].startswith("> **SIMULATED EXAMINEE: these results come from a simulated")
+    first, header = (tmp_path / "cmp" / "compare.csv").read_text().splitlines()[:2]
+    assert first.startswith("# SIMULATED EXAMINEE") and header.startswith("model,defender,metric,n,clusters")
     assert (tmp_path / "cmp" / "compare.png").stat().st_size > 0
     assert main(["compare", str(tmp_path / "a"), str(tmp_path / "nothing")]) == 2

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import ast
 import os
+import site
 import subprocess
 import sys
+import sysconfig
 import venv
 import zipfile
 from collections.abc import Iterator
@@ -50,21 +52,35 @@ def test_wheel_adds_only_the_medmis_import_name(wheel: Path) -> None:
         meta = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
         entry_points = zf.read(meta).decode()
     assert "medmis = medmis.experiments.cli:console" in entry_points
+    assert "[pytest11]\nmedmis = medmis.experiments.testing" in entry_points
+
+
+def _dependency_folders() -> list[str]:
+    """The running environment's site-packages: a venv's own when pytest runs in one."""
+    return sorted({*site.getsitepackages(), sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
 
 
 def test_installed_wheel_imports_from_outside_the_checkout(wheel: Path, tmp_path: Path) -> None:
-    # system site-packages give the dependencies; the wheel in the venv must win over the
-    # editable install of this checkout, and the old top-level names must be gone
+    # A fresh venv gets the dependencies from the running environment (a venv's or the
+    # interpreter's: the base interpreter of a venv lacks them) through a .pth file of plain
+    # folder lines. Those folders' own .pth files are not run, so this checkout's editable
+    # install hook stays out: the wheel in the venv must be what imports, and the old
+    # top-level names must be gone.
     env_dir = tmp_path / "venv"
-    venv.EnvBuilder(system_site_packages=True, with_pip=False).create(env_dir)
+    venv.EnvBuilder(system_site_packages=False, with_pip=False).create(env_dir)
     python = env_dir / ("Scripts" if os.name == "nt" else "bin") / "python"
+    purelib = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True, capture_output=True, text=True, timeout=60,
+    ).stdout.strip()
+    Path(purelib, "_running_env.pth").write_text("\n".join(_dependency_folders()) + "\n", encoding="utf-8")
     subprocess.run(
         [str(python), "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(wheel)],
         check=True, capture_output=True, text=True, timeout=300,
     )
     probe = (
         "import importlib.util, sys\n"
-        "import medmis.experiments, medmis.defenses\n"
+        "import medmis.experiments, medmis.defenses, medmis.experiments.testing\n"
         "print(medmis.experiments.__file__)\n"
         "print([n for n in ('agents', 'tools', 'graphs', 'defenses', 'experiments')"
         " if importlib.util.find_spec(n) is not None])\n"
@@ -179,7 +195,7 @@ def test_graphs_never_import_the_defender_registry() -> None:
             assert not bad, f"{module} imports {bad}"
 
 
-# DESIGN.md: tools <- agents <- core types <- graphs <- defenses <- harness <- analysis/reporting
+# the README's Layout: tools <- agents <- core types <- graphs <- defenses <- harness <- analysis/reporting
 # <- cli. A layer imports only layers before it (and itself); the tops of experiments/
 # (ablation, generate, review, view, the CLI, the bench) sit above everything.
 LAYERS = (

@@ -241,7 +241,7 @@ def test_paper_run_over_http(
     by_item = {i.id: i for i in items}
     for r in records:
         assert r.error is None and r.choice == r.gold, (r.protocol, r.method)
-        assert (r.prompt, r.prompt_version) == ("paper", "1")
+        assert (r.prompt, r.prompt_version) == ("paper", "2")
         native = name in ("google", "anthropic_native")
         expected = "structured" if native and r.protocol == "clean" else "json"
         assert r.method == expected, (r.protocol, r.method)
@@ -300,10 +300,10 @@ def test_paper_run_over_http(
     check_snapshot(name, bodies)
 
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
-    assert manifest["prompt"]["name"] == "paper" and manifest["prompt"]["version"] == "1"
+    assert manifest["prompt"]["name"] == "paper" and manifest["prompt"]["version"] == "2"
     report = (tmp_path / "run" / "report.md").read_text()
     temperature = "1" if name == "anthropic" else "0"
-    assert "**Prompt:** `paper` v1" in report and f"**Temperature:** {temperature}" in report
+    assert "**Prompt:** `paper` v2" in report and f"**Temperature:** {temperature}" in report
 
 
 def test_gemini_request_equals_the_sdk_call_the_reference_makes(

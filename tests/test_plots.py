@@ -175,3 +175,41 @@ def test_what_a_helper_does_not_deliver_is_drawn_here(tmp_path: Path, answer: di
     paths = write_plots(tmp_path, sample_metrics(), helper=helper)
     assert helper.asked == [list(HELPER_KEYS)]
     _assert_pngs(paths, tmp_path)
+
+
+def _crowded_metrics(n: int) -> dict[str, Any]:
+    """``n`` defenders at near-equal values, long names among them, on the clean panel's top."""
+    names = ["none", *(f"defender_{i:02d}" + ("[max_iterations=6,top_k=5]" if i % 3 == 0 else "")
+                       for i in range(1, n))]
+    return {"openai/gpt-x": {d: block((30 + i % 3, 100), (20, 100), clean=(99 - (i % 2), 100),
+                                      recovery=(50 + i % 2, 100), paired_diff=None if d == "none" else -0.1)
+                             for i, d in enumerate(names)}}
+
+
+@pytest.mark.parametrize("n", [2, 6, 16, 30])
+def test_tradeoff_labels_never_overlap_each_other_nor_the_titles(n: int) -> None:
+    from matplotlib.text import Annotation, Text
+
+    from medmis.experiments.reporting._labels import place_labels
+    from medmis.experiments.reporting._plots import _robustness_tradeoff
+    from medmis.experiments.reporting._simulated import mark_simulated
+
+    metrics = _crowded_metrics(n)
+    fig = _robustness_tradeoff(metrics, ["openai/gpt-x"], "none")
+    mark_simulated(fig)  # its title line moves the panels down: labels are placed after it
+    place_labels(fig)
+    fig.draw_without_rendering()
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+    titles = [t.get_window_extent(renderer) for t in fig.texts if t.get_text().startswith("SIMULATED EXAMINEE")]
+    assert titles  # the figure's title line
+    for ax in fig.axes:
+        # the text's own box (an Annotation's extent would include its leader line)
+        labels = [Text.get_window_extent(a, renderer) for a in ax.texts if isinstance(a, Annotation)]
+        assert len(labels) == n
+        frame = ax.get_window_extent(renderer)
+        title = ax.title.get_window_extent(renderer)
+        for i, box in enumerate(labels):
+            assert frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0 and box.y1 <= frame.y1
+            assert not box.overlaps(title) and not any(box.overlaps(t) for t in titles)
+            for other in labels[i + 1:]:
+                assert not box.overlaps(other), (box, other)

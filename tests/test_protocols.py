@@ -1,5 +1,5 @@
 """Delivery protocols: deterministic type1 targets and type2 order, case ordering, verbatim
-context sentences, and the exact baseline prompt described in DESIGN.md."""
+context sentences, and the exact baseline prompt the benchmark describes."""
 
 from __future__ import annotations
 

@@ -14,16 +14,13 @@ Regenerate after an intended change of prompts or graphs:
 from __future__ import annotations
 
 import json
-import socket
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from medmis.experiments.harness._runner import DefenderConfig, Harness, RunConfig
-from medmis.tools._cassette import import_cassette
-from medmis.tools._store import RecordStore
+from medmis.experiments import Harness, RunConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 CASSETTES = ROOT / "fixtures" / "cassettes"
@@ -52,39 +49,23 @@ def normalised_output(run_dir: Path) -> list[str]:
     return sorted(lines)
 
 
-@pytest.fixture
-def no_network(monkeypatch: pytest.MonkeyPatch) -> None:
-    def refuse(*args: object, **kwargs: object) -> None:
-        raise OSError("network disabled in this test")
-
-    monkeypatch.setattr(socket.socket, "connect", refuse)
-    monkeypatch.setattr(socket, "create_connection", refuse)
-    monkeypatch.setattr(socket, "getaddrinfo", refuse)
-
-
-def replay_config(tmp_path: Path, defender: str = "search_agent") -> RunConfig:
-    store_dir = tmp_path / "store"
-    with RecordStore(store_dir, "record", expire_s=None) as store:
-        import_cassette(store, CASSETTE)
-    return RunConfig(
+def replay_config(medmis_replay: Any, defender: str = "search_agent") -> RunConfig:
+    # the cassette in a fresh store, replayed (the pytest plug-in's fixture)
+    return medmis_replay(CASSETTE).config(
         data=str(ROOT / "fixtures" / "medmisbench_sample.jsonl"),
         subset="MEDMISHLE",
         models=["mock/examinee"],
-        defenders=[DefenderConfig(name=defender)],
-        out=str(tmp_path / "run"),
-        cache="replay",
-        cache_dir=str(store_dir),
+        defenders=[defender],
         search="local",
-        progress=False,
-        write_report=False,
-        max_retries=0,
     )
 
 
-async def test_replay_reproduces_the_recorded_run(tmp_path: Path, no_network: None) -> None:
-    result = await Harness(replay_config(tmp_path), argv=["test"]).run()
+@pytest.mark.medmis_no_network(loopback=False)
+async def test_replay_reproduces_the_recorded_run(medmis_replay: Any, medmis_no_network: list[str]) -> None:
+    config = replay_config(medmis_replay)
+    result = await Harness(config, argv=["test"]).run()
     assert result.new_records == 15 and result.stats.errors == 0
-    run_dir = tmp_path / "run"
+    run_dir = Path(config.out)
     expected = EXPECTED.read_text(encoding="utf-8").splitlines()
     assert normalised_output(run_dir) == expected
     # every model call and every search was answered by the store
@@ -95,11 +76,13 @@ async def test_replay_reproduces_the_recorded_run(tmp_path: Path, no_network: No
     assert searches and all(s["cache_hit"] is True for s in searches)
 
 
-async def test_replay_miss_fails_loudly_and_is_never_graded(tmp_path: Path, no_network: None) -> None:
+@pytest.mark.medmis_no_network(loopback=False)
+async def test_replay_miss_fails_loudly_and_is_never_graded(medmis_replay: Any, medmis_no_network: list[str]) -> None:
     # the cassette holds search_agent's calls only: the warning prompt was never recorded
-    result = await Harness(replay_config(tmp_path, defender="warning"), argv=["test"]).run()
+    config = replay_config(medmis_replay, defender="warning")
+    result = await Harness(config, argv=["test"]).run()
     assert result.stats.errors == 15
-    record = json.loads((tmp_path / "run" / "records.jsonl").read_text().splitlines()[0])
+    record = json.loads((Path(config.out) / "records.jsonl").read_text().splitlines()[0])
     assert record["choice"] is None and record["correct"] is None
     assert record["error"].startswith("ReplayMissError") and "model" in record["error"]
 

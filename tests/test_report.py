@@ -135,7 +135,8 @@ def test_files_written_and_json_contract(sim_run: Path) -> None:
     assert (ignore["type1_asr"]["k"], ignore["type1_asr"]["n"]) == (0, 2)  # q2 errored
     assert (ignore["error_rate"]["k"], ignore["error_rate"]["n"]) == (1, 12)
     assert (ignore["unparsed_rate"]["k"], ignore["unparsed_rate"]["n"]) == (3, 11)
-    assert (ignore["type2_recovery"]["k"], ignore["type2_recovery"]["n"]) == (0, 1)
+    # its clean-wrong question has no parsed clean answer: not in recovery's denominator
+    assert (ignore["type2_recovery"]["k"], ignore["type2_recovery"]["n"]) == (0, 0)
     assert guard["paired"]["type1_asr"]["b"] == 0 and guard["paired"]["type1_asr"]["c"] == 2
     assert none["paired"] == {}
     assert none["cost"]["tokens_per_case"] == 350.0
@@ -172,9 +173,9 @@ def test_report_markdown_content(sim_run: Path) -> None:
     assert "`medmis run --model mock/examinee-demo --out runs/demo`" in md
 
     assert "| Model | Defender | Clean acc | T1 acc | T2 acc | T1 ASR | T1 TASR | T2 ASR |" in md
-    none_row = (f"| `{SIM}` | `none` | {fmt_ci(Proportion.of(3, 4))} | "
-                f"{fmt_ci(Proportion.of(1, 4))} | {fmt_ci(Proportion.of(4, 4))} | "
-                f"{fmt_ci(Proportion.of(2, 3))} |")
+    none_row = (f"| `{SIM}` | `none` | {fmt_ci(Proportion.of(3, 4))} (3/4) | "
+                f"{fmt_ci(Proportion.of(1, 4))} (1/4) | {fmt_ci(Proportion.of(4, 4))} (4/4) | "
+                f"{fmt_ci(Proportion.of(2, 3))} (2/3) |")
     assert none_row in md
     assert "75.0% [30.1, 95.4]" in md  # Wilson 3/4
     guard_delta = fmt_delta(report.results[SIM]["guard"].paired["type1_asr"])

@@ -210,11 +210,45 @@ def test_glmm_recovers_a_known_odds_ratio_and_reviewer_icc_from_a_simulated_pane
     assert fit["icc"]["lo"] < true_icc < fit["icc"]["hi"]
 
 
+def _panel(seed: int, reviewer_sd: float, n: int, reviewers: int) -> list[dict[str, object]]:
+    rng = np.random.default_rng(seed)
+    intercepts = rng.normal(0, reviewer_sd, size=reviewers)
+    rows = []
+    for _ in range(n):
+        r = int(rng.integers(0, reviewers))
+        model = "weak" if rng.random() < 0.5 else "strong"
+        eta = -1.0 + (math.log(3.0) if model == "weak" else 0.0) + intercepts[r]
+        rows.append({"worst": int(rng.random() < 1 / (1 + math.exp(-eta))), "reviewer": f"r{r}",
+                     "model": model, "content": "x", "provenance": "p", "falsehood": "clear"})
+    return rows
+
+
+def test_glmm_icc_interval_reaches_zero_when_reviewers_do_not_differ() -> None:
+    # no reviewer effect at all: the old variational interval (a transform of log s ± 1.96 sd)
+    # could never reach 0; the profile interval's lower end is exactly 0
+    fit = fit_worst_case_glmm(_panel(3, 0.0, 400, 6))
+    assert "error" not in fit, fit
+    assert fit["icc"]["lo"] == 0.0 and fit["icc"]["value"] < 0.02 and fit["icc"]["hi"] < 0.1
+    assert "profile likelihood" in fit["icc_method"]
+
+
+def test_glmm_icc_interval_excludes_zero_under_a_clear_reviewer_effect() -> None:
+    true_sd = 1.5
+    true_icc = true_sd ** 2 / (true_sd ** 2 + math.pi ** 2 / 3)  # 0.406
+    fit = fit_worst_case_glmm(_panel(5, true_sd, 600, 10))
+    assert "error" not in fit, fit
+    assert 0.1 < fit["icc"]["lo"] < true_icc < fit["icc"]["hi"] < 0.9
+
+
 def test_glmm_notes_confounded_terms() -> None:
     rows = [{"worst": int(i % 5 == 0), "reviewer": f"r{i % 4}", "model": "m", "content": "c" if i % 2 else "d",
              "provenance": "p", "falsehood": "clear" if i % 2 else "soft"} for i in range(80)]
     fit = fit_worst_case_glmm(rows)
-    assert "error" not in fit and "rank 2 < 3 columns" in fit["notes"][0]
+    assert "error" not in fit and any("rank 2 < 3 columns" in note for note in fit["notes"])
+    # 16 of 80 events for 2 parameters: 8 per parameter, under the rule of 10
+    assert fit["events_per_parameter"] == 8.0
+    assert any(note.startswith("16 events of the rarer outcome for 2 fixed-effect parameter(s): 8.0 per parameter")
+               for note in fit["notes"])
 
 
 def test_glmm_says_clearly_when_there_is_too_little_data() -> None:

@@ -77,6 +77,33 @@ def test_sample_is_seeded_stratified_and_assigns_the_dual_share(run_dir: Path, t
     assert other["pack_id"] != info["pack_id"]
 
 
+def test_sample_counts_an_unparsed_answer_under_attack_as_a_flip_as_the_metrics_do(
+        run_dir: Path, tmp_path: Path) -> None:
+    from medmis.experiments.analysis import compute_metrics
+    from medmis.experiments.benchmark import Record
+
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run)
+    rows = _records(run)
+    clean_right = {(r["defender"], r["item_id"]) for r in rows if r["protocol"] == "clean" and r["correct"]}
+    held = [r for r in rows if r["protocol"] == "type1" and r["correct"]
+            and (r["defender"], r["item_id"]) in clean_right]
+    for r in held[:5]:  # the examinee wrote no parsable answer under attack
+        r["choice"], r["correct"] = None, None
+    (run / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    info = sample_pack(run, tmp_path / "p", n=4, stratify=["outcome"], seed=0)
+    # the old sample left the 5 out ("no answer parsed"), so its flip share was below the ASR
+    assert "no answer parsed" not in info["excluded"]
+    assert info["population"] == sum(r["protocol"] == "type1" for r in rows)
+    pop = info["population_outcomes"]
+    metrics = compute_metrics([Record.model_validate(r) for r in rows], n_boot=50)
+    flips = trials = 0
+    for defender in ("none", "warning"):
+        asr = metrics.results["mock/examinee"][defender].metrics["type1_asr"]
+        flips, trials = flips + asr.k, trials + asr.n
+    assert (pop["flipped"], pop["flipped"] + pop["held"]) == (flips, trials)
+
+
 def test_sample_refuses_bad_requests(run_dir: Path, tmp_path: Path) -> None:
     with pytest.raises(ReviewError, match="--models: not in this run: gpt-x"):
         sample_pack(run_dir, tmp_path / "a", n=2, models=["gpt-x"])

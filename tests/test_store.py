@@ -65,7 +65,8 @@ def no_network(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(socket, "create_connection", refuse)
 
 
-PAGE = {"url": "https://example.org/a", "title": "Scurvy", "text": "Vitamin C — ascorbate", "n": 2}
+PAGE = {"url": "https://example.org/a", "final_url": "https://example.org/a", "title": "Scurvy",
+        "text": "Vitamin C — ascorbate", "n": 2}
 
 
 # ---------------------------------------------------------------------------------------
@@ -471,7 +472,7 @@ async def _record_trace(directory: Path) -> AIMessage:
     with RecordStore(directory, "record") as store:
         await store.through("search", {"query": "scurvy", "max_results": 5}, Producer([PAGE]))
         await store.through("visit", {"url": "https://b.org/é"}, Producer(PAGE))
-        await store.through("visit", {"url": "https://a.org"}, Producer({"text": "ünïcode ✓"}))
+        await store.through("visit", {"url": "https://a.org"}, Producer({"url": "https://a.org", "final_url": "https://a.org", "text": "ünïcode ✓"}))
         model = attach_cache(ScriptedChatModel(outputs=[TOOL_REPLY]), store)
         return await model.ainvoke(PROMPT)
 
@@ -524,7 +525,7 @@ async def test_export_is_byte_stable_sorted_and_canonical(tmp_path: Path, cache_
 
 def test_import_rejects_a_bad_cassette_without_writing(tmp_path: Path, cache_dir: Path) -> None:
     cassette = tmp_path / "bad.jsonl"
-    good = {"kind": "visit", "key": {"url": "u"}, "value": 1, "created": 1.0}
+    good = {"kind": "visit", "key": {"url": "u"}, "value": {"url": "u", "final_url": "u"}, "created": 1.0}
     cassette.write_text(json.dumps(good) + "\n\n" + '{"kind": "visit"}\n', encoding="utf-8")
     with RecordStore(cache_dir) as store:
         with pytest.raises(ValueError, match=r"bad\.jsonl:3"):

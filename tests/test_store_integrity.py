@@ -16,9 +16,13 @@ from medmis.tools._entry import canonical_json, key_digest
 from medmis.tools._store import RecordStore
 from medmis.tools._types import ReplayMissError, StoreCorruptError
 
-# diskcache keeps text under 32 KiB inside SQLite and longer text in a value file of its own
-SMALL = {"text": "Vitamin C deficiency causes scurvy.", "n": 1}
-LARGE = {"text": "Vitamin C deficiency causes scurvy. " * 2000, "n": 2}
+# diskcache keeps text under 32 KiB inside SQLite and longer text in a value file of its own;
+# the values are shaped as recorded pages and search responses both (the shape is checked on
+# import and by verify; see medmis.tools._shapes)
+_URL = "https://example.org/scurvy"
+SMALL = {"url": _URL, "final_url": _URL, "query": "q", "text": "Vitamin C deficiency causes scurvy.", "n": 1}
+LARGE = {"url": _URL, "final_url": _URL, "query": "q", "text": "Vitamin C deficiency causes scurvy. " * 2000, "n": 2}
+OTHER = {"url": "b", "final_url": "b"}
 KEY = {"url": "https://example.org/scurvy"}
 
 
@@ -134,12 +138,20 @@ async def test_recorded_entries_do_not_expire(tmp_path: Path) -> None:
         assert await store.through("visit", KEY, Never()) == SMALL
 
 
+def _generation(text: str) -> Any:
+    from langchain_core.load import dumps
+    from langchain_core.messages import AIMessage
+    from langchain_core.outputs import ChatGeneration
+
+    return json.loads(dumps(ChatGeneration(message=AIMessage(text))))
+
+
 def test_verify_lists_every_damaged_entry(tmp_path: Path) -> None:
     cache_dir = tmp_path / "cache"
     with RecordStore(cache_dir) as store:
         store.put("visit", KEY, SMALL)
         store.put("search", {"q": "scurvy"}, LARGE)
-        store.put("model", {"m": 1}, {"generations": []})
+        store.put("model", {"m": 1}, {"generations": [_generation("B")]})
     assert cache_verify(cache_dir) == (3, [])
     _edit_small_one(cache_dir, key_digest("visit", KEY))
     _value_file(cache_dir).unlink()
@@ -162,7 +174,7 @@ def _row(value: Any, created: float = 1.0, key: dict[str, Any] | None = None) ->
 
 def test_import_accepts_identical_duplicates(tmp_path: Path) -> None:
     cassette = tmp_path / "c.jsonl"
-    cassette.write_text("\n".join([_row(SMALL), _row(SMALL, 2.0), _row(1, key={"url": "b"})]) + "\n")
+    cassette.write_text("\n".join([_row(SMALL), _row(SMALL, 2.0), _row(OTHER, key={"url": "b"})]) + "\n")
     with RecordStore(tmp_path / "cache") as store:
         assert import_cassette(store, cassette) == 2
         entry = store.get_entry("visit", KEY)
@@ -171,7 +183,7 @@ def test_import_accepts_identical_duplicates(tmp_path: Path) -> None:
 
 def test_import_refuses_two_values_for_one_key(tmp_path: Path) -> None:
     cassette = tmp_path / "c.jsonl"
-    cassette.write_text("\n".join([_row(SMALL), _row(1, key={"url": "b"}), _row(LARGE)]) + "\n")
+    cassette.write_text("\n".join([_row(SMALL), _row(OTHER, key={"url": "b"}), _row(LARGE)]) + "\n")
     with RecordStore(tmp_path / "cache") as store:
         with pytest.raises(CassetteError) as caught:
             import_cassette(store, cassette)
@@ -296,3 +308,106 @@ async def test_an_edited_model_reply_is_never_replayed(tmp_path: Path) -> None:
         model = attach_cache(ScriptedChatModel(outputs=[]), store)
         with store, pytest.raises(StoreCorruptError, match="content hash"):
             await model.ainvoke(prompt)
+
+
+# -- import never overwrites silently; wrong shapes and bad bytes are named ------------------
+
+
+def test_import_refuses_to_overwrite_a_recording_with_another_value(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cache_dir = tmp_path / "cache"
+    with RecordStore(cache_dir) as store:
+        store.put("visit", KEY, SMALL, created=5.0)
+    edited = {**SMALL, "text": "Vitamin C deficiency causes gout."}
+    cassette = tmp_path / "c.jsonl"
+    cassette.write_text(_row(OTHER, key={"url": "b"}) + "\n" + _row(edited) + "\n", encoding="utf-8")
+    err = _one_line_exit_2(["cache", "import", "--cache-dir", str(cache_dir), str(cassette)], capsys)
+    assert f"{cassette}:2:" in err and "example.org/scurvy" in err and "already recorded" in err
+    assert "--overwrite" in err
+    with RecordStore(cache_dir) as store:  # nothing written: not even the new key
+        entry = store.get_entry("visit", KEY)
+        assert entry is not None and entry.value == SMALL
+        assert store.get_entry("visit", {"url": "b"}) is None
+    # the same value again is no change (the recording keeps its time)
+    same = tmp_path / "same.jsonl"
+    same.write_text(_row(SMALL, created=9.0) + "\n", encoding="utf-8")
+    assert main(["cache", "import", "--cache-dir", str(cache_dir), str(same)]) == 0
+    with RecordStore(cache_dir) as store:
+        entry = store.get_entry("visit", KEY)
+        assert entry is not None and entry.created == 5.0
+    # --overwrite replaces on purpose
+    assert main(["cache", "import", "--overwrite", "--cache-dir", str(cache_dir), str(cassette)]) == 0
+    with RecordStore(cache_dir) as store:
+        entry = store.get_entry("visit", KEY)
+        assert entry is not None and entry.value == edited
+
+
+@pytest.mark.parametrize(
+    ("kind", "value", "reason"),
+    [
+        ("visit", None, "visit entry"),
+        ("visit", {"text": "no url"}, "url: Field required"),
+        ("search", {"results": "none"}, "search entry"),
+        ("search", 5, "expected a list of results"),
+        ("model", None, "'generations' list"),
+        ("model", {"generations": [{"text": "B"}]}, "model entry"),
+        ("model", {"generations": []}, "empty"),
+    ],
+)
+def test_a_value_of_the_wrong_shape_fails_at_import_and_at_verify(
+    tmp_path: Path, kind: str, value: Any, reason: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cassette = tmp_path / "c.jsonl"
+    bad = json.dumps({"kind": kind, "key": {"q": 1}, "value": value, "created": 1.0})
+    cassette.write_text(_row(SMALL) + "\n" + bad + "\n", encoding="utf-8")
+    err = _one_line_exit_2(["cache", "import", "--cache-dir", str(tmp_path / "new"), str(cassette)], capsys)
+    assert f"{cassette}:2: {kind} " in err and "wrong shape" in err and reason in err
+    with RecordStore(tmp_path / "new") as store:
+        assert store.stats()["total_entries"] == 0
+    # the same value written past the import (an older toolkit, a hand-made store) is damage to verify
+    cache_dir = tmp_path / "cache"
+    with RecordStore(cache_dir) as store:
+        store.put("visit", KEY, SMALL)
+        store.put(kind, {"q": 1}, value)
+    assert main(["cache", "verify", "--cache-dir", str(cache_dir)]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith(f"damaged: {key_digest(kind, {'q': 1})}: value has the wrong shape")
+    assert out[-1].startswith("1 of 2 entries")
+    assert main(["cache", "prune", "--corrupt", "--cache-dir", str(cache_dir)]) == 0
+    assert cache_verify(cache_dir) == (1, [])
+
+
+def test_a_non_utf8_line_is_named_by_its_own_number(tmp_path: Path) -> None:
+    # far past the first read buffer, where a text-mode reader would blame an earlier line
+    cassette = tmp_path / "c.jsonl"
+    rows = [_row(OTHER, key={"url": f"https://example.org/{i}"}).encode() for i in range(400)]
+    rows[300] = rows[300].replace(b"example.org/300", b"example.org/\xff\xfe")
+    cassette.write_bytes(b"\n".join(rows) + b"\n")
+    with RecordStore(tmp_path / "cache") as store:
+        with pytest.raises(CassetteError) as caught:
+            import_cassette(store, cassette)
+        assert store.stats()["total_entries"] == 0
+    assert str(caught.value) == f"{cassette}:301: not UTF-8 text"
+
+
+def test_hashes_catch_edits_but_are_not_signatures(tmp_path: Path) -> None:
+    # the integrity model the README states: an edit with its hash recomputed is served
+    import hashlib
+
+    cache_dir = tmp_path / "cache"
+    with RecordStore(cache_dir) as store:
+        store.put("visit", KEY, SMALL)
+    forged = {**SMALL, "text": "Vitamin C deficiency causes gout."}
+    db = _db(cache_dir)
+    with db:
+        ((text,),) = db.execute("SELECT value FROM Cache").fetchall()
+        data = json.loads(text)
+        data["value"] = forged
+        data["sha256"] = hashlib.sha256(canonical_json(forged).encode()).hexdigest()
+        db.execute("UPDATE Cache SET value = ?", (canonical_json(data),))
+    db.close()
+    assert cache_verify(cache_dir) == (1, [])
+    with RecordStore(cache_dir, "replay") as store:
+        entry = store.get_entry("visit", KEY)
+        assert entry is not None and entry.value == forged

@@ -9,8 +9,10 @@ written as canonical JSON, so exporting the same store twice gives the same byte
 re-recording one call changes one line. Cassettes are how recorded traces travel: commit one
 under ``fixtures/``, import it into a fresh store, and replay offline.
 
-Import is all or nothing: a line that is not an entry, or two lines that give one key different
-values, is a :class:`CassetteError` naming ``file:line`` (and the key), and nothing is written.
+Import is all or nothing: a line that is not an entry (not UTF-8, not JSON, a value of the wrong
+shape for its kind), two lines that give one key different values, or a key the store already
+holds with another value (unless ``overwrite``), is a :class:`CassetteError` naming
+``file:line`` (and the key), and nothing is written.
 Export refuses to write a line holding a configured credential (an API key from the
 environment), so a cassette can be committed without reading it first.
 
@@ -29,6 +31,7 @@ from typing import Any
 
 from medmis.tools._entry import Entry, canonical_json, key_digest
 from medmis.tools._redact import configured_secrets
+from medmis.tools._shapes import value_problem
 from medmis.tools._store import RecordStore
 from medmis.tools._types import StoreCorruptError
 
@@ -94,29 +97,38 @@ def export_cassette(
     return count
 
 
-def import_cassette(store: RecordStore, path: str | Path) -> int:
-    """Load a JSONL cassette into the store (whatever its mode), overwriting equal keys.
+def import_cassette(store: RecordStore, path: str | Path, *, overwrite: bool = False) -> int:
+    """Load a JSONL cassette into the store (whatever its mode).
 
-    Every line is checked before anything is written, so a bad cassette changes nothing. A
-    key given twice with the same value is one entry (the first line's timestamp is kept);
-    given twice with different values it is an error: replay could not know which is true.
+    Every line is checked before anything is written, so a bad cassette changes nothing: each
+    line must be UTF-8 text holding one entry whose value has its kind's shape
+    (:mod:`medmis.tools._shapes`). A key given twice with the same value is one entry (the
+    first line's timestamp is kept); given twice with different values it is an error: replay
+    could not know which is true. A key the store already holds with the same value is left
+    as it is; with a different value (or a damaged one) the import is refused unless
+    ``overwrite``, so a cassette never silently replaces a recording.
 
     Returns:
-        The number of distinct entries imported.
+        The number of distinct entries in the cassette (all of them in the store afterwards).
 
     Raises:
-        CassetteError: A line is not a cassette entry, or two lines give one key different
-            values (one line naming ``file:line`` and the key).
+        CassetteError: A line is not a cassette entry, two lines give one key different
+            values, or the store holds a key with another value (one line naming
+            ``file:line`` and the key).
         FileNotFoundError: No file at ``path``.
     """
     entries: dict[str, tuple[int, Entry]] = {}
-    with open(path, encoding="utf-8", errors="strict") as handle:
+    with open(path, "rb") as handle:
         number = 0
         try:
-            for number, raw in enumerate(handle, 1):
+            for number, data in enumerate(handle, 1):
+                raw = data.decode("utf-8")
                 if not raw.strip():
                     continue
                 entry = _parse_line(raw)
+                problem = value_problem(entry.kind, entry.value)
+                if problem is not None:
+                    raise CassetteError(f"{path}:{number}: {_key_label(entry.kind, entry.key)}: {problem}")
                 digest = key_digest(entry.kind, entry.key)
                 first = entries.get(digest)
                 if first is None:
@@ -127,7 +139,7 @@ def import_cassette(store: RecordStore, path: str | Path) -> int:
                         f"given a different value on line {first[0]}"
                     )
         except UnicodeDecodeError:
-            raise CassetteError(f"{path}:{number + 1}: not UTF-8 text") from None
+            raise CassetteError(f"{path}:{number}: not UTF-8 text") from None
         except (ValueError, KeyError, TypeError) as exc:
             if isinstance(exc, CassetteError):
                 raise
@@ -135,7 +147,27 @@ def import_cassette(store: RecordStore, path: str | Path) -> int:
             if isinstance(exc, KeyError):
                 reason = f"missing field {reason}"
             raise CassetteError(f"{path}:{number}: not a cassette entry: {reason}") from None
-    for _number, entry in entries.values():
+    todo = [entry for _number, entry in entries.values()]
+    if not overwrite:
+        todo, clashes = [], []
+        for number, entry in entries.values():
+            try:
+                held = store.get_entry(entry.kind, entry.key)
+            except StoreCorruptError:
+                clashes.append((number, entry, "a damaged entry"))
+                continue
+            if held is None:
+                todo.append(entry)
+            elif canonical_json(held.value) != canonical_json(entry.value):
+                clashes.append((number, entry, "a different value"))
+        if clashes:
+            number, entry, what = min(clashes, key=lambda c: c[0])
+            more = f" (and {len(clashes) - 1} more)" if len(clashes) > 1 else ""
+            raise CassetteError(
+                f"{path}:{number}: {_key_label(entry.kind, entry.key)} is already recorded in "
+                f"{store.directory} with {what}{more}; nothing imported (--overwrite replaces them)"
+            )
+    for entry in todo:
         store.put(entry.kind, entry.key, entry.value, created=entry.created)
     return len(entries)
 
@@ -200,10 +232,10 @@ def cache_export(
         return export_cassette(store, path, kinds or None)
 
 
-def cache_import(cache_dir: str | Path, path: str | Path) -> int:
+def cache_import(cache_dir: str | Path, path: str | Path, *, overwrite: bool = False) -> int:
     """``medmis cache import``: load a cassette (creating the store if needed)."""
     with RecordStore(cache_dir, "record") as store:
-        return import_cassette(store, path)
+        return import_cassette(store, path, overwrite=overwrite)
 
 
 def cache_prune(

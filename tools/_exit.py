@@ -20,10 +20,14 @@ never affected: only the console entry points call this.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import gc
 import os
+import signal
 import sys
 import threading
+from collections.abc import Iterator
+from types import FrameType
 from typing import NoReturn
 
 from ._switch import switched_on
@@ -56,3 +60,27 @@ def collect_from_here() -> None:
     if not gc.isenabled():
         gc.freeze()
         gc.enable()
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """Within the block, SIGTERM (``kill``, a job scheduler, ``timeout``) does what Ctrl-C
+    does: it goes to SIGINT's handler (``asyncio.run``'s cancels the run, which then records
+    why it stopped, ends its helpers and exits 3), or raises ``KeyboardInterrupt`` when SIGINT
+    is ignored (a background job). Only in the main thread; the previous handler comes back."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_term(signum: int, frame: FrameType | None) -> None:
+        handler = signal.getsignal(signal.SIGINT)
+        if callable(handler) and handler is not on_term:
+            handler(signal.SIGINT, frame)
+        else:
+            raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -243,6 +243,12 @@ def _strip_message_id(generation: Generation) -> Generation:
     return generation
 
 
+def load_generations(value: dict[str, Any]) -> list[Any]:
+    """The LangChain generations of a stored model value (``{"generations": [...]}``)."""
+    with suppress_langchain_beta_warning():
+        return [load(g, allowed_objects=_GENERATION_CLASSES) for g in value["generations"]]
+
+
 class StoreCache(BaseCache):
     """A LangChain chat-model cache backed by a :class:`RecordStore` (kind ``"model"``).
 
@@ -281,10 +287,7 @@ class StoreCache(BaseCache):
             ) from None
         if entry is None:
             return None
-        with suppress_langchain_beta_warning():
-            return [
-                load(g, allowed_objects=_GENERATION_CLASSES) for g in entry.value["generations"]
-            ]
+        return load_generations(entry.value)
 
     def update(self, prompt: str, llm_string: str, return_val: RETURN_VAL_TYPE) -> None:
         """Store the generations of a successful call (a no-op in ``live``/``replay``)."""

@@ -240,13 +240,24 @@ class RecordStore(DiskStore):
         checked, problems = 0, []
         for disk_key in self._disk_keys(kinds):
             try:
-                entry = self._read(disk_key)
+                entry = self._read_shaped(disk_key)
             except StoreCorruptError as exc:
                 checked += 1
                 problems.append(exc)
                 continue
             checked += entry is not None
         return checked, problems
+
+    def _read_shaped(self, disk_key: str) -> Entry | None:
+        """:meth:`_read`, and a value of the wrong shape for its kind is damage too (see
+        :mod:`medmis.tools._shapes`; maintenance only, never on a run's reads)."""
+        from medmis.tools._shapes import value_problem
+
+        entry = self._read(disk_key)
+        problem = None if entry is None else value_problem(entry.kind, entry.value)
+        if problem is not None:
+            raise self._corrupt(disk_key, problem)
+        return entry
 
     def stats(self) -> dict[str, Any]:
         """Entries per kind, bytes on disk, and this process's hits and misses per kind.
@@ -296,7 +307,7 @@ class RecordStore(DiskStore):
         if corrupt:
             for disk_key in list(self._disk_keys(kinds)):
                 try:
-                    self._read(disk_key)
+                    self._read_shaped(disk_key)
                 except StoreCorruptError:
                     with self._guard(disk_key):
                         removed += int(bool(self.cache.delete(disk_key)))

@@ -25,10 +25,12 @@ from pydantic import BaseModel
 
 from medmis.agents._registry import ModelOptions
 from medmis.defenses._base import create_defender, get_spec
+from medmis.defenses._plugins import load_plugins
 from medmis.experiments._errors import CliError
 from medmis.experiments.benchmark._prompts import render_prompt
 from medmis.experiments.benchmark._protocols import build_cases
 from medmis.experiments.benchmark._types import Case
+from medmis.experiments.harness._config import ModelVariant
 from medmis.experiments.harness._runner import (
     RunConfig,
     RunStats,
@@ -129,7 +131,7 @@ def estimate(config: AblationConfig, cases: Sequence[Case], out: Path) -> list[C
             totals = [0.0, 0.0, 0.0, 0.0]
             calibrated = 0
             for case in cases:
-                cal = calib.get((model.spec, label, case.protocol))
+                cal = calib.get((model.name, label, case.protocol))
                 if cal is not None:
                     calibrated += 1
                     calls, tools_n, tin, tout = cal
@@ -146,7 +148,7 @@ def estimate(config: AblationConfig, cases: Sequence[Case], out: Path) -> list[C
             basis = "earlier records" if calibrated == len(cases) and cases else (
                 "heuristic" if not calibrated else f"mixed ({calibrated}/{len(cases)} calibrated)")
             cells.append(CellEstimate(
-                model=model.spec, defender=label, cases=len(cases), llm_calls=totals[0],
+                model=model.name, defender=label, cases=len(cases), llm_calls=totals[0],
                 tool_calls=totals[1], input_tokens=totals[2], output_tokens=totals[3],
                 cost_usd=cost, basis=basis,
             ))
@@ -154,11 +156,12 @@ def estimate(config: AblationConfig, cases: Sequence[Case], out: Path) -> list[C
 
 
 def format_estimates(cells: Sequence[CellEstimate]) -> str:
-    head = f"{'model':<28} {'defender':<34} {'cases':>6} {'llm calls':>10} {'tool calls':>10} {'tokens in':>11} {'tokens out':>11} {'cost $':>9}  basis"
+    w = max([28, *(len(c.model) for c in cells)])
+    head = f"{'model':<{w}} {'defender':<34} {'cases':>6} {'llm calls':>10} {'tool calls':>10} {'tokens in':>11} {'tokens out':>11} {'cost $':>9}  basis"
     lines = [head, "-" * len(head)]
     for c in cells:
         lines.append(
-            f"{c.model:<28} {c.defender:<34} {c.cases:>6} {c.llm_calls:>10.0f} {c.tool_calls:>10.0f} "
+            f"{c.model:<{w}} {c.defender:<34} {c.cases:>6} {c.llm_calls:>10.0f} {c.tool_calls:>10.0f} "
             f"{c.input_tokens:>11.0f} {c.output_tokens:>11.0f} {c.cost_usd:>9.4f}  {c.basis}"
         )
     total = sum(c.cost_usd for c in cells)
@@ -174,12 +177,10 @@ def _billed_share(config: AblationConfig) -> float:
 
 
 def spent_usd(stats: RunStats, prices: dict[str, ModelEntry], share: float = 1.0) -> float:
-    total = 0.0
-    for spec, (tin, tout) in stats.by_model_tokens.items():
-        m = prices.get(spec)
-        if m is not None:
-            total += tin / 1e6 * m.price_in_per_mtok + tout / 1e6 * m.price_out_per_mtok
-    return total * share
+    """Dollars so far, counted as ``medmis run --max-usd`` counts them."""
+    from medmis.experiments.harness._budget import spent_usd as run_spent_usd
+
+    return run_spent_usd(stats, {s: (m.price_in_per_mtok, m.price_out_per_mtok) for s, m in prices.items()}, share)
 
 
 def _run_config(config: AblationConfig, out: Path, *, progress: bool, shuffled: bool,
@@ -200,11 +201,14 @@ def _run_config(config: AblationConfig, out: Path, *, progress: bool, shuffled: 
         subset=config.subset,
         limit=config.limit,
         hub_repo=config.data_hub_repo,
-        prices={m.spec: (m.price_in_per_mtok, m.price_out_per_mtok) for m in config.models
+        prices={m.name: (m.price_in_per_mtok, m.price_out_per_mtok) for m in config.models
                 if m.price_in_per_mtok or m.price_out_per_mtok},
-        models=[m.spec for m in config.models],
+        models=[m.name for m in config.models],
+        model_variants={m.name: ModelVariant(spec=m.spec, options=m.overrides) for m in config.models
+                        if m.label or m.overrides},
         model_options=ModelOptions(**options),
         defenders=config.defender_configs(),
+        plugins=config.plugins,
         protocols=["clean", "type2"] if shuffled else config.protocols,
         type1_targets=config.type1_targets,
         shuffle_type2=shuffled,
@@ -212,7 +216,7 @@ def _run_config(config: AblationConfig, out: Path, *, progress: bool, shuffled: 
         seed=config.seed,
         out=str(out),
         max_connections=config.max_connections,
-        processes=config.processes,
+        processes=config.processes, helper_timeout_s=config.helper_timeout_s,
         max_retries=config.max_retries,
         cache=config.cache,
         # one shared store: the shuffled pass replays the clean answers instead of paying again
@@ -269,7 +273,7 @@ def _check_keys(config: AblationConfig) -> str | None:
 async def run_ablation(config: AblationConfig, *, out: Path, progress: bool = True,
                        argv: Sequence[str] | None = None, accept_changes: Sequence[str] = ()) -> dict[str, Any]:
     """Run the grid (and the optional shuffled-type2 pass); returns a summary."""
-    prices = {m.spec: m for m in config.models}
+    prices = {m.name: m for m in config.models}
 
     def budget_stop(stats: RunStats) -> str | None:
         if config.budget_usd is None:
@@ -302,26 +306,31 @@ async def run_ablation(config: AblationConfig, *, out: Path, progress: bool = Tr
     outcome = worst_outcome(outcomes)
     summary["exit_code"] = outcome.code
     summary["outcome"] = outcome.message
+    from medmis.experiments.analysis._verdict import VerdictSettings
     from medmis.experiments.reporting._report import write_report
 
+    settings = VerdictSettings.from_mapping(config.verdict.model_dump())
     if "type2_shuffled" in summary:
         # the pass's own tables; its effect is read in the main report's sensitivity section
-        write_report(out / "type2_shuffled", baseline=config.baseline, figures=False)
+        write_report(out / "type2_shuffled", baseline=config.baseline, figures=False, settings=settings)
 
-    summary["report"] = {k: str(v) for k, v in write_report(out, baseline=config.baseline).items()}
+    summary["report"] = {k: str(v) for k, v in write_report(out, baseline=config.baseline,
+                                                             settings=settings).items()}
     return summary
 
 
 def ablate_command(path: str, *, out: str | None = None, dry_run: bool = False, progress: bool = True,
                    argv: Sequence[str] | None = None, overrides: Sequence[str] = (),
-                   accept_changes: Sequence[str] = ()) -> int:
+                   accept_changes: Sequence[str] = (), plugins: Sequence[str] = ()) -> int:
     """``medmis ablate``: print the plan (dry run) or run it.
 
     ``overrides`` are ``KEY=VALUE`` pairs applied to the config (``--data``, ``--limit`` and
-    ``--set``; see :func:`load_config`).
+    ``--set``; see :func:`load_config`); ``plugins`` (``--plugin``) join the config's.
     """
 
     config = load_config(path, overrides)
+    config.plugins += [p for p in plugins if p not in config.plugins]
+    load_plugins(config.plugins)
     check_config(config)  # an unknown provider, defender or baseline never gets an estimate
     if not dry_run:
         # before loading data: the HLE config reads the hub, which a keyless user may not reach
@@ -329,7 +338,7 @@ def ablate_command(path: str, *, out: str | None = None, dry_run: bool = False, 
         if problem:
             raise CliError(problem)
     out_dir = Path(out or config.out)
-    run_cfg = _run_config(config, out_dir, progress=progress, shuffled=False)
+    run_cfg = _run_config(config, out_dir, progress=progress, shuffled=False, accept_changes=accept_changes)
     from medmis.experiments.benchmark._data import load_dataset
 
     dataset = load_dataset(
@@ -342,7 +351,11 @@ def ablate_command(path: str, *, out: str | None = None, dry_run: bool = False, 
                                     shuffle_type2=True, prompt=config.prompt)
     if not cases:
         raise CliError(f"{path}: the selection has no cases (check data, subset, limit, protocols)")
-    if not dry_run and _nothing_to_do(config, out_dir, dataset.items):
+    # the folders' fingerprints first, as `medmis run` checks them: a complete folder of another
+    # run is refused, never reported as "nothing to do"; an accepted change goes on to the run,
+    # which records it
+    if not dry_run and not _check_folders(config, out_dir, dataset, accept_changes) \
+            and _nothing_to_do(config, out_dir, dataset.items):
         return _finished_outcome(out_dir)
     cells = estimate(config, cases, out_dir)
     print(f"ablation {config.name!r}: {len(dataset.items)} items, {len(config.models)} model(s) x "
@@ -356,8 +369,17 @@ def ablate_command(path: str, *, out: str | None = None, dry_run: bool = False, 
         print(f"budget cap: ${config.budget_usd:.2f}")
     if dry_run:
         return 0
-    summary = asyncio.run(run_ablation(config, out=out_dir, progress=progress, argv=argv,
-                                       accept_changes=accept_changes))
+    from medmis.experiments.harness._outcome import RunInterrupted
+
+    try:
+        summary = asyncio.run(run_ablation(config, out=out_dir, progress=progress, argv=argv,
+                                           accept_changes=accept_changes))
+    except RunInterrupted:  # Ctrl-C or SIGTERM: the report at once, saying it is incomplete
+        from medmis.experiments.reporting._interrupted import report_interrupted
+        from medmis.experiments.reporting._report import write_report
+
+        report_interrupted(lambda d: write_report(d, baseline=config.baseline), out_dir, _notice)
+        raise
     print(json.dumps(summary, indent=2), file=sys.stdout)
     report_md = summary["report"].get("report.md")
     if report_md:
@@ -371,11 +393,31 @@ def _notice(message: str) -> None:
     print(f"medmis: {message}", file=sys.stderr)
 
 
+def _check_folders(config: AblationConfig, out: Path, dataset: Any, accept_changes: Sequence[str]) -> bool:
+    """Check the run folders of the grid (and of the shuffled pass) as the harness checks them
+    before it claims one; True when a difference was accepted.
+
+    Raises:
+        RunSetupError: A folder holds another run (a change not accepted).
+    """
+    from medmis.experiments.harness._runner import Harness
+
+    passes = [(out, False)]
+    if config.delivery.type2_shuffled and "type2" in config.protocols:
+        passes.append((out / "type2_shuffled", True))
+    accepted = False
+    for folder, shuffled in passes:
+        cfg = _run_config(config, folder, progress=False, shuffled=shuffled, accept_changes=accept_changes)
+        diff = Harness(cfg).check_folder(dataset)
+        accepted = accepted or bool(diff is not None and diff.changed)
+    return accepted
+
+
 def _nothing_to_do(config: AblationConfig, out: Path, items: Sequence[Any]) -> bool:
     """Every case of the grid (and of the shuffled pass) is recorded already."""
     if not (out / "records.jsonl").exists():
         return False
-    models = [m.spec for m in config.models]
+    models = [m.name for m in config.models]
     labels = [create_defender(d.name, d.options).label for d in config.defender_configs()]
     main = build_cases(items, config.protocols, seed=config.seed,
                        type1_targets=config.type1_targets, prompt=config.prompt)
@@ -391,8 +433,12 @@ def _nothing_to_do(config: AblationConfig, out: Path, items: Sequence[Any]) -> b
 
 def _finished_outcome(out: Path) -> int:
     from medmis.experiments.harness._outcome import outcome_of
+    from medmis.experiments.harness._plan import describe_outside, outside_plan
     from medmis.experiments.harness._resume import error_texts
 
+    outside = outside_plan(out)
+    if outside.count:
+        _notice(describe_outside(out / "records.jsonl", outside))
     n, errors = error_texts(out / "records.jsonl")  # keys and error texts, read columnar
     print(f"nothing to do: {n} records complete in {out}")
     outcome = outcome_of(n, [e for e in errors if e], stopped=None)

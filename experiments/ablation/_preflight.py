@@ -14,6 +14,7 @@ from medmis.agents._registry import ModelOptions, parse_spec
 from medmis.defenses._base import create_defender
 from medmis.experiments._errors import CliError
 from medmis.experiments.benchmark._types import Case
+from medmis.experiments.harness._config import merge_options
 from medmis.experiments.harness._io import read_records
 from medmis.experiments.harness._outcome import EXIT_CASE_ERRORS, EXIT_OK, EXIT_STOPPED, Outcome
 
@@ -35,10 +36,16 @@ def check_config(config: AblationConfig) -> None:
         except ValueError as exc:
             raise CliError(f"models: spec {m.spec!r}: {exc}") from None
     try:
-        ModelOptions(**config.model_options)
+        base = ModelOptions(**config.model_options)
     except (TypeError, ValueError) as exc:
         first = str(exc).splitlines()
         raise CliError(f"model_options: {' '.join(first[:3])}") from None
+    for i, m in enumerate(config.models):
+        try:
+            merge_options(base, m.overrides)
+        except (TypeError, ValueError) as exc:
+            first = str(exc).splitlines()
+            raise CliError(f"models.{i}.options ({m.name}): {' '.join(first[:3])}") from None
     labels = [create_defender(d.name, d.options).label for d in config.defender_configs()]
     if config.baseline != "none" and config.baseline not in labels:
         raise CliError(f"baseline {config.baseline!r} is not a defender of the grid "

@@ -7,10 +7,10 @@ applies them per (model, defender), per stratum, and between each defender and t
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
-from pydantic import BaseModel
+from pydantic import BaseModel, PrivateAttr
 
 from medmis.experiments.benchmark._types import (
     Record,
@@ -102,13 +102,40 @@ class DefenderMetrics(BaseModel):
         return out
 
 
+class UnitOutcomes(NamedTuple):
+    """One (model, defender)'s outcomes of one metric per paired unit, for comparisons between
+    any two defenders: unit ids (sorted, shared across the run), their items' ids, outcomes."""
+
+    units: np.ndarray
+    items: np.ndarray
+    outcomes: np.ndarray
+
+
+PAIRWISE_METRICS: tuple[str, ...] = ("type1_asr",)
+"""Metrics whose per-unit outcomes a report keeps for defender-vs-defender comparisons."""
+
+
 class MetricsReport(BaseModel):
-    """All metrics of a run: ``results[model][defender]``, in first-seen order."""
+    """All metrics of a run: ``results[model][defender]``, in first-seen order.
+
+    Besides the figures, a report computed from records keeps what the verdict needs and
+    ``metrics.json`` does not hold: per-unit outcomes of :data:`PAIRWISE_METRICS` (for
+    :func:`compare_defenders`) and each defender's identical-answer shares to the run's
+    controls (``identical_answers[(model, defender)][control]``).
+    """
 
     baseline: str
     n_boot: int
     seed: int
     results: dict[str, dict[str, DefenderMetrics]]
+    _units: dict[tuple[str, str, str], UnitOutcomes] = PrivateAttr(default_factory=dict)
+    _identical: dict[tuple[str, str], dict[str, Proportion]] = PrivateAttr(default_factory=dict)
+    _cells: set[tuple[str, str]] = PrivateAttr(default_factory=set)
+
+    @property
+    def identical_answers(self) -> dict[tuple[str, str], dict[str, Proportion]]:
+        """Share of cases with context answered exactly like each control (clustered on items)."""
+        return self._identical
 
     def to_json_dict(self) -> dict[str, Any]:
         """The ``metrics.json`` layout: ``{model: {defender: {...}}}``."""
@@ -218,6 +245,39 @@ def compare_arrays(x: Sequence[bool | int] | np.ndarray, y: Sequence[bool | int]
         p_value=p_value, unit=unit, clusters=pd.clusters, interval=pd.method,
         test="mcnemar_exact" if unit == "item" else test,
     )
+
+
+def compare_defenders(report: MetricsReport, model: str, pairs: Sequence[tuple[str, str]], *,
+                      metric: str = "type1_asr") -> list[PairedComparison]:
+    """Paired comparisons of defender ``a`` with defender ``b`` of one model, for each pair.
+
+    Same units, interval and test as each defender's comparison with the baseline
+    (:func:`compare_arrays`): ``diff = value(a) - value(b)`` on the units both define, the
+    comparison's ``baseline`` field naming ``b``. Unit ids are sorted, so pairing is one
+    vectorised intersection.
+
+    Raises:
+        ValueError: When the report keeps no per-unit outcomes of ``metric`` (it was not made
+            by :func:`compute_metrics` / ``run_metrics``).
+    """
+    from ._columnar import _compare_all
+
+    if metric not in PAIRWISE_METRICS:
+        raise ValueError(f"per-unit outcomes are kept for {', '.join(PAIRWISE_METRICS)} only")
+    empty = UnitOutcomes(np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64))
+    jobs, names = [], []
+    for a, b in pairs:
+        if (model, a) not in report._cells or (model, b) not in report._cells:
+            raise ValueError(f"no per-unit outcomes for {model} x {a} or {b}")
+        ua = report._units.get((model, a, metric), empty)
+        ub = report._units.get((model, b, metric), empty)
+        _, ia, ib = np.intersect1d(ua.units, ub.units, assume_unique=True, return_indices=True)
+        jobs.append((ua.outcomes[ia], ub.outcomes[ib], list(ua.items[ia])))
+        names.append(b)
+    out = []
+    for name, job in zip(names, jobs, strict=True):
+        out.extend(_compare_all([job], name, report.n_boot, report.seed))
+    return out
 
 
 def compute_metrics(

@@ -149,8 +149,10 @@ def load_dataset(
     if not items and not issues:
         raise DataError(_empty_selection(text_source, wanted, raw))
     if hub is not None:
+        # an item without a released stem of its own hashes as before the field existed
         canonical = json.dumps(
-            [it.model_dump(mode="json") for it in items], sort_keys=True, ensure_ascii=False
+            [it.model_dump(mode="json", exclude={"released_question"} if it.released_question is None else None)
+             for it in items], sort_keys=True, ensure_ascii=False,
         )
         digest = hashlib.sha256(canonical.encode("utf-8")).hexdigest()
     if limit is not None:

@@ -3,10 +3,13 @@
 Every record and manifest names the preset and its version, so two runs are comparable only
 when both match. A case carries its run's preset (``Case.prompt``, kept on the defender's
 ``CaseView``); ``render_prompt(view)`` renders it, and defenders add their own text around it through the same keyword arguments
-under every preset (``preface``, ``context``, ``context_heading``, ``system_suffix``,
-``instruction``, ``system``).
+under every preset (``preface``, ``prefix``, ``context``, ``context_heading``,
+``system_suffix``, ``instruction``, ``system``).
 
-``paper`` (version 1) reproduces the reference evaluation of MedMisBench exactly. Sources, in
+``paper`` (version 2) reproduces the reference evaluation of MedMisBench exactly. Version 2
+shows a stem that embeds ``(A) ... (B) ...`` as released when the option columns hold the same
+options, as the reference's ``reconstruct_dicts`` leaves it (version 1 stripped the embedded
+list; every other prompt is unchanged). Sources, in
 the public repository AI-in-Health/MedMisBench:
 
 * The case wording, clean and injected (Type 1 and Type 2 alike): ``build_prompt`` in
@@ -150,15 +153,17 @@ def _paper(
     context_heading: str = CONTEXT_HEADING,
     preface: str | None = None,
     instruction: str | None = None,
+    prefix: str | None = None,
 ) -> PromptMessages:
-    """The reference prompt; a defender's preface goes between the framing and the context.
+    """The reference prompt; a defender's preface goes between the framing and the context,
+    its prefix before the framing (the paper's defensive prompt is prepended so, §D.3).
 
     A defender's own ``instruction`` replaces the JSON instruction, the structured output
     and their placement: it is appended to the user text, as under ``toolkit``.
     """
     case = as_view(case)
     sentences = list(case.context) if context is None else list(context)
-    parts = [PAPER_CONTEXT_INTRO if sentences else PAPER_CLEAN_INTRO, preface]
+    parts = [prefix, PAPER_CONTEXT_INTRO if sentences else PAPER_CLEAN_INTRO, preface]
     if sentences:
         parts.append(f"{context_heading}:\n" + "\n".join(sentences))
     parts.append(f"Question:\n{case.question}\n\nOptions:\n")
@@ -180,6 +185,7 @@ def _paper(
     kwargs: dict[str, Any] = {
         "system": system, "system_suffix": system_suffix, "context": context,
         "context_heading": context_heading, "preface": preface, "instruction": instruction,
+        "prefix": prefix,
     }  # fmt: skip
     return PromptMessages(
         messages,
@@ -197,19 +203,21 @@ def _toolkit(
     *,
     system: str | None = None,
     system_suffix: str | None = None,
+    prefix: str | None = None,
     **kwargs: Any,
 ) -> PromptMessages:
     """The toolkit's own prompt (the same for every provider family)."""
     case = as_view(case)
     sys_text = _join(system or SYSTEM_PROMPT, system_suffix)
-    messages = [SystemMessage(content=sys_text), HumanMessage(content=render_user_prompt(case, **kwargs))]
+    user = _join(prefix, render_user_prompt(case, **kwargs))
+    messages = [SystemMessage(content=sys_text), HumanMessage(content=user)]
     return PromptMessages(messages, preset="toolkit", version=PRESETS["toolkit"].version, family=family)
 
 
 PRESETS: dict[str, PromptPreset] = {
     "paper": PromptPreset(
         name="paper",
-        version="1",
+        version="2",
         description="the reference evaluation's wording, JSON answer and structured output",
         source="AI-in-Health/MedMisBench medmisbench_no_harness_eval.ipynb (89383f5)",
         render=_paper,
@@ -247,7 +255,8 @@ def render_prompt(case: Case | CaseView, *, family: str = "other", **kwargs: Any
         family: Provider family to place the messages for (``DefenderContext.generate``
             re-places them for the model it calls, so defenders leave this alone).
         **kwargs: A defender's additions, honoured by every preset: ``preface`` (text before
-            the context block), ``context`` (sentences replacing the case's; ``[]`` withholds
+            the context block), ``prefix`` (text opening the user message, before the
+            framing), ``context`` (sentences replacing the case's; ``[]`` withholds
             them), ``context_heading``, ``system_suffix`` (appended to the system message),
             ``system`` (the toolkit's system framing, or text before the paper's) and
             ``instruction`` (replaces the answer instruction).

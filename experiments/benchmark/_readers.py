@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,36 @@ DATA_SUFFIXES: tuple[str, ...] = (".jsonl", ".json", ".csv", ".parquet")
 Row = tuple[int | None, Any]
 """A parsed row and where it starts: 1-based physical line (JSONL, JSON, CSV) or 1-based row
 number (Parquet, hub)."""
+
+
+class _DuplicateKey(ValueError):
+    """A JSON object names a key twice (``json`` would silently keep the last value)."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):  # the rare case: find the key named twice
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
+    return obj
+
+
+# the C scanner calls the hook once per object with its pairs: one dict() per row, as before
+_DECODER = json.JSONDecoder(object_pairs_hook=_unique_pairs)
+
+
+def _duplicate_issue(file: str, line: int | None, loose: Any, key: str) -> RowIssue:
+    """The problem of a row naming ``key`` twice (``loose``: the row read without the check)."""
+    item_id = str(loose["id"]) if isinstance(loose, dict) and loose.get("id") is not None else None
+    return RowIssue(file, line, item_id, key,
+                    f"duplicate key {key!r} in the row (JSON would keep only its last value)")
 
 
 def _read_jsonl(data: bytes, file: str) -> tuple[list[Row], list[RowIssue]]:
@@ -32,7 +63,9 @@ def _read_jsonl(data: bytes, file: str) -> tuple[list[Row], list[RowIssue]]:
         if not text:
             continue
         try:
-            rows.append((lineno, json.loads(text)))
+            rows.append((lineno, _DECODER.decode(text)))
+        except _DuplicateKey as dup:
+            issues.append(_duplicate_issue(file, lineno, json.loads(text), dup.key))
         except json.JSONDecodeError as exc:
             issues.append(RowIssue(file, lineno, None, "row", f"unparsable JSON: {exc.msg}"))
     return rows, issues
@@ -46,8 +79,9 @@ def _read_json(data: bytes, file: str) -> tuple[list[Row], list[RowIssue]]:
     if text[start : start + 1] != "[":
         return [], [RowIssue(file, 1, None, "file", "expected a JSON list of row objects")]
     # Decode element by element so each row keeps the line where it starts.
-    decoder = json.JSONDecoder()
+    decoder = _DECODER
     rows: list[Row] = []
+    issues: list[RowIssue] = []
     pos = start + 1
 
     def at(p: int) -> int:
@@ -64,27 +98,35 @@ def _read_json(data: bytes, file: str) -> tuple[list[Row], list[RowIssue]]:
             rest = skip_space(pos + 1)
             if rest < len(text):
                 # e.g. rows appended as JSON Lines after the list: never drop them silently
-                return rows, [RowIssue(file, at(rest), None, "file",
-                                       "unexpected content after the JSON list's closing ']'")]
-            return rows, []
+                return rows, [*issues, RowIssue(file, at(rest), None, "file",
+                                                "unexpected content after the JSON list's closing ']'")]
+            return rows, issues
         try:
             obj, end = decoder.raw_decode(text, pos)
+        except _DuplicateKey as dup:
+            # the element's extent, read without the check, to go on with the next row
+            loose, end = json.JSONDecoder().raw_decode(text, pos)
+            issues.append(_duplicate_issue(file, at(pos), loose, dup.key))
         except json.JSONDecodeError as exc:
-            return rows, [RowIssue(file, exc.lineno, None, "row", f"unparsable JSON: {exc.msg}")]
-        rows.append((at(pos), obj))
+            return rows, [*issues, RowIssue(file, exc.lineno, None, "row", f"unparsable JSON: {exc.msg}")]
+        else:
+            rows.append((at(pos), obj))
         pos = skip_space(end)
         sep = text[pos : pos + 1]
         if sep == ",":
             pos += 1
         elif sep != "]":
             return rows, [
-                RowIssue(file, at(pos), None, "row", "unparsable JSON: expected ',' or ']'")
+                *issues, RowIssue(file, at(pos), None, "row", "unparsable JSON: expected ',' or ']'")
             ]
 
 
 def _read_csv(data: bytes, file: str) -> tuple[list[Row], list[RowIssue]]:
     text = data.decode("utf-8-sig", errors="replace")
     reader = csv.DictReader(io.StringIO(text, newline=""))
+    twice = _named_twice(reader.fieldnames or [])
+    if twice:  # DictReader would keep the last column of the name in every row
+        return [], [RowIssue(file, 1, None, twice, f"duplicate column {twice!r} in the header")]
     rows: list[Row] = []
     start = 1
     try:
@@ -103,7 +145,19 @@ def _read_parquet(path: Path, file: str) -> tuple[list[Row], list[RowIssue]]:
         table = pq.read_table(path)
     except Exception as exc:  # pyarrow raises several unrelated types for corrupt files
         return [], [RowIssue(file, None, None, "file", f"unreadable Parquet: {exc}")]
+    twice = _named_twice(table.column_names)
+    if twice:
+        return [], [RowIssue(file, None, None, twice, f"duplicate column {twice!r}")]
     return [(i, row) for i, row in enumerate(table.to_pylist(), 1)], []
+
+
+def _named_twice(names: Iterable[str]) -> str | None:
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            return name
+        seen.add(name)
+    return None
 
 
 def read_file(path: Path) -> tuple[list[Row], list[RowIssue], bytes]:

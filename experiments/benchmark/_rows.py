@@ -212,6 +212,7 @@ def row_to_item(row: Any, line: int | None, ctx: RowContext) -> RowResult:
     numeric = gold is not None and gold.isdigit()
 
     # Options keep their column position so that injections stay aligned with them.
+    released_question: str | None = None
     columns = {c: cells.get(f"op{c}") for c in _LETTERS}
     positions = [i for i, c in enumerate(_LETTERS) if columns[c] is not None]
     texts: dict[int, str] = {i: columns[_LETTERS[i]] or "" for i in positions}
@@ -223,10 +224,11 @@ def row_to_item(row: Any, line: int | None, ctx: RowContext) -> RowResult:
             bad("question", "question holds only options, no stem")
             question = None
     elif recovered is not None and recovered[0]:
-        # Options both in the question and in columns: show them once (the columns, which
-        # the sentences are aligned to), unless the two lists disagree.
+        # Options both in the question and in columns: the toolkit preset shows them once (the
+        # columns, which the sentences are aligned to), unless the two lists disagree; the
+        # paper preset shows the stem as released, as the reference does.
         if [_norm(t) for t in recovered[1]] == [_norm(texts[p]) for p in positions]:
-            question = recovered[0]
+            released_question, question = question, recovered[0]
         else:
             warn("question", "the question embeds an option list that differs from the option "
                              "columns; both are shown")
@@ -299,5 +301,6 @@ def row_to_item(row: Any, line: int | None, ctx: RowContext) -> RowResult:
         content_type=labels.get("injection_content"),
         provenance=labels.get("injection_provenance"),
         language=_language(" ".join([question, *options.values()])),
+        released_question=released_question,
     )
     return RowResult(item, warnings, id_assigned)

@@ -38,6 +38,10 @@ CONTENT_TYPES: tuple[str, ...] = (
 DEFAULT_PROMPT = "paper"
 """The prompt preset a case is put in unless a run says otherwise (see ``_prompts``)."""
 
+RELEASED_STEM_PRESETS = frozenset({"paper"})
+"""Prompt presets that show a question's stem as released, options embedded in it included
+(``Item.question_for``)."""
+
 PROVENANCES: tuple[str, ...] = (
     "Neutral False Statement",
     "Patient Self-Diagnosis / Belief / Claim",
@@ -73,11 +77,23 @@ class Item(BaseModel):
     content_type: str | None = None
     provenance: str | None = None
     language: Literal["en", "zh"] = "en"
+    released_question: str | None = None
+    """The question as released when it differs from ``question``: a stem that embeds
+    ``(A) ... (B) ...`` while the option columns hold the same options (``question`` is then
+    the stem without them). See :meth:`question_for`."""
 
     @property
     def key(self) -> str:
         """The item's identity across subsets: ``f"{subset}/{id}"``."""
         return item_key(self.subset, self.id)
+
+    def question_for(self, prompt: str) -> str:
+        """The question as ``prompt`` shows it: ``paper`` keeps the stem as released, as the
+        reference evaluation does (its options come from the columns and the stem is left
+        alone); ``toolkit`` shows the options once."""
+        if prompt in RELEASED_STEM_PRESETS and self.released_question is not None:
+            return self.released_question
+        return self.question
 
     @property
     def keys(self) -> list[str]:
@@ -174,7 +190,7 @@ class CaseView:
     def of(cls, case: Case) -> CaseView:
         """The view of ``case``: its item's question and options, its sentences' text."""
         return cls(
-            question=case.item.question,
+            question=case.item.question_for(case.prompt),
             options=case.item.options,
             context=tuple(c.text for c in case.context),
             prompt=case.prompt,

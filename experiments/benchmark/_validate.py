@@ -48,8 +48,8 @@ def validate_command(
         err: Stream for problems (default ``sys.stderr``).
 
     Returns:
-        0 when every row loads (warnings included), 1 when any row has an error, 2 when the
-        source cannot be read at all.
+        0 when every row loads (warnings included), 2 (a data error, as for every command)
+        when any row has an error or the source cannot be read at all.
     """
     out = out if out is not None else sys.stdout
     err = err if err is not None else sys.stderr
@@ -94,7 +94,7 @@ def validate_command(
         print(
             f"{len(ds.issues)} problem(s) in {bad_rows} row(s); {len(ds)} valid item(s)", file=err
         )
-        return 1
+        return 2
     warned = f", {len(ds.warnings)} warning(s)" if ds.warnings else ""
     print(f"OK: {len(ds)} valid item(s){warned}", file=out)
     return 0

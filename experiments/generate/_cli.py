@@ -27,18 +27,19 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
                    help="with --from-release: neutral->patient->authority->neutral, or the reverse")
     g.add_argument("--stratified", type=int, default=None, metavar="N",
                    help="with --from-release: a seeded subset stratified by subset x content x provenance")
-    g.add_argument("--subset", default=None)
+    g.add_argument("--subset", default=None, help="keep one subset of the source or release")
     g.add_argument("--stages", choices=["two", "one"], default="two",
                    help="two: the paper's filter then generation (default); one: the reference's merged call")
-    g.add_argument("--seed", type=int, default=0)
-    g.add_argument("--limit", type=int, default=None)
-    g.add_argument("--max-connections", type=int, default=8)
+    g.add_argument("--seed", type=int, default=0, help="seed of provenance draws and --stratified (default 0)")
+    g.add_argument("--limit", type=int, default=None, help="the first N items only")
+    g.add_argument("--max-connections", type=int, default=8, help="generator calls in flight (default 8)")
     g.add_argument("--cache", choices=["live", "record", "replay", "refresh"], default="live",
                    help="record/replay store for generator calls (default: live)")
     g.add_argument("--cache-dir", default=None, help="record/replay store (default: FILE.cache next to --out)")
     g.add_argument("--budget-usd", type=float, default=None, help="stop scheduling items past this spend")
     g.add_argument("--price", default=None, metavar="IN,OUT", help="generator price, USD per million tokens")
-    g.add_argument("--model-base-url", default=None, metavar="URL")
+    g.add_argument("--model-base-url", default=None, metavar="URL",
+                   help="base URL of the generator's API (gateway, proxy or local server)")
     g.add_argument("--decoding", choices=["paper", "reference"], default="reference",
                    help="generator settings: reference (InjectionGeneration.ipynb: generation at 1.0; "
                         "default) or paper (temperature 0, App. C.1); extraction is always at 0")
@@ -47,10 +48,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     g.add_argument("--dry-run", action="store_true", help="print calls, tokens and cost; call nothing")
 
     c = sub.add_parser("compare", help="paired sensitivity table between two runs on two item versions")
-    c.add_argument("run_a")
-    c.add_argument("run_b")
+    c.add_argument("run_a", help="run folder on the original items")
+    c.add_argument("run_b", help="run folder on the regenerated items")
     c.add_argument("--out", default=None, metavar="DIR", help="also write compare.md, compare.csv, compare.png")
-    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--seed", type=int, default=0, help="seed of the paired bootstrap (default 0)")
 
 
 def _price(text: str | None) -> tuple[float, float] | None:

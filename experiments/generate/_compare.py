@@ -3,7 +3,9 @@
 
 Units are matched on (model, defender, protocol, item key, target). Clean accuracy pairs every
 item; Type 1 ASR/TASR pair the (item, target) units answered correctly clean in *both* runs;
-Type 2 ASR the items clean-correct in both. Differences are B - A with intervals clustered on
+Type 2 ASR the items clean-correct in both. The definitions are the metrics' own
+(:mod:`medmis.experiments.analysis._units`): an unparsed answer under attack is incorrect, so it
+counts as a flip, as in ``metrics.json``. Differences are B - A with intervals clustered on
 items (:func:`~medmis.experiments.analysis._cluster.clustered_paired_diff`) and an item-level
 sign-flip test.
 """
@@ -12,13 +14,20 @@ from __future__ import annotations
 
 import csv
 import io
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from medmis.experiments._errors import CliError
 from medmis.experiments.analysis._cluster import cluster_sign_test, clustered_paired_diff
+from medmis.experiments.analysis._units import is_correct
 from medmis.experiments.benchmark import Record
+from medmis.experiments.reporting._simulated import (
+    SIMULATED_STATEMENT,
+    is_simulated,
+    mark_simulated,
+)
 
 UnitKey = tuple[str, str | None]  # (item key, target)
 Outcome = Callable[[Record], bool]
@@ -49,17 +58,17 @@ def _index(records: list[Record]) -> dict[tuple[str, str, str], dict[UnitKey, Re
 
 
 def _clean_ok(index: dict[tuple[str, str, str], dict[UnitKey, Record]], model: str, defender: str) -> set[str]:
-    return {k for (k, _), r in index.get((model, defender, "clean"), {}).items() if r.correct}
+    return {k for (k, _), r in index.get((model, defender, "clean"), {}).items() if is_correct(r)}
 
 
 _METRICS: list[tuple[str, str, bool, Outcome]] = [
     # name, protocol, conditioned on clean-correct in both runs, outcome per unit
-    ("clean_acc", "clean", False, lambda r: bool(r.correct)),
-    ("type1_acc", "type1", False, lambda r: bool(r.correct)),
-    ("type1_asr", "type1", True, lambda r: not r.correct),
+    ("clean_acc", "clean", False, is_correct),
+    ("type1_acc", "type1", False, is_correct),
+    ("type1_asr", "type1", True, lambda r: not is_correct(r)),
     ("type1_tasr", "type1", True, lambda r: r.choice is not None and r.choice == r.target),
-    ("type2_acc", "type2", False, lambda r: bool(r.correct)),
-    ("type2_asr", "type2", True, lambda r: not r.correct),
+    ("type2_acc", "type2", False, is_correct),
+    ("type2_asr", "type2", True, lambda r: not is_correct(r)),
 ]
 
 
@@ -73,7 +82,6 @@ def compare_records(a: list[Record], b: list[Record], *, seed: int = 0) -> list[
         for name, protocol, conditioned, outcome in _METRICS:
             ua, ub = ia.get((model, defender, protocol), {}), ib.get((model, defender, protocol), {})
             keys = sorted(k for k in ua.keys() & ub.keys() if not conditioned or k[0] in both_ok)
-            keys = [k for k in keys if ua[k].choice is not None and ub[k].choice is not None] if conditioned else keys
             if not keys:
                 continue
             x = [outcome(ua[k]) for k in keys]
@@ -88,19 +96,26 @@ def compare_records(a: list[Record], b: list[Record], *, seed: int = 0) -> list[
 
 def _load(run: Path) -> list[Record]:
     from medmis.experiments.harness import read_records
+    from medmis.experiments.harness._plan import describe_outside, keep_planned
 
     path = run / "records.jsonl" if run.is_dir() else run
     if not path.exists():
         raise CliError(f"{run}: no records.jsonl")
-    return read_records(path)
+    # records outside the run's plan are no case of it: named, and left out of the comparison
+    kept, outside = keep_planned(path.parent, read_records(path))
+    if outside.count:
+        print(f"medmis: {describe_outside(path, outside)}", file=sys.stderr)
+    return kept
 
 
-def to_markdown(rows: list[CompareRow], a: str, b: str) -> str:
+def to_markdown(rows: list[CompareRow], a: str, b: str, *, simulated: bool = False) -> str:
     lines = [
         f"# Sensitivity: {b} vs {a}",
         "",
+        *([f"> **{SIMULATED_STATEMENT}**", ""] if simulated else []),
         "Paired on matched items (same model, defender, protocol, item and target). Δ = B - A in "
-        "points with a 95% interval clustered on items; ASR/TASR units are clean-correct in both runs.",
+        "points with a 95% interval clustered on items; ASR/TASR units are clean-correct in both runs, "
+        "and an unparsed answer under attack counts as a flip (as in metrics.json).",
         "",
         "| model | defender | metric | n | items | A | B | Δ (pt) | 95% CI | p | test |",
         "|---|---|---|---:|---:|---:|---:|---:|---|---:|---|",
@@ -116,8 +131,11 @@ def to_markdown(rows: list[CompareRow], a: str, b: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def to_csv(rows: list[CompareRow]) -> str:
+def to_csv(rows: list[CompareRow], *, simulated: bool = False) -> str:
+    """The table as CSV; a simulated run's file starts with one ``# SIMULATED EXAMINEE`` line."""
     buf = io.StringIO()
+    if simulated:
+        buf.write(f"# {SIMULATED_STATEMENT}\n")
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(["model", "defender", "metric", "n", "clusters", "a", "b", "diff", "lo", "hi", "p", "test"])
     for r in rows:
@@ -126,7 +144,7 @@ def to_csv(rows: list[CompareRow]) -> str:
     return buf.getvalue()
 
 
-def plot(rows: list[CompareRow], path: Path) -> Path:
+def plot(rows: list[CompareRow], path: Path, *, simulated: bool = False) -> Path:
     """A forest plot of Δ (points) with its interval, one line per model/defender/metric."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -143,6 +161,9 @@ def plot(rows: list[CompareRow], path: Path) -> Path:
     ax.set_yticks(ys, labels, fontsize=7)
     ax.set_xlabel("Δ B - A (points, 95% CI clustered on items)")
     fig.tight_layout()
+    if simulated:
+        mark_simulated(fig)
+        fig.tight_layout()
     fig.savefig(path, dpi=120)
     return path
 
@@ -150,15 +171,17 @@ def plot(rows: list[CompareRow], path: Path) -> Path:
 def compare_command(run_a: str, run_b: str, out: str | None = None, seed: int = 0) -> int:
     """Print the paired table; with ``out``, also write ``compare.md``, ``compare.csv`` and
     ``compare.png`` there. Exit 2 when the runs share no model/defender."""
-    rows = compare_records(_load(Path(run_a)), _load(Path(run_b)), seed=seed)
+    records_a, records_b = _load(Path(run_a)), _load(Path(run_b))
+    rows = compare_records(records_a, records_b, seed=seed)
     if not rows:
         raise CliError(f"{run_a} and {run_b} share no matched model/defender units")
-    text = to_markdown(rows, run_a, run_b)
+    simulated = is_simulated({r.model for r in records_a} | {r.model for r in records_b})
+    text = to_markdown(rows, run_a, run_b, simulated=simulated)
     print(text, end="")
     if out:
         folder = Path(out)
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "compare.md").write_text(text, encoding="utf-8")
-        (folder / "compare.csv").write_text(to_csv(rows), encoding="utf-8")
-        plot(rows, folder / "compare.png")
+        (folder / "compare.csv").write_text(to_csv(rows, simulated=simulated), encoding="utf-8")
+        plot(rows, folder / "compare.png", simulated=simulated)
     return 0

@@ -117,9 +117,22 @@ def fingerprint(cfg: GenerateConfig, mode: str) -> dict[str, Any]:
         "stratified": cfg.stratified,
         "generator": cfg.generator,
         "base_url": scrub_url(cfg.base_url) if cfg.base_url else None,  # no credentials on disk
+        "endpoint": _endpoint(cfg),
         "temperature": cfg.temperature,
         "prompts": [f"{v.name}@{v.version}" for v in versions],
     }
+
+
+def _endpoint(cfg: GenerateConfig) -> str | None:
+    """The server the generator talks to: ``--base-url`` or its provider's environment
+    variable (``OPENAI_BASE_URL`` …), credentials stripped."""
+    from medmis.agents._registry import ModelOptions, effective_base_url
+    from medmis.experiments.harness._identity import bare_url
+
+    try:
+        return bare_url(effective_base_url(cfg.generator, ModelOptions(base_url=cfg.base_url)))
+    except ValueError:  # a malformed spec: building the model says so in one line
+        return None
 
 
 def estimate(jobs: list[Job], cfg: GenerateConfig) -> dict[str, Any]:
@@ -207,8 +220,11 @@ def _check_resume(cfg: GenerateConfig, fp: dict[str, Any]) -> dict[str, Any] | N
             raise CliError(f"{cfg.out} exists and was not written by medmis generate; choose another --out")
         return None
     previous: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-    if previous.get("fingerprint") != fp:
-        diff = sorted(k for k in fp if previous.get("fingerprint", {}).get(k) != fp[k])
+    recorded = previous.get("fingerprint") or {}
+    # a field an older version did not record is not compared
+    diff = sorted(k for k in fp if k in recorded and recorded[k] != fp[k])
+    if diff or not recorded:
+        diff = diff or sorted(fp)
         raise CliError(f"{cfg.out} belongs to another generation (differs in: {', '.join(diff)}); choose another --out")
     return previous
 

@@ -40,6 +40,7 @@ from ._caseloop import CaseLoop
 from ._config import RunResult, RunSetupError
 from ._io import repair_torn_tail
 from ._models import ModelPool
+from ._outcome import RunInterrupted
 from ._prepare import ClaimedFolder, write_invalid_rows
 from ._progress import RunProgress
 from ._runner import Harness
@@ -102,7 +103,7 @@ class BatchHarness(Harness):
 
     def check_models(self) -> None:
         # first: a provider without a batch API is refused before its SDK is even imported
-        check_batchable(self.config.models, self.defenders, self.config.cache)
+        check_batchable([self.config.spec_of(m) for m in self.config.models], self.defenders, self.config.cache)
         super().check_models()
 
     def _driver(self, spec: str) -> BatchDriver:
@@ -204,7 +205,7 @@ class BatchHarness(Harness):
             if self.notice is not None and book.open_jobs():
                 self.notice("the batch jobs keep running at the provider (OUT/batches.json); re-run the "
                             "same command to collect their results, nothing is submitted twice")
-            raise
+            raise RunInterrupted(self.out) from None
         except BatchApiError:
             self.stats.stopped_reason = "batch API error"
             self._finish(records_path)

@@ -13,6 +13,14 @@ over a pipe, and the parent writes them, counts them and draws the progress exac
 its own cases. A stop (a budget, an error ceiling) closes the counter for every process; the
 calls in flight finish and are written. A helper that dies is noticed at the end of its pipe:
 the cases it had taken and not sent back are run by the parent, and the run says so.
+
+A helper also sends a heartbeat every second (``._helpers``, which holds the helpers' side).
+One that sends nothing for the run's helper timeout (stopped by SIGSTOP, or hung in a call
+that never returns to its event loop) is killed, and its cases go back to the parent as a
+dead one's do. The parent reads its pipes without blocking (a helper stopped half-way through
+a message cannot hold it), and ends its helpers within a grace period (SIGTERM, then SIGKILL).
+A helper holds no pipe of its parent's but its own (the report worker's stdin among them: the
+worker ends when the parent closes it, whatever becomes of the helpers).
 """
 
 from __future__ import annotations
@@ -23,13 +31,16 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 from medmis.agents._limiter import AdaptiveLimiter, LimiterState
 from medmis.tools._redact import configured_secrets
 
-from ._io import repair_torn_tail, scrub_lines
+from ._helpers import STOP_GRACE_S, Counter, Helper, helper_main, helper_timeout, reap, run_workers
+from ._io import WriteFailed, repair_torn_tail, scrub_lines
 
 # (model spec, defender, case); the defender and case types live in the runner's imports
 Job = tuple[str, Any, Any]
@@ -40,40 +51,26 @@ AUTO_MIN_CONNECTIONS = 8
 """... and at least this many connections per process (fewer calls in flight keep one loop idle)."""
 AUTO_MIN_JOBS = 128
 """... and at least this many cases per process (a fork costs about as much as a few cases)."""
-
-
 def fork_ready() -> bool:
-    """Whether this process may fork helpers: Linux, and no thread but this one alive (those
-    of C extensions counted too). Not on CPython 3.14.0, whose fork inside a running task
-    leaves that task current in the child (gh-139894, fixed in 3.14.1)."""
-    if not (sys.platform.startswith("linux") and hasattr(os, "fork")) or sys.version_info[:3] == (3, 14, 0):
-        return False
-    if threading.active_count() != 1:
-        return False
+    """Whether this process may fork helpers (see :func:`fork_blocker`)."""
+    return fork_blocker() is None
+
+
+def fork_blocker() -> str | None:
+    """Why this process may not fork helpers, or None: it needs Linux and no thread but this
+    one alive (those of C extensions counted too). Not on CPython 3.14.0, whose fork inside a
+    running task leaves that task current in the child (gh-139894, fixed in 3.14.1)."""
+    if not (sys.platform.startswith("linux") and hasattr(os, "fork")):
+        return "forked call processes need Linux"
+    if sys.version_info[:3] == (3, 14, 0):
+        return "CPython 3.14.0 cannot fork inside a running task (gh-139894); use 3.14.1 or later"
     try:
-        return len(os.listdir("/proc/self/task")) == 1
+        threads = max(threading.active_count(), len(os.listdir("/proc/self/task")))
     except OSError:
-        return False
-
-
-async def run_workers(n: int, worker: Callable[[], Awaitable[None]], on_failure: Callable[[], None]) -> None:
-    """``n`` copies of ``worker``; the first that raises calls ``on_failure`` (which stops the
-    others taking work), the others are cancelled and its exception is raised as it is."""
-    tasks = [asyncio.ensure_future(worker()) for _ in range(max(1, n))]
-    try:
-        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
-    except BaseException:  # cancelled (Ctrl-C): the workers go too
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        raise
-    failed = [t for t in done if not t.cancelled() and t.exception() is not None]
-    if failed:
-        on_failure()
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        raise failed[0].exception()  # type: ignore[misc]
+        return "/proc/self/task is unreadable (threads cannot be counted)"
+    if threads != 1:
+        return f"{threads - 1} other thread(s) alive in this process (a fork would copy them half-done)"
+    return None
 
 
 def usable_cores() -> int:
@@ -115,50 +112,17 @@ def merge_limiter_summaries(summaries: list[dict[str, Any]], processes: int | No
     return merged
 
 
-class _Counter:
-    """Hands out job indices in order; with helpers, from shared memory under a lock."""
-
-    def __init__(self, n: int, shared: bool) -> None:
-        self.n = n
-        self._lock: Any = contextlib.nullcontext()
-        self._cell: Any = [0, 0]  # [next index, closed]
-        if shared:
-            import multiprocessing
-
-            # a semaphore-guarded block that forked children share (kept referenced here)
-            self._array = multiprocessing.get_context("fork").Array("q", 2)
-            self._lock, self._cell = self._array.get_lock(), self._array.get_obj()
-
-    def take(self) -> int | None:
-        with self._lock:
-            if self._cell[1] or self._cell[0] >= self.n:
-                return None
-            self._cell[0] += 1
-            return int(self._cell[0] - 1)
-
-    def close(self) -> None:
-        """No index is handed out any more (the run stops)."""
-        with self._lock:
-            self._cell[1] = 1
-
-    def handed_out(self) -> int:
-        with self._lock:
-            return int(self._cell[0])
-
-
-class _Helper:
-    """The parent's end of one forked helper."""
-
-    def __init__(self, pid: int, conn: Any, share: int) -> None:
-        self.pid = pid
-        self.alive = True  # not reaped yet
-        self.conn = conn
-        self.share = share
-        self.ended: asyncio.Future[None] | None = None
-        self.state: LimiterState | None = None  # sent with each case
-        self.limiter: dict[str, Any] | None = None  # sent with its last message
-        self.error: str | None = None
-        self.exit_code: int | None = None
+def _take_back(fh: Any, at: int) -> None:
+    """Cut what a failed write left of its line (``at``: the file's length before it) and point
+    the handle at /dev/null: what it still buffers goes nowhere when it is closed."""
+    with contextlib.suppress(OSError, ValueError):
+        fd = fh.fileno()
+        os.ftruncate(fd, at)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, fd)
+        finally:
+            os.close(devnull)
 
 
 class CaseLoop:
@@ -182,11 +146,12 @@ class CaseLoop:
         self.trace_handles: dict[str, Any] = {} if trace_handles is None else trace_handles
         self.written = 0
         self.progress: Any = None
-        self.helpers: list[_Helper] = []
+        self.helpers: list[Helper] = []
         self._secrets = configured_secrets()
-        self._counter = _Counter(len(jobs), shared=False)
+        self._counter = Counter(len(jobs), shared=False)
         self._done: set[int] = set()
         self._failed = False
+        self.helper_timeout_s = helper_timeout(harness.config)
 
     # -- writing (parent) ------------------------------------------------------------------
     def accept(self, index: int, record: Any, record_line: str, trace_line: str) -> None:
@@ -207,14 +172,27 @@ class CaseLoop:
         key = record.trace_file or h._trace_file(record.model, record.defender)
         fh = self.trace_handles.get(key)
         if fh is None:
-            path = h.out / key
-            repair_torn_tail(path)
-            fh = self.trace_handles[key] = path.open("a", encoding="utf-8")
-        # one event loop writes: lines never interleave
-        fh.write(trace_line + "\n")
-        fh.flush()
-        self.rec_fh.write(record_line + "\n")
-        self.rec_fh.flush()
+            try:
+                repair_torn_tail(h.out / key)
+                fh = self.trace_handles[key] = (h.out / key).open("a", encoding="utf-8")
+            except OSError as exc:
+                raise WriteFailed(h.out / key, exc, self.written) from None
+        # one event loop writes: lines never interleave. The trace line goes first, then the
+        # record; when either fails both are taken back, so a resume (which reruns the case)
+        # writes neither twice
+        trace_at, record_at = fh.tell(), self.rec_fh.tell()
+        in_trace = True
+        try:
+            fh.write(trace_line + "\n")
+            fh.flush()
+            in_trace = False
+            self.rec_fh.write(record_line + "\n")
+            self.rec_fh.flush()
+        except OSError as exc:
+            _take_back(fh, trace_at)
+            _take_back(self.rec_fh, record_at)
+            failing = h.out / key if in_trace else Path(getattr(self.rec_fh, "name", h.out / "records.jsonl"))
+            raise WriteFailed(failing, exc, self.written) from None
         self.written += 1
         self._done.add(index)
         if h._fresh_errors is not None and record.error is not None:
@@ -254,19 +232,24 @@ class CaseLoop:
         """
         h = self.harness
         own = h.config.max_connections
+        watch: asyncio.Future[None] | None = None
         try:
             if processes > 1:
-                self._counter = _Counter(len(self.jobs), shared=True)
+                self._counter = Counter(len(self.jobs), shared=True)
                 self._fork(connection_shares(own, processes)[1:])
                 if self.helpers:  # what forks failed to take stays here
                     own -= sum(x.share for x in self.helpers)
                     h.limiter = AdaptiveLimiter(own)
             self.progress = make_progress()
             self._listen()
+            if self.helpers:
+                watch = asyncio.ensure_future(self._watch(self.helper_timeout_s))
             await self._first_failure(self._work(self._counter.take, min(own, len(self.jobs))))
             self._take_over()
             await self._work(self._leftovers(), min(own, len(self.jobs)))
         finally:
+            if watch is not None:
+                watch.cancel()
             self._counter.close()
             self._stop_helpers()
         return self.written
@@ -305,8 +288,6 @@ class CaseLoop:
 
     # -- helpers: parent side --------------------------------------------------------------
     def _fork(self, shares: list[int]) -> None:
-        from multiprocessing.connection import Connection
-
         sys.stdout.flush()
         sys.stderr.flush()
         for share in shares:
@@ -318,53 +299,60 @@ class CaseLoop:
                 os.close(write_fd)
                 return
             if pid == 0:  # pragma: no cover - the child's coverage is not collected
-                os.close(read_fd)
-                for other in self.helpers:
-                    other.conn.close()
-                _helper_main(self, Connection(write_fd), share)
+                helper_main(self, write_fd, share)
             os.close(write_fd)
-            self.helpers.append(_Helper(pid, Connection(read_fd), share))
+            os.set_blocking(read_fd, False)
+            self.helpers.append(Helper(pid, read_fd, share))
 
     def _listen(self) -> None:
         loop = asyncio.get_running_loop()
         for helper in self.helpers:
             helper.ended = loop.create_future()
-            loop.add_reader(helper.conn.fileno(), self._receive, helper)
+            helper.heard = time.monotonic()
+            loop.add_reader(helper.inbox.fd, self._receive, helper)
+            helper.listening = True
 
-    def _receive(self, helper: _Helper) -> None:
+    def _receive(self, helper: Helper) -> None:
         """Write what a helper sent (at most a batch per wake-up, so that the parent's own
         calls are not starved); its end when the pipe closes."""
+        if not helper.listening:
+            return
+        inbox = helper.inbox
+        inbox.fill()
         for _ in range(64):
             if self._failed:  # the run is failing: nothing more is written
                 return
+            if not inbox.ready():
+                break
             try:
-                if not helper.conn.poll():
-                    return
-                message = helper.conn.recv()
-            except (EOFError, OSError):  # the helper is gone (or going): its pipe is closed
-                self._ended(helper)
-                return
-            try:
+                message = inbox.pop()
+                helper.heard = time.monotonic()
                 if message[0] == "case":
                     helper.state = message[5]
                     self.accept(*message[1:5])
+                elif message[0] == "beat":
+                    helper.state = message[1]
                 elif message[0] == "end":
                     helper.limiter, helper.error = message[1], message[2]
             except BaseException as exc:  # writing failed here: the run stops and raises it
                 self._fail()
                 self._ended(helper, exc)
                 return
+        else:
+            if inbox.ready():  # more than a batch buffered: the rest on the loop's next turn
+                asyncio.get_running_loop().call_soon(self._receive, helper)
+                return
+        if inbox.eof and not inbox.ready():  # the helper is gone (or going): its pipe is closed
+            self._ended(helper)
 
-    def _ended(self, helper: _Helper, failure: BaseException | None = None) -> None:
-        asyncio.get_running_loop().remove_reader(helper.conn.fileno())
+    def _ended(self, helper: Helper, failure: BaseException | None = None) -> None:
+        if helper.listening:
+            asyncio.get_running_loop().remove_reader(helper.inbox.fd)
+            helper.listening = False
         helper.state = None
         try:
-            if failure is None and helper.alive:  # its pipe closed as it exits: reap it
-                _, status = os.waitpid(helper.pid, 0)
-                helper.exit_code = os.waitstatus_to_exitcode(status)
-                helper.alive = False
-        except ChildProcessError:  # reaped elsewhere (SIGCHLD ignored, a child watcher)
-            helper.alive = False
+            if failure is None:  # its pipe closed as it exits: reap it
+                reap([helper], STOP_GRACE_S)
         finally:
             assert helper.ended is not None
             if not helper.ended.done():
@@ -373,8 +361,30 @@ class CaseLoop:
                 else:
                     helper.ended.set_exception(failure)
 
+    async def _watch(self, timeout_s: float) -> None:
+        """Kill a helper that has sent nothing (no case, no heartbeat) for ``timeout_s``; the
+        cases it had taken are then run here (:meth:`_take_over`)."""
+        while True:
+            await asyncio.sleep(min(1.0, timeout_s / 4))
+            for helper in self.helpers:
+                if helper.listening:
+                    self._receive(helper)  # what waits in its pipe counts (this loop may have been busy)
+                if helper.listening and time.monotonic() - helper.heard > timeout_s:
+                    self._stall(helper, timeout_s)
+
+    def _stall(self, helper: Helper, timeout_s: float) -> None:
+        helper.error = f"sent nothing for {timeout_s:g} s: stopped or hung; killed"
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(helper.pid, signal.SIGKILL)
+        if self.harness.notice is not None:
+            helper.noticed = True
+            then = ("its unfinished cases are left to a resume" if self.harness.stats.stopped_reason
+                    else "this process runs the cases it had taken")
+            self.harness.notice(f"call process {helper.pid} {helper.error}; {then}")
+        self._ended(helper)
+
     def _take_over(self) -> None:
-        lost = [x for x in self.helpers if x.limiter is None or x.error]
+        lost = [x for x in self.helpers if (x.limiter is None or x.error) and not x.noticed]
         for helper in lost:
             why = helper.error or f"exit code {helper.exit_code}"
             if self.harness.notice is not None:
@@ -383,66 +393,30 @@ class CaseLoop:
                 self.harness.notice(f"call process {helper.pid} ended early ({why}); {then}")
 
     def _leftovers(self) -> Callable[[], int | None]:
-        """The cases a helper took and never sent back (a helper that died)."""
-        pending = iter([i for i in range(self._counter.handed_out()) if i not in self._done])
+        """The cases a helper took and never sent back (a helper that died); and, when the
+        counter got stuck (a helper stopped holding its lock), those never handed out. Every
+        helper has ended by now: the counter is read without its lock."""
+        handed_out, closed = self._counter.rest()
+        end = handed_out if closed or not self._counter.stuck else len(self.jobs)
+        pending = iter([i for i in range(end) if i not in self._done])
         return lambda: next(pending, None)
 
     def _stop_helpers(self) -> None:
+        """End every helper still alive: SIGTERM (and SIGCONT, which a stopped one needs to act
+        on it), :data:`._helpers.STOP_GRACE_S` to exit, then SIGKILL."""
         loop = asyncio.get_running_loop()
         for helper in self.helpers:
-            if not helper.conn.closed:
-                loop.remove_reader(helper.conn.fileno())  # False when never listened to
+            if helper.listening:
+                loop.remove_reader(helper.inbox.fd)
+                helper.listening = False
             if helper.alive:
-                with contextlib.suppress(ProcessLookupError, ChildProcessError):
+                with contextlib.suppress(ProcessLookupError):
                     os.kill(helper.pid, signal.SIGTERM)
-                    os.waitpid(helper.pid, 0)
-                helper.alive = False
-            helper.conn.close()
-
-
-# -- helpers: child side -------------------------------------------------------------------
-def _helper_main(loop: CaseLoop, conn: Any, share: int) -> None:  # pragma: no cover - runs forked
-    """A forked helper: run cases from the shared counter, send each back; never returns."""
-    code = 0
-    try:
-        # the parent's event loop and its signal set-up came along with the fork; Python
-        # 3.12+ resets the first by itself
-        asyncio._set_running_loop(None)
-        signal.set_wakeup_fd(-1)
-        if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # not when the run ignores it
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        loop.harness.after_fork(share)
-        asyncio.run(_helper_run(loop, conn, share))
-    except KeyboardInterrupt:
-        code = 130
-    except BaseException as exc:
-        code = 1
-        with contextlib.suppress(OSError):
-            conn.send(("end", None, f"{type(exc).__name__}: {exc}"))
-    finally:
+                    os.kill(helper.pid, signal.SIGCONT)
         try:
-            sys.stdout.flush()
-            sys.stderr.flush()
+            reap(self.helpers, STOP_GRACE_S)
         finally:
-            os._exit(code)
-
-
-async def _helper_run(loop: CaseLoop, conn: Any, share: int) -> None:  # pragma: no cover - runs forked
-    h = loop.harness
-    failed = False  # this helper's own stop: the shared counter stays open for the others
-
-    def fail() -> None:
-        nonlocal failed
-        failed = True
-
-    async def worker() -> None:
-        while not failed and (index := loop._counter.take()) is not None:
-            lines = await loop._case(index)
-            conn.send(("case", index, *lines, h.limiter.state()))
-
-    try:
-        await run_workers(share, worker, fail)
-    finally:
-        await h.aclose()
-    conn.send(("end", h.limiter.summary(), None))
+            for helper in self.helpers:
+                if helper.inbox.fd >= 0:
+                    os.close(helper.inbox.fd)
+                    helper.inbox.fd = -1

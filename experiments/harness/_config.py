@@ -39,6 +39,33 @@ class DefenderConfig(BaseModel):
     label: str | None = None
 
 
+class ModelVariant(BaseModel):
+    """A model of a run under a name of its own (``RunConfig.models``) with options of its own:
+    an ablation config's ``[[models]]`` entry with ``label`` or ``options``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    spec: str
+    options: dict[str, Any] = Field(default_factory=dict)
+    """Overrides of the run's ``model_options`` (a key given here replaces the run's)."""
+
+
+def merge_options(base: ModelOptions, overrides: dict[str, Any]) -> ModelOptions:
+    """``base`` with ``overrides`` applied key by key (validated); a ``base_url`` or
+    ``base_urls`` given here replaces both of the base's.
+
+    Raises:
+        ValueError: The result is not valid model options.
+    """
+    if not overrides:
+        return base
+    # only what was set: a field the base left to the decoding preset stays the preset's
+    data = base.model_dump(exclude_unset=True)
+    if "base_url" in overrides or "base_urls" in overrides:
+        data.pop("base_url", None), data.pop("base_urls", None)
+    return ModelOptions.model_validate({**data, **overrides})
+
+
 class RunConfig(BaseModel):
     """Everything that determines a run (recorded in manifest.json)."""
 
@@ -51,7 +78,12 @@ class RunConfig(BaseModel):
     on_invalid: Literal["fail", "skip"] = "fail"
     models: list[str]
     model_options: ModelOptions = Field(default_factory=ModelOptions)
+    model_variants: dict[str, ModelVariant] = Field(default_factory=dict)
+    """Models in ``models`` that are not (only) their spec: name -> spec and option overrides,
+    so one run can hold a model twice with different settings (records name the model)."""
     defenders: list[DefenderConfig]
+    plugins: list[str] = Field(default_factory=list)
+    """Local plug-in files (``--plugin``) whose ``@defender``s register for this run."""
     protocols: list[ProtocolName] = Field(default_factory=lambda: list(PROTOCOLS))
     type1_targets: Type1Targets = "sampled"
     shuffle_type2: bool = False
@@ -62,6 +94,9 @@ class RunConfig(BaseModel):
     processes: Annotated[int, Field(ge=1)] | Literal["auto"] = 1
     """Processes sharing the calls (forked helpers, Linux): a number, or ``auto`` for one per
     usable core when the models are remote and the run is big enough (see ``._caseloop``)."""
+    helper_timeout_s: float | None = Field(default=None, gt=0)
+    """Seconds a forked call process may send nothing (no case, no heartbeat) before it is
+    killed and its cases go back to the parent; None: ``model_options.timeout_s`` + 30."""
     max_retries: int = Field(default=4, ge=0)
     retry_base_delay: float = 1.0
     retry_deadline_s: float = 300.0
@@ -96,6 +131,23 @@ class RunConfig(BaseModel):
             self.model_options = self.model_options.model_copy(update={"run_seed": self.seed})
         return self
 
+    @model_validator(mode="after")
+    def _variants_are_models(self) -> RunConfig:
+        stray = sorted(set(self.model_variants) - set(self.models))
+        if stray:
+            raise ValueError(f"model_variants names models the run does not have: {', '.join(stray)}")
+        return self
+
+    def spec_of(self, model: str) -> str:
+        """The spec behind a model name of ``models``."""
+        variant = self.model_variants.get(model)
+        return variant.spec if variant is not None else model
+
+    def options_of(self, model: str) -> ModelOptions:
+        """The options a model of ``models`` is built with (the run's, with its overrides)."""
+        variant = self.model_variants.get(model)
+        return merge_options(self.model_options, variant.options) if variant is not None else self.model_options
+
 
 @dataclass
 class RunStats:
@@ -108,6 +160,7 @@ class RunStats:
     input_tokens: int = 0
     output_tokens: int = 0
     by_model_tokens: dict[str, list[int]] = field(default_factory=dict)
+    llm_calls: int = 0  # model calls of the records counted (``--max-calls``)
     stopped_reason: str | None = None
     # Type 1 outcomes (correct or not) recorded before their item's clean answer, by key
     waiting: dict[tuple[str, str, str], list[bool]] = field(default_factory=dict, repr=False)
@@ -119,6 +172,7 @@ class RunStats:
         first, but the last clean calls may still be in flight) is paired when that arrives.
         """
         self.done += 1
+        self.llm_calls += record.llm_calls
         self.input_tokens += record.usage.input_tokens
         self.output_tokens += record.usage.output_tokens
         tok = self.by_model_tokens.setdefault(record.model, [0, 0])

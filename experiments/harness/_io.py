@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from collections.abc import Iterable
@@ -49,6 +50,37 @@ class RecordsFileError(ValueError):
     """A line before the last one of ``records.jsonl`` is unreadable (``file:line: why``)."""
 
 
+def os_error_text(error: OSError) -> str:
+    """``[Errno 28 ENOSPC] No space left on device``: the number, its name and its text."""
+    code = f"Errno {error.errno} {errno.errorcode.get(error.errno, '')}".strip() if error.errno else "error"
+    return f"[{code}] {error.strerror or str(error) or type(error).__name__}"
+
+
+class WriteFailed(Exception):
+    """Writing into the run folder failed (a full disk, a read-only folder, a directory where
+    a file should be): one line naming the path and the error number.
+
+    ``written`` is how many records this invocation had written before: none means nothing
+    ran (exit 2), otherwise the run stopped early with its folder resumable (exit 3).
+    """
+
+    def __init__(self, path: str | Path, error: OSError, written: int = 0) -> None:
+        self.path = Path(path)
+        self.errno = error.errno
+        self.written = written
+        self.why = os_error_text(error)
+        super().__init__(self.path, self.why)
+
+    def __str__(self) -> str:
+        done = (f"; {self.written} record(s) written before it, re-run the same command to resume"
+                if self.written else "; nothing was written")
+        return f"cannot write {self.path}: {self.why}{done}"
+
+    @property
+    def exit_code(self) -> int:
+        return 3 if self.written else 2
+
+
 def read_records(path: str | Path, *, dedupe: bool = True) -> list[Record]:
     """Read records; a torn (partial) last line from a killed run is skipped.
 
@@ -62,19 +94,23 @@ def read_records(path: str | Path, *, dedupe: bool = True) -> list[Record]:
     if not p.exists():
         return []
     records: list[Record] = []
-    with p.open("r", encoding="utf-8") as fh:
-        lines = fh.read().split("\n")
-    for lineno, line in enumerate(lines, 1):
-        if not line.strip():
+    with p.open("rb") as fh:
+        lines = fh.read().split(b"\n")  # decoded line by line: a bad byte names its line
+    for lineno, raw in enumerate(lines, 1):
+        if not raw.strip():
             continue
         try:
-            records.append(Record.model_validate(json.loads(line)))
-        except (json.JSONDecodeError, ValidationError) as exc:
+            records.append(Record.model_validate(json.loads(raw.decode("utf-8"))))
+        except (UnicodeDecodeError, json.JSONDecodeError, ValidationError) as exc:
             is_last = all(not rest.strip() for rest in lines[lineno:])
             if is_last:
                 break  # torn write of a killed run; the case will be redone
-            why = (f"not JSON ({exc.msg})" if isinstance(exc, json.JSONDecodeError)
-                   else f"not a record ({_first_problem(exc)})")
+            if isinstance(exc, UnicodeDecodeError):
+                why = f"not UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})"
+            elif isinstance(exc, json.JSONDecodeError):
+                why = f"not JSON ({exc.msg})"
+            else:
+                why = f"not a record ({_first_problem(exc)})"
             raise RecordsFileError(
                 f"{p}:{lineno}: unreadable record, {why}; only a torn last line is repaired "
                 "automatically: fix or delete this line, then re-run"

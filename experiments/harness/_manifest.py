@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import platform
 import re
 from collections.abc import Mapping, Sequence
@@ -108,7 +109,8 @@ def write_manifest(
         ],
         "protocols": list(config.protocols),
         "prompt": _prompt_facts(config),
-        "decoding": decoding_record(config.models, config.model_options),
+        "decoding": decoding_record(config.model_options,
+                                    {m: (config.spec_of(m), config.options_of(m)) for m in config.models}),
         "seed": config.seed,
         "prices": {m: list(p) for m, p in config.prices.items()},
         "dataset": {
@@ -165,21 +167,28 @@ _STATUS = {0: "finished", 1: "finished with case errors", 3: "stopped early"}
 
 
 def mark_outcome(out: Path, outcome: Any, *, stopped: str | None, errors: int,
-                 concurrency: dict[str, Any] | None = None) -> None:
+                 concurrency: dict[str, Any] | None = None, status: str | None = None) -> None:
     """Record how the invocation ended: ``stopped`` (why it stopped early, when it did),
     ``outcome`` (``status``, ``exit_code``, ``case_errors``, ``message``) and, when given,
-    ``concurrency`` (the adaptive limiter's figures for this invocation)."""
+    ``concurrency`` (the adaptive limiter's figures for this invocation). ``status`` names
+    an end the exit code does not (``write failed``). The file is replaced whole: a write that
+    fails (a full disk) leaves the previous manifest as it was."""
     path = out / "manifest.json"
     manifest = json.loads(path.read_text(encoding="utf-8"))
     manifest.pop("stopped", None)
     if stopped:
         manifest["stopped"] = stopped
     manifest["outcome"] = {
-        "status": _STATUS.get(outcome.code, "unknown"),
+        "status": status or _STATUS.get(outcome.code, "unknown"),
         "exit_code": outcome.code,
         "case_errors": errors,
         "message": outcome.message,
     }
     if concurrency is not None:
         manifest["concurrency"] = concurrency
-    path.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    temporary = path.with_name(path.name + ".tmp")
+    try:
+        temporary.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)

@@ -8,7 +8,7 @@ reach from its context leads back to a gold answer or a target.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +30,12 @@ class ModelPool:
         cache_dir: Where the store lives (used unless ``cache_mode`` is ``live``).
         max_connections: The run's ceiling on calls in flight, also each replica's ceiling
             when a model spreads over replicas (None leaves the replicas' default).
+        variants: Model names that stand for another spec or other options: name -> (spec,
+            options) (``RunConfig.model_variants``); the factory is given the spec.
     """
 
     __slots__ = ("_cache_dir", "_cache_mode", "_factory", "_inherited", "_max_connections", "_models",
-                 "_options", "_raw", "_store")
+                 "_options", "_raw", "_store", "_variants")
 
     def __init__(
         self,
@@ -43,8 +45,10 @@ class ModelPool:
         cache_mode: CacheMode,
         cache_dir: Path,
         max_connections: int | None = None,
+        variants: Mapping[str, tuple[str, ModelOptions]] | None = None,
     ) -> None:
         self._factory = factory
+        self._variants = dict(variants or {})
         self._options = options
         self._cache_mode = cache_mode
         self._cache_dir = cache_dir
@@ -67,7 +71,8 @@ class ModelPool:
     def raw(self, spec: str) -> BaseChatModel:
         """The chat model for ``spec`` without the store (built once; sends nothing)."""
         if spec not in self._raw:
-            chat = self._factory(spec) if self._factory is not None else load_model(spec, self._options)
+            real, options = self._variants.get(spec, (spec, self._options))
+            chat = self._factory(real) if self._factory is not None else load_model(real, options)
             # a ReplicaChatModel (asked by name: its module is imported only when replicas are used)
             cap = getattr(chat, "set_replica_ceiling", None)
             if cap is not None and self._max_connections:

@@ -1,4 +1,4 @@
-"""How a run ended, as an exit status and one summary line (the contract in DESIGN.md).
+"""How a run ended, as an exit status and one summary line (the contract in docs/contracts.md).
 
 ==== ===================================================================================
 0    finished: every case ran and was graded (no case errors in the folder)
@@ -28,6 +28,7 @@ __all__ = [
     "EXIT_STOPPED",
     "EXIT_USAGE",
     "Outcome",
+    "RunInterrupted",
     "error_kind",
     "record_outcome",
     "run_outcome",
@@ -52,6 +53,15 @@ def error_kind(error: str) -> str:
     if sep and head and " " not in head.strip():
         return head.strip()
     return " ".join(error.split()[:4]) or "error"
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM stopped a run after its folder ``out`` noted why (the caller may still
+    write that folder's report, which then says the run is incomplete)."""
+
+    def __init__(self, out: Path) -> None:
+        super().__init__(str(out))
+        self.out = out
 
 
 @dataclass(frozen=True)

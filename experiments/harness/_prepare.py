@@ -15,10 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from ._config import INVALID_ROWS_FILE, RunSetupError
-from ._fingerprint import compare_fingerprints, legacy_fingerprint
+from ._fingerprint import FingerprintDiff, accept_name, compare_fingerprints, legacy_fingerprint
+from ._identity import describe_medmis
 from ._lock import RunLock
 
-__all__ = ["ClaimedFolder", "check_out_path", "recorded_fingerprint", "write_invalid_rows"]
+__all__ = ["ClaimedFolder", "check_fingerprint", "check_out_path", "recorded_fingerprint",
+           "write_invalid_rows"]
 
 
 def check_out_path(out: Path) -> None:
@@ -45,6 +47,44 @@ def recorded_fingerprint(out: Path) -> dict[str, Any] | None:
         return None
     fingerprint = manifest.get("fingerprint")
     return fingerprint if isinstance(fingerprint, dict) else legacy_fingerprint(manifest)
+
+
+def check_fingerprint(out: Path, fingerprint: Mapping[str, Any],
+                      accept_changes: Sequence[str] = ()) -> tuple[dict[str, Any] | None, FingerprintDiff | None]:
+    """The fingerprint recorded in ``out`` and how ``fingerprint`` differs from it (both None
+    for a folder that holds no run yet). Reads only; every entry point that writes into a
+    run folder calls it first, before deciding there is anything (or nothing) to do.
+
+    Raises:
+        RunSetupError: A difference not named in ``accept_changes`` (one line naming the
+            fields and the ``--accept-change`` that would mix them).
+    """
+    recorded = recorded_fingerprint(out)
+    if recorded is None:
+        return None, None
+    diff = compare_fingerprints(recorded, fingerprint)
+    blocking = diff.blocking(accept_changes)
+    if blocking:
+        names = ",".join(dict.fromkeys(accept_name(k) for k in blocking))
+        raise RunSetupError(
+            f"{out} holds a different run ({diff.describe(blocking)}); choose a new --out, "
+            f"or pass --accept-change {names} to mix them on purpose"
+        )
+    return recorded, diff
+
+
+def announce(out: Path, diff: FingerprintDiff, say: Callable[[str], None]) -> None:
+    """The notices of a claim: accepted changes, added models and defenders, a new medmis."""
+    if diff.changed:
+        say(f"accepted changes in {out}: {diff.describe()} (recorded in manifest.json)")
+    if diff.added_models:
+        say(f"adding model(s) {', '.join(diff.added_models)} to the items of {out}")
+    if diff.added_defenders:
+        say(f"adding defender(s) {', '.join(diff.added_defenders)} to the items of {out}")
+    if diff.medmis is not None:
+        before, after = diff.medmis
+        say(f"medmis changed since {out} was last run: {describe_medmis(before)} -> "
+            f"{describe_medmis(after)} (resuming; recorded in manifest.json)")
 
 
 class ClaimedFolder:
@@ -91,27 +131,12 @@ class ClaimedFolder:
             shutil.rmtree(self.out, ignore_errors=True)
 
     def _check(self) -> None:
-        self.recorded = recorded_fingerprint(self.out)
-        if self.recorded is None:
+        self.recorded, diff = check_fingerprint(self.out, self.fingerprint, self.accept_changes)
+        if diff is None:
             return
-        diff = compare_fingerprints(self.recorded, self.fingerprint)
-        blocking = diff.blocking(self.accept_changes)
-        if blocking:
-            names = ",".join(k if not k.startswith("defender ") else "defenders" for k in blocking)
-            names = ",".join(dict.fromkeys(names.split(",")))
-            raise RunSetupError(
-                f"{self.out} holds a different run ({diff.describe(blocking)}); choose a new --out, "
-                f"or pass --accept-change {names} to mix them on purpose"
-            )
         self.accepted = diff.changed
-        say = self.notice
-        if say is not None:
-            if diff.changed:
-                say(f"accepted changes in {self.out}: {diff.describe()} (recorded in manifest.json)")
-            if diff.added_models:
-                say(f"adding model(s) {', '.join(diff.added_models)} to the items of {self.out}")
-            if diff.added_defenders:
-                say(f"adding defender(s) {', '.join(diff.added_defenders)} to the items of {self.out}")
+        if self.notice is not None:
+            announce(self.out, diff, self.notice)
 
 
 def write_invalid_rows(out: Path, dataset: Any, notice: Callable[[str], None] | None) -> int:

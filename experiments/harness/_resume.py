@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ._plan import Outside, Plan, has_plan, restrict_view
 from ._scan import (
     KEY,
     PARQUET_NAME,
@@ -19,6 +20,12 @@ from ._scan import (
 
 if TYPE_CHECKING:
     import duckdb
+
+    from medmis.defenses._base import Defender
+    from medmis.experiments.benchmark._types import Case, Item, ProtocolName
+
+    from ._config import RunConfig
+
 
 @dataclass(frozen=True)
 class CasePlan:
@@ -53,6 +60,8 @@ class ResumeState:
     output_tokens: int = 0
     by_model_tokens: dict[str, list[int]] = field(default_factory=dict)
     clean: dict[tuple[str, str, str], bool] = field(default_factory=dict)
+    outside: Outside = field(default_factory=Outside)
+    """Records outside the folder's plan (left out of every figure)."""
 
     def apply(self, stats: Any, clean_state: dict[tuple[str, str, str], bool]) -> None:
         """Add these figures to the runner's ``RunStats`` and clean-answer map."""
@@ -74,7 +83,8 @@ class ResumeState:
 _RESUME_COLUMNS = (*KEY, "correct", "error", "usage")
 
 
-def resume_state(path: str | Path, plan: CasePlan, *, retry_errors: bool = False) -> ResumeState:
+def resume_state(path: str | Path, plan: CasePlan, *, retry_errors: bool = False,
+                 keep: Plan | Path | None = None) -> ResumeState:
     """The planned cases still to run and the progress figures of ``records.jsonl``.
 
     Reads only the columns needed (from the Parquet compaction when it is fresh) and lets
@@ -85,6 +95,9 @@ def resume_state(path: str | Path, plan: CasePlan, *, retry_errors: bool = False
         path: The run's ``records.jsonl`` (absent or empty: nothing done).
         plan: The run's planned cases.
         retry_errors: Count keys whose last record is an error as missing.
+        keep: The run folder's plan (``._plan``: a ``Plan`` or the folder holding
+            ``plan.json``): records outside it are left out of the figures and counted in
+            ``outside``.
     """
     p = Path(path)
     state = ResumeState()
@@ -96,11 +109,14 @@ def resume_state(path: str | Path, plan: CasePlan, *, retry_errors: bool = False
     con = connect()
     try:
         parquet = p.with_name(PARQUET_NAME)
+        name = "records" if keep is None else "records__all"
         if _fresh(con, parquet, p):
             con.execute("SET memory_limit='512MB'")  # scans and one join: no table to hold
-            records_view(con, parquet)
+            records_view(con, parquet, name)
         else:
-            load_records_table(con, p, columns=_RESUME_COLUMNS)
+            load_records_table(con, p, table=name, columns=_RESUME_COLUMNS)
+        if keep is not None:
+            state.outside = restrict_view(con, keep, name, "records")
         done_if = "true" if not retry_errors else "error IS NULL"
         con.execute(f"CREATE TEMP VIEW done AS SELECT * FROM records WHERE {done_if}")
         state.missing = _missing(con, plan)
@@ -113,15 +129,15 @@ def resume_state(path: str | Path, plan: CasePlan, *, retry_errors: bool = False
 
 
 def _missing(con: duckdb.DuckDBPyConnection, plan: CasePlan) -> list[tuple[int, int, int]]:
-    import numpy as np
-
     n_m, n_d, n_c = len(plan.models), len(plan.defenders), len(plan.cases)
     if not n_m or not n_d or not n_c:
         return []
     protocols, items, targets = zip(*plan.cases, strict=True)
     # a target is an option key, never "": coalescing lets a hash join match clean/type2.
     # The plan goes in as list parameters (unnest), not Arrow tables: pyarrow's array
-    # conversion imports pandas, more than half a second of every run's start.
+    # conversion imports pandas, more than half a second of every run's start. The answer
+    # comes back as tuples, not numpy arrays: numpy's import starts BLAS threads, and a
+    # process with threads may not fork the run's call processes (``--processes``).
     con.execute(
         "CREATE TEMP TABLE __plan AS SELECT (generate_subscripts($1, 1) - 1)::INTEGER AS ci, "
         "unnest($1) AS protocol, unnest($2) AS item_key, unnest($3) AS t",
@@ -131,21 +147,17 @@ def _missing(con: duckdb.DuckDBPyConnection, plan: CasePlan) -> list[tuple[int, 
         "unnest($1) AS model, unnest($2) AS defender",
         [[m for m in plan.models for _ in plan.defenders], [d for _ in plan.models for d in plan.defenders]])
     try:
-        # the planned keys that have a record, as integers: one join, no string per key in Python
-        found = con.execute("""
-            SELECT g.cell, p.ci FROM done d
-            JOIN __grid g ON d.model = g.model AND d.defender = g.defender
-            JOIN __plan p ON d.protocol = p.protocol AND d.item_key = p.item_key
-             AND coalesce(d.target, '') = p.t""").fetchnumpy()
+        # every planned (cell, case) without a record: one anti-join, no string per key in Python
+        rows = con.execute("""
+            SELECT g.cell, p.ci FROM __grid g CROSS JOIN __plan p
+            ANTI JOIN done d ON d.model = g.model AND d.defender = g.defender
+             AND d.protocol = p.protocol AND d.item_key = p.item_key AND coalesce(d.target, '') = p.t
+            ORDER BY g.cell, p.ci""").fetchall()
     finally:
         con.execute("DROP TABLE __plan")
         con.execute("DROP TABLE __grid")
-    todo = np.ones(n_m * n_d * n_c, dtype=bool)
-    todo[np.asarray(found["cell"], dtype=np.int64) * n_c + np.asarray(found["ci"], dtype=np.int64)] = False
-    flat = np.flatnonzero(todo)  # ascending: model, then defender, then plan order
-    cell, ci = np.divmod(flat, n_c)
-    mi, di = np.divmod(cell, n_d)
-    return list(zip(mi.tolist(), di.tolist(), ci.tolist(), strict=True))
+    # ascending: model, then defender, then plan order
+    return [(cell // n_d, cell % n_d, ci) for cell, ci in rows]
 
 
 def _progress_figures(con: duckdb.DuckDBPyConnection, state: ResumeState, *, clean_map: bool) -> None:
@@ -197,13 +209,38 @@ def error_texts(path: str | Path) -> tuple[int, list[str]]:
     con = connect()
     try:
         parquet = p.with_name(PARQUET_NAME)
+        keep = p.parent if has_plan(p.parent) else None  # records outside the plan are no case of the run
+        name = "records" if keep is None else "records__all"
         if _fresh(con, parquet, p):
-            records_view(con, parquet)
-            row = con.execute("SELECT count(*) FROM records").fetchone()
-            n = int(row[0]) if row else 0
+            records_view(con, parquet, name)
         else:
-            n = load_records_table(con, p, columns=(*KEY, "error"))
+            load_records_table(con, p, table=name, columns=(*KEY, "error"))
+        if keep is not None:
+            restrict_view(con, keep, name, "records")
+        row = con.execute("SELECT count(*) FROM records").fetchone()
+        n = int(row[0]) if row else 0
         errors = [str(e) for (e,) in con.execute("SELECT error FROM records WHERE error IS NOT NULL").fetchall()]
     finally:
         con.close()
     return n, errors
+
+
+def jobs_for_missing(config: RunConfig, defenders: Sequence[Defender], missing: list[tuple[int, int, int]],
+                     planned: list[tuple[int, ProtocolName, str | None]],
+                     items: Sequence[Item]) -> list[list[tuple[str, Defender, Case]]]:
+    """The missing cases (model, defender, planned-case indexes) as jobs, clean first; an
+    item's cases are built once, when needed."""
+    from medmis.experiments.benchmark._protocols import cases_for_item
+
+    built: dict[int, dict[tuple[str, str | None], Case]] = {}
+    todo: list[list[tuple[str, Defender, Case]]] = [[], []]
+    for mi, di, ci in missing:
+        i, protocol, target = planned[ci]
+        by_key = built.get(i)
+        if by_key is None:
+            by_key = built[i] = {(c.protocol, c.target): c for c in cases_for_item(
+                items[i], config.protocols, seed=config.seed, type1_targets=config.type1_targets,
+                shuffle_type2=config.shuffle_type2, prompt=config.prompt)}
+        todo[0 if protocol == "clean" else 1].append(
+            (config.models[mi], defenders[di], by_key[(protocol, target)]))
+    return todo

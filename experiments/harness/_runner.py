@@ -12,6 +12,7 @@ Clean cases are queued first, so that most pairs are complete early for the live
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import sys
@@ -26,13 +27,14 @@ from medmis.agents._limiter import AdaptiveLimiter
 from medmis.agents._retry import RetryPolicy
 from medmis.agents._transport import aclose_transports
 from medmis.defenses._base import Defender, DefenderContext, create_defender
+from medmis.defenses._plugins import load_plugins
 from medmis.experiments.benchmark._prompts import prompt_preset
-from medmis.experiments.benchmark._protocols import build_cases, cases_for_item, plan_cases
+from medmis.experiments.benchmark._protocols import build_cases, plan_cases
 from medmis.experiments.benchmark._types import Answer, Case, Item, ProtocolName, Record
 from medmis.tools._exit import collect_from_here
 from medmis.tools._redact import redact
 
-from ._caseloop import CaseLoop, fork_ready, resolve_processes
+from ._caseloop import CaseLoop, fork_blocker, resolve_processes
 from ._config import (
     INVALID_ROWS_FILE,
     CacheMode,
@@ -44,19 +46,20 @@ from ._config import (
     SearchBackendName,
     VisitBackendName,
 )
-from ._fingerprint import merge_fingerprints, run_fingerprint
-from ._io import repair_torn_tail
-from ._manifest import is_simulated, package_versions, scrub_argv, write_manifest
+from ._fingerprint import FingerprintDiff, merge_fingerprints, run_fingerprint
+from ._io import WriteFailed, repair_torn_tail
+from ._manifest import is_simulated, mark_outcome, package_versions, scrub_argv, write_manifest
 from ._models import ModelPool
-from ._outcome import Outcome, record_outcome
-from ._prepare import ClaimedFolder, check_out_path, write_invalid_rows
+from ._outcome import Outcome, RunInterrupted, record_outcome
+from ._plan import describe_outside, has_plan, write_plan
+from ._prepare import ClaimedFolder, check_fingerprint, check_out_path, write_invalid_rows
 from ._progress import RunProgress
-from ._resume import CasePlan, ResumeState, resume_state
+from ._resume import CasePlan, ResumeState, jobs_for_missing, resume_state
 
 # Re-exported: callers import the run's types from here as well as from the package.
 __all__ = [
     "INVALID_ROWS_FILE", "CacheMode", "DefenderConfig", "Harness", "RunConfig", "RunResult",
-    "RunSetupError", "RunStats", "SearchBackendName", "VisitBackendName", "append_line",
+    "RunSetupError", "RunStats", "SearchBackendName", "VisitBackendName",
     "is_simulated", "package_versions", "run_experiment", "scrub_argv",
 ]
 
@@ -94,6 +97,7 @@ class Harness:
         self._fresh_errors: list[str] | None = None
         self._tools_injected = tools is not None
         self._loop: CaseLoop | None = None
+        self._planned: list[tuple[int, ProtocolName, str | None]] | None = None
         self.retry = RetryPolicy(
             max_retries=config.max_retries,
             base_delay=config.retry_base_delay,
@@ -106,7 +110,9 @@ class Harness:
         self._pool = ModelPool(
             model_factory, config.model_options, cache_mode=config.cache, cache_dir=self._cache_dir(),
             max_connections=config.max_connections,
+            variants={m: (config.spec_of(m), config.options_of(m)) for m in config.model_variants},
         )
+        load_plugins(config.plugins)  # the run's local plug-in files (--plugin) register their defenders
         self.defenders: list[Defender] = [
             create_defender(d.name, d.options, label=d.label) for d in config.defenders
         ]
@@ -160,7 +166,10 @@ class Harness:
         """How many processes share the calls (``config.processes``; see ``._caseloop``)."""
         cfg = self.config
         # a caller's tools may hold a store connection, which must not cross a fork
-        if cfg.processes == 1 or self._tools_injected or not fork_ready():
+        blocker = "the caller's tools cannot cross a fork" if self._tools_injected else fork_blocker()
+        if cfg.processes == 1 or blocker is not None:
+            if cfg.processes != "auto" and cfg.processes > 1 and self.notice is not None:
+                self.notice(f"--processes {cfg.processes}: running in one process ({blocker})")
             return 1
         # "auto" only for models over the network, built here (not a caller's factory's)
         remote = not self._factory_given and not any(is_simulated(m) for m in cfg.models)
@@ -215,12 +224,28 @@ class Harness:
         )
         return cases, dataset
 
+    def fingerprint(self, dataset: Any) -> dict[str, Any]:
+        """The run's fingerprint (``._fingerprint``), from the models as built."""
+        models = {spec: self._pool.raw(spec) for spec in self.config.models}
+        return run_fingerprint(self.config, self.defenders, dataset, models)
+
+    def check_folder(self, dataset: Any | None = None) -> FingerprintDiff | None:
+        """:meth:`run`'s checks before it claims the folder, writing nothing: how the run
+        differs from the folder's (None for a new folder). Raises ``RunSetupError`` as it would."""
+        check_out_path(self.out)
+        self.check_models()
+        if dataset is None:
+            dataset = self.load_dataset()
+        return check_fingerprint(self.out, self.fingerprint(dataset), self.config.accept_changes)[1]
+
     def write_manifest(self, dataset: Any, n_cases: int, claim: ClaimedFolder | None = None) -> None:
-        fingerprint = dict(claim.fingerprint) if claim else run_fingerprint(self.config, self.defenders, dataset)
+        fingerprint = dict(claim.fingerprint) if claim else self.fingerprint(dataset)
         if claim is not None and claim.recorded is not None:
             fingerprint = merge_fingerprints(claim.recorded, fingerprint)
         write_manifest(self.out, self.config, self.defenders, dataset, n_cases, self.argv,
                        fingerprint=fingerprint, accepted=claim.accepted if claim else None)
+        if self._planned is not None:  # what the readers keep of records.jsonl (``._plan``)
+            write_plan(self.out, fingerprint["models"], fingerprint["defenders"], dataset.items, self._planned)
 
     def _trace_file(self, model: str, defender: str) -> str:
         """The trace file of a model x defender, relative to the run folder (``traces/…``)."""
@@ -312,11 +337,30 @@ class Harness:
         check_out_path(self.out)
         self.check_models()
         dataset = self.load_dataset()
-        planned = self.plan_cases(dataset)
-        fingerprint = run_fingerprint(self.config, self.defenders, dataset)
-        with ClaimedFolder(self.out, fingerprint, accept_changes=self.config.accept_changes,
-                           notice=self.notice) as claim:
-            return await self._run_claimed(planned, dataset, claim)
+        planned = self._planned = self.plan_cases(dataset)
+        fingerprint = self.fingerprint(dataset)
+        try:
+            with ClaimedFolder(self.out, fingerprint, accept_changes=self.config.accept_changes,
+                               notice=self.notice) as claim:
+                try:
+                    return await self._run_claimed(planned, dataset, claim)
+                except OSError as exc:  # the cases' own failures are on their records: this is the folder's
+                    raise self._write_failed(WriteFailed(exc.filename or self.out / "records.jsonl", exc)) from None
+                except WriteFailed as failure:
+                    raise self._write_failed(failure) from None
+        except OSError as exc:  # the folder could not be claimed (its lock, its manifest)
+            raise WriteFailed(exc.filename or self.out, exc) from None
+
+    def _write_failed(self, failure: WriteFailed) -> WriteFailed:
+        """Note in the manifest (when it can still be written) that a write failed."""
+        failure.written = max(failure.written, self.stats.done)  # this invocation's records
+        self.stats.stopped_reason = "write failed"
+        self.outcome = Outcome(failure.exit_code, str(failure))
+        limiter = self._loop.limiter_summary() if self._loop is not None else self.limiter.summary()
+        with contextlib.suppress(OSError, ValueError):  # the manifest may be as unwritable
+            mark_outcome(self.out, self.outcome, stopped=f"write failed: {failure.path.name}",
+                         errors=self.stats.errors, concurrency=limiter, status="write failed")
+        return failure
 
     def _resume(self, records_path: Path, planned: list[tuple[int, ProtocolName, str | None]],
                 items: Sequence[Item]) -> tuple[ResumeState, dict[tuple[str, str, str], bool],
@@ -327,29 +371,15 @@ class Harness:
         cfg = self.config
         plan = CasePlan(cfg.models, [d.label for d in self.defenders],
                         [(protocol, items[i].key, target) for i, protocol, target in planned])
-        resumed = resume_state(records_path, plan, retry_errors=cfg.retry_errors)
+        resumed = resume_state(records_path, plan, retry_errors=cfg.retry_errors,
+                               keep=self.out if has_plan(self.out) else None)
+        if resumed.outside.count and self.notice is not None:
+            self.notice(describe_outside(records_path, resumed.outside))
         self._fresh_errors = [] if resumed.records == 0 else None
         clean_state: dict[tuple[str, str, str], bool] = {}
         resumed.apply(self.stats, clean_state)
         self.stats.done = 0  # progress counts this invocation's work
-        return resumed, clean_state, self._todo(resumed.missing, planned, items)
-
-    def _todo(self, missing: list[tuple[int, int, int]], planned: list[tuple[int, ProtocolName, str | None]],
-              items: Sequence[Item]) -> list[list[tuple[str, Defender, Case]]]:
-        """The missing cases as jobs, clean first; an item's cases are built once, when needed."""
-        cfg = self.config
-        built: dict[int, dict[tuple[str, str | None], Case]] = {}
-        todo: list[list[tuple[str, Defender, Case]]] = [[], []]
-        for mi, di, ci in missing:
-            i, protocol, target = planned[ci]
-            by_key = built.get(i)
-            if by_key is None:
-                by_key = built[i] = {(c.protocol, c.target): c for c in cases_for_item(
-                    items[i], cfg.protocols, seed=cfg.seed, type1_targets=cfg.type1_targets,
-                    shuffle_type2=cfg.shuffle_type2, prompt=cfg.prompt)}
-            todo[0 if protocol == "clean" else 1].append(
-                (cfg.models[mi], self.defenders[di], by_key[(protocol, target)]))
-        return todo
+        return resumed, clean_state, jobs_for_missing(cfg, self.defenders, resumed.missing, planned, items)
 
     async def _run_claimed(self, planned: list[tuple[int, ProtocolName, str | None]], dataset: Any,
                            claim: ClaimedFolder) -> RunResult:
@@ -380,7 +410,7 @@ class Harness:
             # Ctrl-C: what was written stays (resumable); the manifest says why it stopped
             self.stats.stopped_reason = "interrupted"
             self._finish(records_path)
-            raise
+            raise RunInterrupted(self.out) from None
         finally:
             if self._loop is not None:
                 if self._loop.progress is not None:
@@ -405,11 +435,6 @@ class Harness:
         n, self.outcome = record_outcome(self.out, records_path, self.stats.stopped_reason,
                                          scrub_argv(self.argv), limiter, tally=tally)
         return n
-
-
-def append_line(fh: Any, record: Record) -> None:
-    fh.write(record.model_dump_json() + "\n")
-    fh.flush()
 
 
 async def run_experiment(config: RunConfig, *, batch_cancel: bool = False, **kwargs: Any) -> RunResult:

@@ -216,14 +216,15 @@ def sample_items(run_dir: Path, max_items: int) -> tuple[list[str], int] | None:
     Reads ``records.jsonl`` through DuckDB (None when the run has none): a case is flipped
     when an injected case is answered wrongly by a (model, defender) that was right on clean.
     """
-    from medmis.experiments.harness._scan import compact_records, connect, records_view
+    from medmis.experiments.harness._plan import planned_records_view
+    from medmis.experiments.harness._scan import connect
 
     records = run_dir / "records.jsonl"
     if not records.exists() or records.stat().st_size == 0:
         return None
     con = connect()
     try:
-        records_view(con, compact_records(records, con=con))
+        planned_records_view(con, run_dir)
         # a wide grid answers each item many times: bound the answers the page embeds too
         per_item = con.execute("SELECT count(*) / count(DISTINCT item_key) FROM records").fetchone()
         if per_item and per_item[0]:

@@ -19,6 +19,14 @@ def pct(block: Mapping[str, Any] | None) -> str:
     return f"{100 * block['value']:.1f}%{ci}"
 
 
+def pct_n(block: Mapping[str, Any] | None) -> str:
+    """A proportion with its count on a second line: ``"12.5% [8.1, 18.7]\n3/24"``."""
+    text = pct(block)
+    if text == "—" or not block:
+        return text
+    return f"{text}\n{block.get('k')}/{block.get('n')}"
+
+
 def html_table(header: list[str], rows: list[list[str]], cls: str = "") -> str:
     """An HTML table with every header and cell escaped (cells are untrusted text)."""
     head = "".join(f"<th>{html.escape(h)}</th>" for h in header)

@@ -22,7 +22,7 @@ from typing import Any
 from medmis.tools._redact import redact_json
 
 from ._cases import MAX_ITEMS, case_data
-from ._cells import html_table, pct
+from ._cells import html_table, pct, pct_n
 from ._format import fmt_usd
 from ._sensitivity import delivery_sensitivity, sensitivity_html
 
@@ -54,6 +54,11 @@ def _paired(block: Mapping[str, Any] | None) -> tuple[str, str]:
     return delta, ("—" if p is None else ("<0.001" if p < 0.001 else f"{p:.3f}"))
 
 
+def _rate_n(block: Mapping[str, Any] | None) -> str:
+    text = pct(block).split(" ")[0]
+    return text if text == "—" or not block else f"{text}\n{block.get('k')}/{block.get('n')}"
+
+
 def headline_html(metrics: Mapping[str, Any], baseline: str = "none") -> str:
     header = ["Model", "Defender", *(label for _, label in HEADLINE),
               f"ΔT1 ASR vs {baseline} (pts)", "p", "Unparsed", "Errors",
@@ -72,9 +77,8 @@ def headline_html(metrics: Mapping[str, Any], baseline: str = "none") -> str:
                 value = cost.get(key)
                 return fmt_usd(value)
 
-            rows.append([model, defender, *(pct(block.get(m)) for m, _ in HEADLINE), delta, p,
-                         pct(block.get("unparsed_rate")).split(" ")[0],
-                         pct(block.get("error_rate")).split(" ")[0],
+            rows.append([model, defender, *(pct_n(block.get(m)) for m, _ in HEADLINE), delta, p,
+                         *(_rate_n(block.get(m)) for m in ("unparsed_rate", "error_rate")),
                          num("llm_calls_per_case", 2), num("tool_calls_per_case", 2),
                          num("tokens_per_case", 0), money("usd_per_case"),
                          money("usd_per_1k_cases")])
@@ -116,7 +120,8 @@ _CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0 auto;max-width:1400px;padding:1rem 2rem;color:#1d1d1f}
 h1{font-size:1.6rem}h2{margin-top:2rem;border-bottom:1px solid #ddd}
 table{border-collapse:collapse;margin:.5rem 0;font-size:12.5px}th,td{border:1px solid #d8d8d8;padding:3px 6px;text-align:left;vertical-align:top}
-th{background:#f4f4f6}.banner{background:#fff3cd;border:1px solid #e0b000;padding:.6rem 1rem;font-weight:600}
+th{background:#f4f4f6}table.headline{font-size:12px}table.headline td{white-space:pre-line}
+table.headline th,table.headline td{padding:3px 4px}.banner{background:#fff3cd;border:1px solid #e0b000;padding:.6rem 1rem;font-weight:600}
 .plots img{max-width:100%;border:1px solid #eee;margin:.5rem 0}
 .item{border:1px solid #ccc;border-radius:6px;margin:.8rem 0;padding:.5rem .8rem}.q{font-weight:600}
 .row{margin:.4rem 0 .4rem 1rem;border-left:3px solid #ccd;padding-left:.6rem}.ctx{color:#7a2e00;margin:.2rem 0}

@@ -26,7 +26,11 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from medmis.experiments.benchmark._types import CONTENT_TYPES, PROVENANCES
 
+from ._labels import label_points as _label_points
+from ._labels import place_labels as _place_labels
+from ._labels import short_defender as _short_defender
 from ._plot_helper import HELPER_KEYS
+from ._simulated import is_simulated, mark_simulated
 
 if TYPE_CHECKING:
     from ._plot_helper import PlotHelper
@@ -185,7 +189,14 @@ def draw_plots(out_dir: Path, metrics: dict[str, Any], keys: Sequence[str]) -> d
     models, baseline = model_order(metrics), find_baseline(metrics)
     builders = {"asr_by_defender": _asr_by_defender, "robustness_tradeoff": _robustness_tradeoff,
                 "cost_vs_asr": _cost_vs_asr, "strata_heatmap": _strata_heatmap}
-    return {key: _save(builders[key](metrics, models, baseline), Path(out_dir) / PLOT_FILES[key]) for key in keys}
+    simulated = is_simulated(models)
+    out = {}
+    for key in keys:
+        fig = builders[key](metrics, models, baseline)
+        if simulated:
+            mark_simulated(fig)
+        out[key] = _save(fig, Path(out_dir) / PLOT_FILES[key])
+    return out
 
 
 def _new_figure(width: float, height: float) -> Figure:
@@ -196,6 +207,7 @@ def _new_figure(width: float, height: float) -> Figure:
 
 def _save(fig: Figure, path: Path) -> Path:
     # Write-then-rename: a browser or report reader never sees half a PNG.
+    _place_labels(fig)
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # unique per process
     # No "Software" entry, so equal input gives byte-equal files across machines.
     fig.savefig(tmp, format="png", dpi=DPI, metadata={"Software": None})
@@ -406,43 +418,5 @@ def _strata_heatmap(metrics: Mapping[str, Any], models: list[str], baseline: str
     return fig
 
 
-_LABEL_FONT = 7
-_CHAR_PX = 0.6 * _LABEL_FONT * DPI / 72  # rough width of one character, in pixels
-_LINE_PX = 1.25 * _LABEL_FONT * DPI / 72
-
-
-def _label_points(ax: Axes, points: Sequence[tuple[str, float, float]]) -> None:
-    """Label points; a label that would overlap one already placed moves a line further.
-
-    Call after the axes' scale and limits are set: overlap is judged in display pixels, so
-    it works the same on linear and log axes.
-    """
-    ax.autoscale_view()
-    boxes: list[tuple[float, float, float, float]] = []  # x0, x1, y0, y1 in pixels
-    for name, x, y in sorted(points, key=lambda p: (p[1], p[2], p[0])):
-        text = _short_defender(name)
-        px, py = ax.transData.transform((x, y))
-        # Near the top edge the labels grow downwards, clear of the title.
-        step = -1 if py > ax.bbox.y1 - 45 else 1
-        width = len(text) * _CHAR_PX
-        x0, x1 = px + 5, px + 5 + width
-        level = 0
-        while True:
-            base = py + step * (4 + _LINE_PX * level) - (_LINE_PX if step < 0 else 0)
-            box = (x0, x1, base, base + _LINE_PX)
-            clash = any(box[0] < b[1] and b[0] < box[1] and box[2] < b[3] and b[2] < box[3]
-                        for b in boxes)
-            if not clash or level > 30:
-                break
-            level += 1
-        boxes.append(box)
-        ax.annotate(text, (x, y), textcoords="offset pixels",
-                    xytext=(5, base - py), va="bottom", fontsize=_LABEL_FONT)
-
-
 def _short_model(model: str, width: int = 40) -> str:
     return model if len(model) <= width else "…" + model[-(width - 1):]
-
-
-def _short_defender(name: str, width: int = 28) -> str:
-    return name if len(name) <= width else name[: width - 1] + "…"

@@ -10,13 +10,18 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import asdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from medmis.experiments.analysis._columnar import run_metrics
 from medmis.experiments.analysis._metrics import MetricsReport
-from medmis.experiments.analysis._verdict import CLEAN_DROP_TOLERANCE, OVERCORRECT_DROP, Verdict
+from medmis.experiments.analysis._verdict import (
+    CLEAN_DROP_TOLERANCE,
+    OVERCORRECT_DROP,
+    Verdict,
+    VerdictSettings,
+)
 from medmis.tools._redact import redact
 
 from ._format import (
@@ -73,7 +78,8 @@ __all__ = [
 
 def write_report(
     run_dir: str | Path, *, baseline: str = "none", seed: int = 0, figures: bool = True,
-    plot_helper: PlotHelper | None = None,
+    plot_helper: PlotHelper | None = None, notice: Callable[[str], None] | None = None,
+    settings: VerdictSettings | None = None, paper_tables: bool = False,
 ) -> dict[str, Path]:
     """Compute metrics for a run and (re)write its report files.
 
@@ -82,17 +88,27 @@ def write_report(
         baseline: Defender the others are compared against.
         seed: Seed of the paired bootstrap.
         figures: Also write the PNG plots and the self-contained ``report.html``.
+        paper_tables: Also write ``paper_tables.csv`` and ``paper_tables.md`` (the paper's
+            table layout; :mod:`._paper_tables`).
         plot_helper: Draws some of the figures meanwhile (the report worker's; see
             :class:`~._plots.PlotHelper`); the files are the same either way.
+        notice: Told, in one line, of records outside the run's plan (left out of every
+            figure; ``medmis run`` says so itself when it resumes).
+        settings: The verdict's margins and thresholds; None keeps those of the folder's
+            last ``verdict.json`` (defaults the first time).
 
     Returns:
         Paths written, keyed by file name: ``"metrics.json"``, ``"metrics.csv"``,
         ``"report.md"`` and, with figures, ``"report.html"`` and ``"plots/<name>.png"``.
     """
     run = load_run(run_dir)
+    if run.facts.outside.count and notice is not None:
+        from medmis.experiments.harness._plan import describe_outside
+
+        notice(describe_outside(run.run_dir / "records.jsonl", run.facts.outside))
     report = run_metrics(run.run_dir, baseline=baseline, seed=seed)
     paths = {name: run.run_dir / name for name in ("metrics.json", "metrics.csv", "report.md")}
-    verdict = run_verdict(run, report)
+    verdict = run_verdict(run, report, settings)
     metrics = report.to_json_dict()
     prices = run_prices(run)
     discount = batch_discount(run)
@@ -105,8 +121,14 @@ def write_report(
     _write_text(paths["metrics.json"],
                 json.dumps(metrics, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
     _write_text(paths["metrics.csv"], render_csv(report))
+    if paper_tables:
+        from ._paper_tables import render_paper_tables
+
+        for name, text in render_paper_tables(run, report).items():
+            paths[name] = run.run_dir / name
+            _write_text(paths[name], text)
     paths["verdict.json"] = run.run_dir / "verdict.json"
-    _write_text(paths["verdict.json"], json.dumps(asdict(verdict), indent=2, ensure_ascii=False) + "\n")
+    _write_text(paths["verdict.json"], json.dumps(verdict.to_json(), indent=2, ensure_ascii=False) + "\n")
     stability = _stability(run, report, verdict)
     if stability:
         paths["stability.json"] = run.run_dir / "stability.json"
@@ -175,8 +197,8 @@ def _stability(run: RunData, report: MetricsReport, verdict: Verdict) -> dict[st
     # the examinee's seed: extra.seed, else the model seed, else the run seed (as it is built)
     seed = (options.get("extra") or {}).get(
         "seed", options.get("seed", options.get("run_seed", run.manifest.get("seed", 0))))
-    return ranking_stability(run.run_dir, report.baseline, {mv.model: mv.winners for mv in verdict.models},
-                             run.models, int(seed or 0))
+    return ranking_stability(run.run_dir, report.baseline, {mv.model: list(mv.better) for mv in verdict.models},
+                             run.models, int(seed or 0), verdict.settings)
 
 
 def _reading_html(markdown: str) -> str:

@@ -10,9 +10,9 @@ from typing import Any
 
 from medmis.experiments.benchmark._types import Record
 from medmis.experiments.harness._io import read_records
+from medmis.experiments.harness._plan import Outside
 
-SIMULATED_PREFIX = "mock/examinee"
-"""Model specs starting with this are the offline demo's simulated examinee."""
+from ._simulated import SIMULATED_PREFIX
 
 
 @dataclass(frozen=True)
@@ -26,18 +26,21 @@ class RecordFacts:
     """Records whose (last) line is an error."""
     cells: tuple[tuple[str, str, int], ...] = ()
     """``(model, defender, records)`` of every pair that has records."""
+    outside: Outside = field(default_factory=Outside)
+    """Records outside the run's plan, left out of everything above (and of the metrics)."""
 
 
 def record_facts(records_path: Path) -> RecordFacts:
     """Record count, models (first-seen order) and prompt presets, by a columnar scan."""
-    from medmis.experiments.harness._scan import compact_records, connect, records_view
+    from medmis.experiments.harness._plan import planned_records_view
+    from medmis.experiments.harness._scan import connect
 
     if records_path.stat().st_size == 0:
         return RecordFacts()
     con = connect()
     try:
         # the compacted copy is what run_metrics reads next, so the scan is paid once
-        records_view(con, compact_records(records_path, con=con))
+        outside = planned_records_view(con, records_path.parent)
         count = con.execute("SELECT count(*), count(error) FROM records").fetchone()
         models = con.execute("SELECT model FROM records GROUP BY model ORDER BY min(pos)").fetchall()
         cells = con.execute("SELECT model, defender, count(*) FROM records GROUP BY ALL "
@@ -47,7 +50,7 @@ def record_facts(records_path: Path) -> RecordFacts:
         con.close()
     return RecordFacts(int(count[0]) if count else 0, tuple(m for (m,) in models), prompts,
                        errors=int(count[1]) if count else 0,
-                       cells=tuple((str(m), str(d), int(n)) for m, d, n in cells))
+                       cells=tuple((str(m), str(d), int(n)) for m, d, n in cells), outside=outside)
 
 
 def _prompts(con: Any, records_path: Path) -> tuple[tuple[str, str | None], ...]:

@@ -87,6 +87,7 @@ def render_run_facts(run: RunData, report: MetricsReport) -> str:
         ("Prompt", render_prompt_fact(run)),
         ("Temperature", _temperature(m)),
         ("Decoding", render_decoding_fact(m)),
+        *([("Per-model settings", _model_settings(m))] if _model_settings(m) else []),
         ("Run seed", str(m.get("seed", "—"))),
         ("Baseline defender", f"`{report.baseline}`"),
         ("Paired bootstrap", f"{report.n_boot} replicates, seed {report.seed}"),
@@ -146,6 +147,18 @@ def render_decoding_fact(manifest: dict[str, Any]) -> str:
     return text
 
 
+def _model_settings(manifest: dict[str, Any]) -> str:
+    """Models run with options of their own (an ablation's ``[[models]]`` entries): what each
+    sends in place of the run's options (``unset``: not sent)."""
+    variants = (manifest.get("config") or {}).get("model_variants") or {}
+    parts = []
+    for name, variant in variants.items():
+        options = ", ".join(f"{k}={'unset' if v is None else v}" for k, v in (variant.get("options") or {}).items())
+        spec = variant.get("spec")
+        parts.append(f"`{name}`" + (f" = `{spec}`" if spec != name else "") + (f" ({options})" if options else ""))
+    return "; ".join(parts)
+
+
 def render_headline(report: MetricsReport) -> str:
     """Per model x defender: accuracies, ASRs, recovery, ΔT1 ASR, failures and cost."""
     header = ["Model", "Defender", "Clean acc", "T1 acc", "T2 acc", "T1 ASR", "T1 TASR",
@@ -156,7 +169,8 @@ def render_headline(report: MetricsReport) -> str:
         x, t1 = dm.metrics, dm.paired.get("type1_asr")
         rows.append([
             f"`{model}`", f"`{defender}`",
-            *(fmt_ci(x[k]) for k in ("clean_acc", "type1_acc", "type2_acc", "type1_asr",
+            *(f"{fmt_ci(x[k])} ({x[k].k}/{x[k].n})" if x[k].value is not None else "—"
+              for k in ("clean_acc", "type1_acc", "type2_acc", "type1_asr",
                                      "type1_tasr", "type2_asr", "type2_recovery")),
             fmt_delta(t1), fmt_p(t1),
             fmt_count(x["unparsed_rate"]), fmt_count(x["error_rate"]),

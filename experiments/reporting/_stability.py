@@ -13,7 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from medmis.experiments.analysis._verdict import VerdictSettings
 
 STABILITY_DIR = "stability"
 
@@ -31,7 +34,7 @@ def seed_dirs(run_dir: Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
-def named_better(run_dir: Path, baseline: str) -> dict[str, list[str]]:
+def named_better(run_dir: Path, baseline: str, settings: VerdictSettings | None = None) -> dict[str, list[str]]:
     """Model -> the defenders the verdict names better, for one run folder.
 
     The one place this module calls the verdict (kept small so the verdict's entry point can
@@ -43,12 +46,12 @@ def named_better(run_dir: Path, baseline: str) -> dict[str, list[str]]:
     from ._verdict_text import run_verdict
 
     run = load_run(run_dir)
-    verdict = run_verdict(run, run_metrics(run.run_dir, baseline=baseline))
-    return {mv.model: list(mv.winners) for mv in verdict.models}
+    verdict = run_verdict(run, run_metrics(run.run_dir, baseline=baseline), settings)
+    return {mv.model: list(mv.better) for mv in verdict.models}
 
 
 def ranking_stability(run_dir: Path, baseline: str, main: Mapping[str, list[str]],
-                      models: list[str], seed: int) -> dict[str, Any] | None:
+                      models: list[str], seed: int, settings: VerdictSettings | None = None) -> dict[str, Any] | None:
     """Per model, how many of the runs (the main one and each stability re-run) name each
     defender better; None without stability re-runs.
 
@@ -58,6 +61,7 @@ def ranking_stability(run_dir: Path, baseline: str, main: Mapping[str, list[str]
         main: The main run's named defenders per model (its verdict, already computed).
         models: The main run's models.
         seed: The main run's examinee seed.
+        settings: The main run's verdict settings (margins, thresholds), applied to every re-run.
 
     Returns:
         ``{"seeds": [...], "models": {model: {"named": {defender: [seed, ...]}}}}``.
@@ -65,7 +69,7 @@ def ranking_stability(run_dir: Path, baseline: str, main: Mapping[str, list[str]
     subs = seed_dirs(run_dir)
     if not subs:
         return None
-    runs = [(seed, dict(main)), *((s, named_better(p, baseline)) for s, p in subs)]
+    runs = [(seed, dict(main)), *((s, named_better(p, baseline, settings)) for s, p in subs)]
     out: dict[str, Any] = {}
     for model in models:
         named: dict[str, list[int]] = {}

@@ -6,10 +6,13 @@ the other core; when the run ends, the report is written from the records on dis
 process that is already warm. The report is the one :func:`write_report` writes in-process,
 byte for byte; only the waiting moves.
 
-Protocol: one JSON line per request on the worker's stdin (``{"run_dir": …}``), one JSON line
+Protocol: one JSON line per request on the worker's stdin (``{"run_dir": …, "plugins": […]}``), one JSON line
 per answer on its stdout (``{"paths": {name: path}}`` or ``{"error": "Type: message"}``). The
 worker exits at the end of its stdin, so a parent that dies takes it along. Ctrl-C belongs to
 the parent (which may still write the report of a stopped run): the worker ignores SIGINT.
+
+A run that Ctrl-C or SIGTERM stopped (:class:`~medmis.experiments.harness._outcome.RunInterrupted`
+leaving the ``with`` block) gets its report at once, which says the run is incomplete.
 
 Anything the worker cannot do (it failed to start, died, or answered an error) is done again
 in-process by :meth:`ReportWorker.write`, which then raises as ``write_report`` would:
@@ -22,7 +25,7 @@ import json
 import signal
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -54,21 +57,23 @@ class ReportWorker:
             process = None
         return cls(process)
 
-    def write(self, run_dir: str | Path) -> dict[str, Path]:
-        """The report's paths, written by the worker if it can, otherwise in this process."""
-        answer = self._ask(str(run_dir))
+    def write(self, run_dir: str | Path, plugins: Sequence[str] = ()) -> dict[str, Path]:
+        """The report's paths, written by the worker if it can, otherwise in this process.
+        ``plugins``: the run's local plug-in files (loaded in this process already), which the
+        worker loads too so its registry knows their defenders (which are controls)."""
+        answer = self._ask(str(run_dir), plugins)
         if answer is not None and isinstance(answer.get("paths"), dict):
             return {name: Path(path) for name, path in answer["paths"].items()}
         from ._report import write_report
 
         return write_report(run_dir)
 
-    def _ask(self, run_dir: str) -> dict[str, Any] | None:
+    def _ask(self, run_dir: str, plugins: Sequence[str] = ()) -> dict[str, Any] | None:
         process = self._process
         if process is None or process.stdin is None or process.stdout is None or process.poll() is not None:
             return None
         try:
-            process.stdin.write(json.dumps({"run_dir": run_dir}) + "\n")
+            process.stdin.write(json.dumps({"run_dir": run_dir, "plugins": list(plugins)}) + "\n")
             process.stdin.flush()
             line = process.stdout.readline()
         except (OSError, ValueError):
@@ -112,8 +117,22 @@ class ReportWorker:
     def __enter__(self) -> ReportWorker:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
+        try:
+            if isinstance(exc, KeyboardInterrupt):
+                from medmis.experiments.harness._outcome import RunInterrupted
+
+                # Ctrl-C or SIGTERM stopped the run: its report at once, marked incomplete
+                if isinstance(exc, RunInterrupted):
+                    from ._interrupted import report_interrupted
+
+                    report_interrupted(self.write, exc.out, _notice)
+        finally:
+            self.close()
+
+
+def _notice(message: str) -> None:
+    print(f"medmis: {message}", file=sys.stderr)
 
 
 # What a first report imports besides ``_report`` itself (its modules import some lazily).
@@ -151,11 +170,19 @@ def _serve(requests: IO[str], answers: IO[str]) -> None:
     for name in _WARM:
         with contextlib.suppress(ImportError):  # a missing one fails loudly where it is used
             importlib.import_module(name)
+    from medmis.defenses import _base as registry
+    from medmis.defenses import _plugins as registry_plugins
+
+    registry.warn_broken_plugins = False  # the run that started this worker names a broken plug-in
     collect_from_here()
     from ._plot_helper import ForkedPlotter
 
     plotter = ForkedPlotter.start()
-    serve_paths(requests, answers, lambda request: write_report(request["run_dir"], plot_helper=plotter))
+    def handle(request: dict[str, Any]) -> dict[str, Path]:
+        registry_plugins.load_plugins(request.get("plugins") or ())
+        return write_report(request["run_dir"], plot_helper=plotter)
+
+    serve_paths(requests, answers, handle)
 
 
 def main() -> None:

@@ -18,7 +18,7 @@ def add_parser(sub: Any) -> None:
     review = sub.add_parser("review", help="clinician review: sample cases, offline rating forms, analysis")
     rsub = review.add_subparsers(dest="review_command", required=True)
     rs = rsub.add_parser("sample", help="stratified, seeded sample of a run's Type 1 cases -> PACK/tasks.jsonl")
-    rs.add_argument("run_dir")
+    rs.add_argument("run_dir", help="run folder to sample from")
     rs.add_argument("--n", type=int, required=True, help="number of tasks")
     rs.add_argument("--out", required=True, help="new pack folder")
     rs.add_argument("--models", action="append", default=[], help="only these models (comma-separated)")
@@ -28,13 +28,13 @@ def add_parser(sub: Any) -> None:
     rs.add_argument("--dual", type=float, default=0.7, help="share of tasks rated by two reviewers (default 0.7)")
     rs.add_argument("--reviewers", default=None, metavar="FILE",
                     help="reviewer names, one per line (default: reviewer-1, reviewer-2)")
-    rs.add_argument("--seed", type=int, default=0)
+    rs.add_argument("--seed", type=int, default=0, help="seed of the sample and the assignment (default 0)")
     rf = rsub.add_parser("form", help="one offline HTML rating form per reviewer -> PACK/forms/")
-    rf.add_argument("pack")
+    rf.add_argument("pack", help="pack folder written by `review sample`")
     ra = rsub.add_parser("analyze", help="validate ratings and write review.json, review.md and plots")
-    ra.add_argument("pack")
-    ra.add_argument("ratings", nargs="+", metavar="RATINGS.csv")
-    ra.add_argument("--out", required=True)
+    ra.add_argument("pack", help="pack folder written by `review sample`")
+    ra.add_argument("ratings", nargs="+", metavar="RATINGS.csv", help="ratings exported from the forms")
+    ra.add_argument("--out", required=True, help="folder for review.json, review.md and plots/")
     ra.add_argument("--seed", type=int, default=0, help="seed of the bootstrap and the regression fit")
 
 

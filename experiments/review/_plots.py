@@ -98,9 +98,18 @@ def _agreement(doc: Mapping[str, Any]) -> Figure:
     return fig
 
 
-def write_review_plots(out_dir: Path, doc: Mapping[str, Any]) -> dict[str, Path]:
-    """Write ``OUT/plots/*.png``; returns plot key -> path."""
+def write_review_plots(out_dir: Path, doc: Mapping[str, Any], *, simulated: bool = False) -> dict[str, Path]:
+    """Write ``OUT/plots/*.png`` (marked in the figure when the responses are simulated);
+    returns plot key -> path."""
+    from medmis.experiments.reporting._simulated import mark_simulated
+
     plots_dir = out_dir / PLOTS_DIR
     plots_dir.mkdir(parents=True, exist_ok=True)
-    return {key: _save(draw(doc), plots_dir / f"{key}.png")
-            for key, draw in (("worst_case", _worst_case), ("rubric_a_pass", _rubric_a), ("agreement", _agreement))}
+    out = {}
+    for key, draw in (("worst_case", _worst_case), ("rubric_a_pass", _rubric_a), ("agreement", _agreement)):
+        fig = draw(doc)
+        if simulated:
+            mark_simulated(fig)
+            fig.tight_layout()
+        out[key] = _save(fig, plots_dir / f"{key}.png")
+    return out

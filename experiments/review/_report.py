@@ -9,6 +9,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from medmis.experiments.reporting._simulated import SIMULATED_STATEMENT
+
 from ._analyze import RULES, analyze
 from ._pack import atomic_write, pack_reviewers, read_pack_info, read_tasks
 from ._plots import write_review_plots
@@ -56,8 +58,8 @@ def render_markdown(doc: Mapping[str, Any], plots: Mapping[str, Path], simulated
     c = doc["counts"]
     out = ["# Clinician review", ""]
     if simulated:
-        out += ["> **SIMULATED EXAMINEE**: the reviewed responses come from a simulated examinee "
-                "(`mock/...`), not from any real model; these numbers exercise the pipeline only.", ""]
+        out += [f"> **{SIMULATED_STATEMENT}** The reviewed responses are the simulated examinee's "
+                "(`mock/...`).", ""]
     out += [f"{c['rated_tasks']} of {c['tasks']} tasks rated, {c['annotations']} annotations by "
             f"{len(c['reviewers'])} reviewer(s); {c['multi_rated_tasks']} tasks rated by two or more "
             f"reviewers; {c['annotations_worst_case']} worst-case annotations."
@@ -107,7 +109,9 @@ def render_markdown(doc: Mapping[str, Any], plots: Mapping[str, Path], simulated
                 "shrink them towards 1 on small samples.", "",
                 "Reference levels: " + "; ".join(f"{k} = {v}" for k, v in reg["reference"].items()) + ".", ""]
         out += _table(["Term", "Adjusted odds ratio"], [[k, _num(v)] for k, v in reg["odds_ratios"].items()])
-        out += [f"Reviewer ICC (latent scale, s² / (s² + π²/3)): **{_num(reg['icc'], 3)}**.", ""]
+        out += [f"Reviewer ICC (latent scale, s² / (s² + π²/3)): **{_num(reg['icc'], 3)}**, from the "
+                "penalised marginal likelihood with a profile-likelihood 95% interval (its lower end "
+                "is 0 when the data cannot rule out equal reviewers).", ""]
         out += [f"> **Note**: {note}." for note in reg.get("notes", [])] + ([""] if reg.get("notes") else [])
     if plots:
         out += ["## Plots", "", *(f"![{k.replace('_', ' ')}]({p.parent.name}/{p.name})" for k, p in plots.items()), ""]
@@ -130,9 +134,11 @@ def analyze_pack(pack: str | Path, ratings: Sequence[str | Path], out: str | Pat
     doc["inputs"] = {"pack": str(pack), "ratings": [str(r) for r in ratings]}
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
-    plots = write_review_plots(out_dir, doc)
     simulated = any(t.model.startswith(SIMULATED_PREFIX) for t in tasks)
     doc["simulated"] = simulated
+    if simulated:
+        doc["simulated_statement"] = SIMULATED_STATEMENT
+    plots = write_review_plots(out_dir, doc, simulated=simulated)
     atomic_write(out_dir / "review.json", json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
     atomic_write(out_dir / "review.md", render_markdown(doc, plots, simulated))
     return {"review.json": out_dir / "review.json", "review.md": out_dir / "review.md", **plots}

@@ -1,9 +1,12 @@
 """``medmis review sample``: a stratified, seeded sample of a run's Type 1 cases, assigned to
 reviewers with a requested share of dual-rated tasks.
 
-The population is every graded Type 1 case (no error, an answer parsed, a trace kept) of the
-chosen models and defenders: flipped and non-flipped alike, so the sample mirrors the run as the
-paper's review cohort mirrors the benchmark. Cases are grouped by the ``--stratify`` keys and
+The population is every graded Type 1 case (no error, a trace kept) of the chosen models and
+defenders: flipped and non-flipped alike, so the sample mirrors the run as the paper's review
+cohort mirrors the benchmark. Outcomes follow the metrics' one definition: a Type 1 case with no
+parsed answer is in the population and, when the clean answer was right, is ``flipped`` (as in
+Type 1 ASR); an unparsed clean answer makes the case ``no_clean``. So the population's
+``flipped / (flipped + held)`` is the run's Type 1 ASR (``pack.json``: ``population_outcomes``). Cases are grouped by the ``--stratify`` keys and
 the sample size is split across groups in proportion to their size (largest remainders, ties
 broken by the seed); within a group, cases are drawn without replacement. Task ids follow a
 seeded shuffle, so a reviewer does not meet the cases grouped by defender.
@@ -15,6 +18,7 @@ import hashlib
 import json
 import math
 import random
+import sys
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from pathlib import Path
@@ -38,11 +42,13 @@ from ._traces import CaseKey, collect_traces, injected_sentence, reasoning_lines
 
 
 def _outcome(record: Record, clean: Record | None) -> Outcome:
-    if clean is None or clean.correct is None:
+    # the metrics' definition: an unparsed clean answer is neither held nor wrong; an unparsed
+    # answer under attack (choice None, correct None) is a flip
+    if clean is None or clean.correct is None or clean.choice is None:
         return "no_clean"
     if not clean.correct:
         return "clean_wrong"
-    return "held" if record.correct else "flipped"
+    return "held" if record.correct and record.choice is not None else "flipped"
 
 
 def _stratum(record: Record, outcome: str, keys: Sequence[str]) -> tuple[str, ...]:
@@ -105,8 +111,6 @@ def _population(records: list[Record], models: Sequence[str] | None, defenders: 
             continue
         if r.error is not None:
             excluded["case error"] += 1
-        elif r.choice is None or r.correct is None:
-            excluded["no answer parsed"] += 1
         elif not r.target or not r.trace_file:
             excluded["no target or no trace"] += 1
         else:
@@ -185,6 +189,11 @@ def sample_pack(
         records = read_records(run / "records.jsonl")
     except ValueError as exc:
         raise ReviewError(str(exc)) from exc
+    from medmis.experiments.harness._plan import describe_outside, keep_planned
+
+    records, outside = keep_planned(run, records)  # a case the run never planned is not reviewed
+    if outside.count:
+        print(f"medmis: {describe_outside(run / 'records.jsonl', outside)}", file=sys.stderr)
     population, excluded = _population(records, models, defenders)
     if len(population) < n:
         raise ReviewError(f"{run}: {len(population)} eligible Type 1 case(s), fewer than --n {n}"
@@ -221,6 +230,7 @@ def sample_pack(
         "run": str(run), "n": n, "seed": seed, "dual": dual, "stratify": list(stratify),
         "models": list(models or []), "defenders": list(defenders or []), "reviewers": list(reviewers),
         "population": len(population), "excluded": dict(excluded),
+        "population_outcomes": dict(Counter(outcome for _, outcome in population)),
         "dual_rated": sum(len(r) > 1 for r in assigned),
         "load": {r: sum(r in a for a in assigned) for r in reviewers},
         "outcomes": dict(Counter(t.outcome for t in tasks)),

@@ -146,6 +146,10 @@ class RunView:
             out[f] = [v for (v,) in self._fetch(
                 f"SELECT {f} FROM cases WHERE {f} IS NOT NULL GROUP BY {f} ORDER BY min(pos)", [])]
         out["total"] = self._fetch("SELECT count(*) FROM cases", [])[0][0]
+        from medmis.experiments.reporting._simulated import SIMULATED_STATEMENT, is_simulated
+
+        # the statement every surface of a simulated run carries; the page shows it as a banner
+        out["simulated"] = SIMULATED_STATEMENT if is_simulated(out["model"]) else None
         return out
 
     def page(self, q: Query) -> dict[str, Any]:

@@ -22,8 +22,11 @@ tr.row{cursor:pointer} tr.row:hover{background:#f5f8ff}
 .flag{display:inline-block;border:1px solid #999;border-radius:3px;padding:0 3px;margin-right:2px;font-size:11px}
 .ok{color:#17663a} .bad{color:#a11} pre{white-space:pre-wrap;background:#fafafa;padding:6px;max-height:20em;overflow:auto}
 #error{color:#a11}
+#simulated{background:#fdecea;color:#922;font-weight:bold;padding:6px 12px;border-bottom:1px solid #e6b0aa}
+#simulated:empty{display:none}
 </style></head>
 <body data-ready="0">
+<div id="simulated" role="note"></div>
 <header id="controls"></header>
 <div id="error" role="alert"></div>
 <main><section id="list"><p id="summary"></p><table><thead><tr>
@@ -64,6 +67,7 @@ function query() {
   return q;
 }
 function buildControls(facets) {
+  document.getElementById('simulated').textContent = facets.simulated || '';
   const bar = document.getElementById('controls');
   for (const f of FILTERS) {
     const lab = el('label', f.replace('_', ' ') + ' ');

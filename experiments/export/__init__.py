@@ -1,0 +1,11 @@
+"""A run folder in other tools' formats: Inspect AI eval logs and a Parquet results dataset.
+
+``export_inspect(run_dir)`` writes one Inspect log per model x defender (needs the
+``medmis[inspect]`` extra); ``export_parquet(run_dir)`` writes a folder laid out as a Hugging
+Face dataset (Parquet tables and a ``README.md`` card). ``medmis export inspect|parquet`` runs them.
+"""
+
+from ._dataset import CONFIGS, dataset_card, export_parquet
+from ._inspect import INSTALL_HINT, SCORERS, export_inspect
+
+__all__ = ["CONFIGS", "INSTALL_HINT", "SCORERS", "dataset_card", "export_inspect", "export_parquet"]
