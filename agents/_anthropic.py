@@ -52,7 +52,13 @@ from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatResult
 from pydantic import SecretStr
 
-from ._capabilities import STRUCTURED_OUTPUT_KWARG, StructuredOutput, check_structured_output
+from ._capabilities import (
+    CALL_SETTINGS_KWARG,
+    STRUCTURED_OUTPUT_KWARG,
+    StructuredOutput,
+    check_call_settings,
+    check_structured_output,
+)
 from ._errors import (
     BlockedResponseError,
     MalformedResponseError,
@@ -114,6 +120,7 @@ class AnthropicChat(ChatAnthropic):
 
     provider_family: ClassVar[str] = "anthropic"
     accepts_structured_output: ClassVar[bool] = True
+    accepts_call_settings: ClassVar[bool] = True
 
     structured_output_mode: StructuredMode = "prompt"
     thinking_setting: dict[str, Any] | None = None
@@ -139,11 +146,20 @@ class AnthropicChat(ChatAnthropic):
         self, input_: LanguageModelInput, *, stop: list[str] | None = None, **kwargs: Any
     ) -> dict:
         structured = kwargs.pop(STRUCTURED_OUTPUT_KWARG, None)
+        settings = check_call_settings(kwargs.pop(CALL_SETTINGS_KWARG, None) or {})
         payload = super()._get_request_payload(input_, stop=stop, **kwargs)
         # only the thinking this model was built with, never one inferred from a model profile
         payload.pop("thinking", None)
+        thinks = self.thinking_setting is not None and self.thinking_setting.get("type") != "disabled"
         if self.thinking_setting is not None:
             payload["thinking"] = dict(self.thinking_setting)
+        # per-call settings (the reference harness's _chat_anthropic / _tools_anthropic): the cap,
+        # and the temperature unless the model thinks (the API takes only 1 then); JSON mode
+        # is not sent (the reference sends none to Claude)
+        if settings.get("max_output_tokens") is not None:
+            payload["max_tokens"] = settings["max_output_tokens"]
+        if settings.get("temperature") is not None and not thinks:
+            payload["temperature"] = settings["temperature"]
         if structured is not None and self.structured_output_mode == "native":
             payload.setdefault("output_config", {})["format"] = output_format(structured)
         elif structured is not None:

@@ -16,6 +16,12 @@ Two things vary by provider and matter to the evaluation protocol:
   OpenAI ``response_format``) or deliberately ignores it; it is never sent to a model that
   does not declare it, so a LangChain model from elsewhere never receives an argument it
   does not know.
+* **Per-call settings.** A graph that fixes one call's sampling (the paper's search agent:
+  temperature 0.1 and 4096 tokens for its planner and loop, 0.0 and 2048 for its finaliser,
+  a JSON-mode planner) binds ``call_settings={"temperature", "max_output_tokens",
+  "json_mode"}`` (any subset). Adapters that set ``accepts_call_settings = True`` map it onto
+  their API (see :func:`apply_openai_settings` and the adapters); others never receive it
+  (the simulated examinee ignores decoding).
 """
 
 from __future__ import annotations
@@ -23,6 +29,10 @@ from __future__ import annotations
 from typing import Any
 
 STRUCTURED_OUTPUT_KWARG = "structured_output"
+CALL_SETTINGS_KWARG = "call_settings"
+
+CallSettings = dict[str, Any]
+"""``{"temperature": float, "max_output_tokens": int, "json_mode": bool}`` (any subset)."""
 
 StructuredOutput = dict[str, Any]
 """``{"name": <schema name>, "schema": <JSON schema of the reply object>}``."""
@@ -69,3 +79,39 @@ def check_structured_output(value: Any) -> StructuredOutput:
     ):
         raise ValueError(f"structured_output must be {{'name': str, 'schema': dict}}, got {value!r}")
     return value
+
+
+def accepts_call_settings(model: Any) -> bool:
+    """Whether ``model`` understands the ``call_settings`` call argument."""
+    return getattr(model, "accepts_call_settings", False) is True
+
+
+def check_call_settings(value: Any) -> CallSettings:
+    """Validate a ``call_settings`` argument.
+
+    Raises:
+        ValueError: For unknown keys or values of the wrong type.
+    """
+    known = {"temperature", "max_output_tokens", "json_mode"}
+    if not isinstance(value, dict) or set(value) - known:
+        raise ValueError(f"call_settings must be a dict with keys from {sorted(known)}, got {value!r}")
+    return value
+
+
+def apply_openai_settings(payload: dict[str, Any], settings: CallSettings, *, openai_host: bool) -> dict[str, Any]:
+    """A chat-completions payload with per-call settings, as the reference harness's
+    ``_chat_openai_compat`` / ``_tools_openai_compat`` send them: the temperature only to a
+    model that is sent one (a reasoning model built without a temperature gets none, as the
+    reference sends none to ``gpt-5``/``o*`` models), the cap as ``max_completion_tokens`` on
+    OpenAI's API (``max_tokens`` elsewhere), ``response_format {"type": "json_object"}`` for
+    JSON mode unless a structured output is asked for."""
+    check_call_settings(settings)
+    if settings.get("temperature") is not None and "temperature" in payload:
+        payload["temperature"] = settings["temperature"]
+    if settings.get("max_output_tokens") is not None:
+        payload.pop("max_tokens", None)
+        payload.pop("max_completion_tokens", None)
+        payload["max_completion_tokens" if openai_host else "max_tokens"] = settings["max_output_tokens"]
+    if settings.get("json_mode") and "response_format" not in payload:
+        payload["response_format"] = {"type": "json_object"}
+    return payload

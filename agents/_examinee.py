@@ -20,8 +20,9 @@ at the repository root), ``seed`` (default ``ModelOptions.seed`` or 0), ``clean_
 :class:`~medmis.agents._errors.TransientModelError` with ``retry_after=0``; a retry of the same
 messages succeeds), ``latency_s`` (0: a sleep per call), and the opt-in form knobs
 ``marked_factor`` and ``warning_factor`` (1.0: no effect; :mod:`medmis.agents._calibration`).
-Unknown keys are an error. A run passes its ``--seed`` on as ``ModelOptions.seed``, so the run
-seed reseeds every draw unless ``seed`` is given here.
+Unknown keys are an error. A run passes its ``--seed`` on as ``ModelOptions.run_seed`` (never
+sent to a real provider), so the run seed reseeds every draw unless ``seed`` is given here or
+as ``ModelOptions.seed`` (``--model-seed``).
 
 What it decides on. Only (1) the text of the messages it receives, parsed by
 :mod:`medmis.agents._reading` whatever the prompt preset or defender, and (2) its simulated
@@ -315,7 +316,8 @@ def build(model_id: str, opts: ModelOptions) -> BaseChatModel:
         model_id: The part of the spec after ``mock/``.
         opts: Shared model options; ``opts.extra`` may set ``answer_key``, ``seed``,
             ``clean_accuracy``, ``fault_rate``, ``latency_s``, ``marked_factor`` and
-            ``warning_factor``. ``opts.seed`` is the seed when ``extra`` has none.
+            ``warning_factor``. ``opts.seed`` is the seed when ``extra`` has none, else
+            ``opts.run_seed`` (the run's ``--seed``), else 0. Decoding settings are ignored.
 
     Returns:
         A :class:`SimulatedExaminee`.
@@ -326,7 +328,7 @@ def build(model_id: str, opts: ModelOptions) -> BaseChatModel:
     if model_id == "generator":  # the offline injection generator (``medmis generate``)
         from ._mock_generator import MockGenerator
 
-        return MockGenerator(seed=int(opts.extra.get("seed", opts.seed or 0)),
+        return MockGenerator(seed=int(opts.extra.get("seed", _first_set(opts.seed, opts.run_seed, 0))),
                              reject_rate=float(opts.extra.get("reject_rate", 0.0)))
     if model_id not in POLICIES:
         raise ValueError(f"unknown mock model {model_id!r} (known: {', '.join(POLICIES)}, generator)")
@@ -336,7 +338,7 @@ def build(model_id: str, opts: ModelOptions) -> BaseChatModel:
             f"mock/{model_id}: unknown option(s) {', '.join(unknown)} (known: {', '.join(sorted(EXTRA_KEYS))})"
         )
     extra = opts.extra
-    seed = extra.get("seed", opts.seed if opts.seed is not None else 0)
+    seed = extra.get("seed", _first_set(opts.seed, opts.run_seed, 0))
     answer_key = extra.get("answer_key")
     return SimulatedExaminee(
         model_name=f"mock/{model_id}",
@@ -349,3 +351,7 @@ def build(model_id: str, opts: ModelOptions) -> BaseChatModel:
         warning_factor=float(extra.get("warning_factor", 1.0)),
         answer_key=str(answer_key) if answer_key is not None else None,
     )
+
+
+def _first_set(*values: int | None) -> int:
+    return next(int(v) for v in values if v is not None)

@@ -54,7 +54,14 @@ from langchain_core.runnables import Runnable
 from langchain_core.tools import BaseTool
 from pydantic import ConfigDict, Field, PrivateAttr, SecretStr
 
-from ._capabilities import STRUCTURED_OUTPUT_KWARG, StructuredOutput, check_structured_output
+from ._capabilities import (
+    CALL_SETTINGS_KWARG,
+    STRUCTURED_OUTPUT_KWARG,
+    CallSettings,
+    StructuredOutput,
+    check_call_settings,
+    check_structured_output,
+)
 from ._errors import MalformedResponseError, MissingKeyError
 from ._gemini_wire import (
     _tool_config,
@@ -105,6 +112,7 @@ class GeminiChat(BaseChatModel):
 
     provider_family: ClassVar[str] = "google"
     accepts_structured_output: ClassVar[bool] = True
+    accepts_call_settings: ClassVar[bool] = True
 
     model: str
     api_key: SecretStr = Field(repr=False)
@@ -207,8 +215,10 @@ class GeminiChat(BaseChatModel):
         tool_choice: Any = None,
         stop: list[str] | None = None,
         structured_output: StructuredOutput | None = None,
+        settings: CallSettings | None = None,
     ) -> types.GenerateContentConfig:
-        """The ``GenerateContentConfig`` sent with a call."""
+        """The ``GenerateContentConfig`` sent with a call (``settings``: per-call temperature,
+        output cap and JSON mode, see ``_capabilities``)."""
         fields: dict[str, Any] = {
             "system_instruction": system,
             "stop_sequences": stop or None,
@@ -233,13 +243,19 @@ class GeminiChat(BaseChatModel):
             check_structured_output(structured_output)
             fields["response_mime_type"] = "application/json"
             fields["response_schema"] = structured_output["schema"]
+        settings = check_call_settings(settings or {})
+        for name in ("temperature", "max_output_tokens"):
+            if settings.get(name) is not None:
+                fields[name] = settings[name]
+        if settings.get("json_mode") and structured_output is None:
+            fields["response_mime_type"] = "application/json"
         fields.update(self.extra)
         return types.GenerateContentConfig(**fields)
 
     def _prepare(
         self, messages: list[BaseMessage], stop: list[str] | None, kwargs: dict[str, Any]
     ) -> dict[str, Any]:
-        unknown = set(kwargs) - {"tools", "tool_choice", STRUCTURED_OUTPUT_KWARG}
+        unknown = set(kwargs) - {"tools", "tool_choice", STRUCTURED_OUTPUT_KWARG, CALL_SETTINGS_KWARG}
         if unknown:
             raise TypeError(f"unsupported call arguments for Gemini: {sorted(unknown)}")
         system, contents = to_gemini_contents(messages)
@@ -249,6 +265,7 @@ class GeminiChat(BaseChatModel):
             kwargs.get("tool_choice"),
             stop,
             structured_output=kwargs.get(STRUCTURED_OUTPUT_KWARG),
+            settings=kwargs.get(CALL_SETTINGS_KWARG),
         )
         return {"model": self.model, "contents": contents, "config": config}
 

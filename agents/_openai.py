@@ -40,7 +40,13 @@ from langchain_core.outputs import ChatResult
 from langchain_openai import ChatOpenAI
 from pydantic import SecretStr
 
-from ._capabilities import STRUCTURED_OUTPUT_KWARG, StructuredOutput, check_structured_output
+from ._capabilities import (
+    CALL_SETTINGS_KWARG,
+    STRUCTURED_OUTPUT_KWARG,
+    StructuredOutput,
+    apply_openai_settings,
+    check_structured_output,
+)
 from ._errors import (
     BlockedResponseError,
     MalformedResponseError,
@@ -93,6 +99,7 @@ class OpenAIChat(ChatOpenAI):
 
     provider_family: ClassVar[str] = "openai"
     accepts_structured_output: ClassVar[bool] = True
+    accepts_call_settings: ClassVar[bool] = True
 
     @property
     def _llm_type(self) -> str:
@@ -111,10 +118,13 @@ class OpenAIChat(ChatOpenAI):
         self, input_: LanguageModelInput, *, stop: list[str] | None = None, **kwargs: Any
     ) -> dict:
         structured = kwargs.pop(STRUCTURED_OUTPUT_KWARG, None)
+        settings = kwargs.pop(CALL_SETTINGS_KWARG, None)
         # ChatOpenAI renames max_tokens once more while building the payload
         payload = self._legacy_token_limit(super()._get_request_payload(input_, stop=stop, **kwargs))
         if structured is not None:
             payload["response_format"] = response_format(structured, self.openai_api_base)
+        if settings:
+            apply_openai_settings(payload, settings, openai_host=is_openai_host(self.openai_api_base))
         return payload
 
     @property

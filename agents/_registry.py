@@ -54,6 +54,13 @@ class ModelOptions(BaseModel):
     """Largest reply body accepted (bytes as sent; ``None``: no cap). A larger reply fails the
     call with ``ResponseTooLargeError``, which is not retried."""
     seed: int | None = None
+    """Seed sent to the provider (``--model-seed``); none unless set (the reference sends none)."""
+    run_seed: int | None = None
+    """The run's ``--seed``: the simulated examinee (``mock/``) draws with it when ``seed`` is
+    unset; never sent to a provider."""
+    decoding: Literal["paper", "reference"] = "paper"
+    """Decoding preset (:mod:`medmis.agents._decoding`): ``paper`` (temperature 0) or
+    ``reference`` (the reference notebooks' per-provider settings). Fields set explicitly win."""
     extra: dict[str, Any] = {}
 
     @model_validator(mode="before")
@@ -114,8 +121,10 @@ def load_model(spec: str, options: ModelOptions | None = None, **kwargs: Any) ->
 
     With several ``options.base_urls`` it builds one model per replica and returns a
     :class:`~medmis.agents._replicas.ReplicaChatModel` over them."""
+    from ._decoding import resolve
+
     provider, model_id = parse_spec(spec)
-    opts = options or ModelOptions(**kwargs)
+    opts = resolve(spec, options or ModelOptions(**kwargs))
     for url in (opts.base_url, *opts.base_urls):
         remember_url(url)  # a ``user:pass@`` URL's credentials are masked in everything written
     module_name, func = PROVIDERS[provider].split(":")

@@ -39,7 +39,7 @@ from pydantic import ConfigDict, PrivateAttr, model_validator
 
 from medmis.tools._redact import scrub_url
 
-from ._capabilities import accepts_structured_output, provider_family
+from ._capabilities import accepts_call_settings, accepts_structured_output, provider_family
 from ._errors import ModelConfigError
 from ._limiter import RATE_LIMIT_STATUS, AdaptiveLimiter
 from ._retry import _status_and_headers, _transport_error_types
@@ -161,6 +161,11 @@ class ReplicaChatModel(BaseChatModel):
     def accepts_structured_output(self) -> bool:
         """Whether the members understand the ``structured_output`` call argument."""
         return accepts_structured_output(self.members[0])
+
+    @property
+    def accepts_call_settings(self) -> bool:
+        """Whether the members understand the ``call_settings`` call argument."""
+        return accepts_call_settings(self.members[0])
 
     @property
     def replicas(self) -> list[ReplicaState]:

@@ -43,6 +43,36 @@ def add_request_flags(p: argparse.ArgumentParser) -> None:
                         "error (ResponseTooLargeError), not retried")
 
 
+def add_decoding_flags(p: argparse.ArgumentParser) -> None:
+    """``--decoding`` and the generation flags that override it (``--thinking-level``,
+    ``--reasoning-effort`` and ``--thinking-budget`` stay with the command)."""
+    p.add_argument("--decoding", choices=["paper", "reference"], default="paper",
+                   help="decoding preset: paper (temperature 0, App. C.1; default) or reference "
+                        "(the reference notebooks' per-provider settings, see README); the flags "
+                        "below override it")
+    p.add_argument("--temperature", type=float, default=None, help="sampling temperature (default: the preset's)")
+    p.add_argument("--max-output-tokens", type=int, default=None, help="output token cap (default: the preset's)")
+    p.add_argument("--model-seed", type=int, default=None, metavar="N",
+                   help="seed sent to the providers that take one (default: none; --seed never is)")
+
+
+# ModelOptions fields the decoding flags set (argparse dest -> field)
+_DECODING_DESTS = {"temperature": "temperature", "max_output_tokens": "max_output_tokens",
+                   "thinking_level": "thinking_level", "reasoning_effort": "reasoning_effort",
+                   "thinking_budget": "thinking_budget", "model_seed": "seed"}
+
+
+def decoding_options(args: argparse.Namespace) -> dict[str, Any]:
+    """``ModelOptions`` keywords from the decoding flags: the preset and only the values the
+    user gave (so that the preset decides the rest)."""
+    out: dict[str, Any] = {"decoding": args.decoding}
+    for dest, name in _DECODING_DESTS.items():
+        value = getattr(args, dest, None)
+        if value is not None:
+            out[name] = value
+    return out
+
+
 def add_batch_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch", action="store_true",
                    help="submit the cases as provider batch jobs (openai/ and google/ models, "

@@ -23,11 +23,13 @@ from medmis.experiments._argtypes import (
 )
 from medmis.experiments._cli_flags import (
     add_cache_flags,
+    add_decoding_flags,
     add_hub_repo_flag,
     add_plugin_flag,
     add_request_flags,
     add_scale_flags,
     base_url_list,
+    decoding_options,
     parse_flat,
     parse_kv,
     parse_prices,
@@ -71,9 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--model-base-url", action="append", default=None, metavar="URL|@FILE",
                      help="base URL of the provider's API (gateway, proxy or local server); repeat "
                           "it, or give @FILE (one URL a line), to spread calls over replicas")
-    run.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (default 0)")
-    run.add_argument("--max-output-tokens", type=int, default=None,
-                     help="cap on tokens per model reply (default: the provider's)")
+    add_decoding_flags(run)
     run.add_argument("--thinking-level", choices=["minimal", "low", "medium", "high"], default=None,
                      help="Gemini thinking level (google/ models; default: the provider's)")
     run.add_argument("--reasoning-effort", default=None,
@@ -222,16 +222,11 @@ def _run_command(args: argparse.Namespace, argv: Sequence[str], worker: Any) -> 
         on_invalid=args.on_invalid,
         models=split(args.model),
         model_options=ModelOptions(
-            temperature=args.temperature,
-            max_output_tokens=args.max_output_tokens,
             base_urls=tuple(base_url_list(args.model_base_url)),
-            thinking_level=args.thinking_level,
-            reasoning_effort=args.reasoning_effort,
-            thinking_budget=args.thinking_budget,
             timeout_s=args.model_timeout,
             max_response_bytes=int(args.max_response_mb * 2**20),
-            seed=args.seed,
             extra=parse_flat(args.model_option, "--model-option"),
+            **decoding_options(args),  # only the values given: the preset decides the rest
         ),
         defenders=[DefenderConfig(name=n, options=options.get(n, {})) for n in names], plugins=args.plugin,
         protocols=protocols,  # type: ignore[arg-type]

@@ -21,8 +21,11 @@ from langchain_core.messages import AIMessage, BaseMessage
 from pydantic import BaseModel, ConfigDict
 
 from medmis.agents._capabilities import (
+    CALL_SETTINGS_KWARG,
     STRUCTURED_OUTPUT_KWARG,
+    CallSettings,
     StructuredOutput,
+    accepts_call_settings,
     accepts_structured_output,
     provider_family,
 )
@@ -101,6 +104,7 @@ class DefenderContext:
         tool_choice: str | None = None,
         name: str = "model",
         structured_output: StructuredOutput | Literal["auto"] | None = "auto",
+        settings: CallSettings | None = None,
     ) -> AIMessage:
         """One traced, retried model call. Provider failures propagate after the retries.
 
@@ -108,7 +112,9 @@ class DefenderContext:
         ``paper`` preset puts its answer instruction in the user turn for Gemini), and the
         structured output they ask for is requested from a model that understands it
         (``structured_output="auto"``; pass a request or None to override). Structured
-        output is never combined with bound tools.
+        output is never combined with bound tools. ``settings`` (temperature, output cap,
+        JSON mode for this call) reach a model that declares it understands them; the
+        simulated examinee never sees them.
         """
         chat = model or self.model
         if isinstance(messages, PromptMessages):
@@ -120,6 +126,8 @@ class DefenderContext:
             runnable = chat.bind_tools(list(tools), tool_choice=tool_choice) if tool_choice else chat.bind_tools(list(tools))
         elif structured_output is not None and accepts_structured_output(chat):
             runnable = chat.bind(**{STRUCTURED_OUTPUT_KWARG: structured_output})
+        if settings and accepts_call_settings(chat):
+            runnable = runnable.bind(**{CALL_SETTINGS_KWARG: dict(settings)})
         sent = [message_to_dict(m) for m in messages]
         start = time.perf_counter()
         step = TraceStep(kind="model", name=name, input=sent)

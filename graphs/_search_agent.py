@@ -73,6 +73,7 @@ PAPER_SETTINGS: dict[str, Any] = {
     "max_queries": 4,
     "max_results": 5,
     "max_page_chars": 8000,
+    "call_decoding": "harness",
 }
 
 
@@ -98,6 +99,12 @@ class SearchAgentOptions(DefenderOptions):
         verify: Check the final answer's cited URLs against the pages fetched in the case and
             record the verdict (``verification`` in the answer's extra; no model call).
         planner_model: Model spec for the plan step (default: the base model).
+        call_decoding: ``harness`` (the paper preset's default): each call carries the
+            reference harness's temperature and output cap (planner and loop 0.1 / 4096
+            tokens, finaliser 0.0 / 2048), whatever the run's decoding preset; ``run``
+            (the toolkit preset's default): every call is sent with the run's decoding
+            (``--decoding`` and its override flags). The paper preset's planner asks for
+            JSON mode either way.
     """
 
     preset: Preset = "toolkit"
@@ -111,6 +118,7 @@ class SearchAgentOptions(DefenderOptions):
     warn: bool = True
     verify: bool = True
     planner_model: str | None = None
+    call_decoding: Literal["harness", "run"] = "run"
 
     @model_validator(mode="before")
     @classmethod
@@ -234,17 +242,20 @@ def build_search_agent_graph(opts: SearchAgentOptions) -> CompiledStateGraph:
 
     is_paper = opts.preset == "paper"
     schemas = tool_schemas("paper" if is_paper else "toolkit")
+    harness = opts.call_decoding == "harness"
+    agent_settings = paper.AGENT_SETTINGS if harness else None
+    final_settings = paper.FINALIZER_SETTINGS if is_paper and harness else None
 
     async def plan(state: SearchAgentState, config: RunnableConfig) -> dict[str, Any]:
         d = deps(config)
         question = paper.question_prompt(d.case)
-        messages = paper.plan_messages(question) if is_paper else _plan_prompt(d.case, opts)
-        reply = await d.ctx.generate(messages, model=d.ctx.model_for(opts.planner_model), name="plan")
-        text = message_text(reply)
+        planner = d.ctx.model_for(opts.planner_model)
         if is_paper:
-            parsed = paper.normalise_plan(paper.parse_reply_json(text), question, opts.max_queries)
+            found = await paper.harness_plan(d.ctx, planner, question, harness=harness)
+            parsed = paper.normalise_plan(found, question, opts.max_queries)
         else:
-            parsed = _toolkit_plan(text, d.case, opts.max_queries)
+            reply = await d.ctx.generate(_plan_prompt(d.case, opts), model=planner, name="plan")
+            parsed = _toolkit_plan(message_text(reply), d.case, opts.max_queries)
         d.ctx.note("plan", parsed)
         return {"plan": parsed}
 
@@ -252,7 +263,7 @@ def build_search_agent_graph(opts: SearchAgentOptions) -> CompiledStateGraph:
         d = deps(config)
         opening = [] if state.get("messages") else _agent_opening(d.case, state, opts)
         history = [*state.get("messages", []), *opening]
-        reply = await d.ctx.generate(history, tools=schemas, name="agent")
+        reply = await d.ctx.generate(history, tools=schemas, name="agent", settings=agent_settings)
         return {"messages": [*opening, reply], "iterations": state.get("iterations", 0) + 1}
 
     async def tools(state: SearchAgentState, config: RunnableConfig) -> dict[str, Any]:
@@ -302,7 +313,7 @@ def build_search_agent_graph(opts: SearchAgentOptions) -> CompiledStateGraph:
             preface = f"{FORCED_PREFACE}\n\n{evidence}"
             warned = _preface(d.case, opts)
             messages = render_prompt(d.case, preface=f"{preface}\n\n{warned}" if warned else preface)
-        reply = await d.ctx.generate(messages, name="force_answer")
+        reply = await d.ctx.generate(messages, name="force_answer", settings=final_settings)
         return {"final": message_text(reply), "stop_reason": reason}
 
     async def direct(state: SearchAgentState, config: RunnableConfig) -> dict[str, Any]:

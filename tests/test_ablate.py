@@ -228,7 +228,9 @@ def test_stability_seeds_rerun_the_cases_reseeded_and_the_report_counts_them(tmp
         sub = out / "stability" / f"seed-{seed}"
         assert _choices(sub).keys() == main_choices.keys()
         manifest = json.loads((sub / "manifest.json").read_text())
-        assert manifest["fingerprint"]["model_options"]["seed"] == seed
+        # the examinee's seed (the run seed stays the grid's: it picks the same cases)
+        assert manifest["fingerprint"]["model_options"]["run_seed"] == seed
+        assert manifest["decoding"]["resolved"]["mock/examinee"] == {"simulated": True, "seed": seed}
     stability = json.loads((out / "stability.json").read_text())
     assert stability["seeds"] == [0, 1, 2]
     report = (out / "report.md").read_text()

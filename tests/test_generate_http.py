@@ -269,3 +269,23 @@ def test_provider_error_exit_1_then_resume_retries_only_that_item(tmp_path: Path
         assert main(args) == 0
         assert len(calls) - before == 2  # filter + generation for the one item left
     assert [json.loads(line)["id"] for line in out.read_text().splitlines()] == [f"medqa-{i}" for i in range(4)]
+
+
+@pytest.mark.parametrize(("flags", "temperature"), [([], 1.0), (["--decoding", "paper"], 0.0),
+                                                    (["--decoding", "paper", "--temperature", "0.5"], 0.5)])
+def test_generate_decoding_preset(tmp_path: Path, flags: list[str], temperature: float) -> None:
+    """reference (default): InjectionGeneration.ipynb's generation at 1.0; paper: 0; a given
+    --temperature wins. No seed, cap or thinking setting either way; recorded in the manifest."""
+    calls: list[Json] = []
+    with respx.mock() as mock:
+        mock.post(GEMINI_URL).mock(side_effect=gemini_handler(calls))
+        out = tmp_path / "one.jsonl"
+        assert main(["generate", str(FIX / "medqa_sample.jsonl"), "--out", str(out), "--generator",
+                     "google/gemini-gen", "--stages", "one", "--limit", "1", *flags]) == 0
+    (body,) = calls
+    config = body["generationConfig"]
+    assert config["temperature"] == temperature
+    assert not {"seed", "maxOutputTokens", "thinkingConfig"} & set(config)
+    manifest = json.loads(out.with_name("one.manifest.json").read_text())
+    assert manifest["decoding"]["preset"] == ("paper" if flags else "reference")
+    assert manifest["decoding"]["generation_temperature"] == temperature

@@ -185,10 +185,14 @@ def spent_usd(stats: RunStats, prices: dict[str, ModelEntry], share: float = 1.0
 
 def _run_config(config: AblationConfig, out: Path, *, progress: bool, shuffled: bool,
                 accept_changes: Sequence[str] = (), examinee_seed: int | None = None) -> RunConfig:
-    options = {"seed": config.seed, **config.model_options}
+    # the run seed reseeds the simulated examinee as `medmis run --seed` does, and is never sent
+    # to a provider (a seed in model_options is, and wins for the examinee too)
+    options = {"run_seed": config.seed, "decoding": config.decoding, **config.model_options}
     cache_dir = config.cache_dir or str(out.parent / "cache" if shuffled else out / "cache")
     if examinee_seed is not None:  # a stability re-run: same cases, the examinee reseeded
-        options["seed"] = examinee_seed
+        options["run_seed"] = examinee_seed
+        if "seed" in options:
+            options["seed"] = examinee_seed
         if "seed" in (options.get("extra") or {}):
             options["extra"] = {**options["extra"], "seed": examinee_seed}
         cache_dir = config.cache_dir or str(out.parent.parent / "cache")
@@ -202,8 +206,6 @@ def _run_config(config: AblationConfig, out: Path, *, progress: bool, shuffled: 
         models=[m.name for m in config.models],
         model_variants={m.name: ModelVariant(spec=m.spec, options=m.overrides) for m in config.models
                         if m.label or m.overrides},
-        # the run seed reaches the model as `medmis run --seed` does (the simulated examinee's
-        # draws); a seed in model_options wins
         model_options=ModelOptions(**options),
         defenders=config.defender_configs(),
         plugins=config.plugins,

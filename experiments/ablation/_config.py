@@ -135,6 +135,8 @@ class AblationConfig(BaseModel):
     protocols: list[ProtocolName] = Field(default_factory=lambda: list(PROTOCOLS))
     type1_targets: Type1Targets = "sampled"
     prompt: PromptName = "paper"
+    decoding: Literal["paper", "reference"] = "paper"
+    """Decoding preset of every model (``medmis run --decoding``); ``model_options`` override it."""
     seed: int = 0
     out: str = "runs/ablation"
     max_connections: int = Field(default=8, ge=1)

@@ -40,7 +40,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     g.add_argument("--price", default=None, metavar="IN,OUT", help="generator price, USD per million tokens")
     g.add_argument("--model-base-url", default=None, metavar="URL",
                    help="base URL of the generator's API (gateway, proxy or local server)")
-    g.add_argument("--temperature", type=float, default=1.0, help="generation temperature (reference: 1.0)")
+    g.add_argument("--decoding", choices=["paper", "reference"], default="reference",
+                   help="generator settings: reference (InjectionGeneration.ipynb: generation at 1.0; "
+                        "default) or paper (temperature 0, App. C.1); extraction is always at 0")
+    g.add_argument("--temperature", type=float, default=None,
+                   help="generation temperature (default: the --decoding preset's)")
     g.add_argument("--dry-run", action="store_true", help="print calls, tokens and cost; call nothing")
 
     c = sub.add_parser("compare", help="paired sensitivity table between two runs on two item versions")
@@ -60,6 +64,14 @@ def _price(text: str | None) -> tuple[float, float] | None:
     return a, b
 
 
+def generation_temperature(decoding: str, given: float | None) -> float:
+    """The generation temperature: the one given, else the preset's (``reference``: 1.0, as
+    InjectionGeneration.ipynb cell 2 generates; ``paper``: 0, App. C.1's setting)."""
+    if given is not None:
+        return given
+    return 1.0 if decoding == "reference" else 0.0
+
+
 def run_generate(args: argparse.Namespace, argv: Sequence[str]) -> int:
     """Handle ``medmis generate``."""
     from ._run import GenerateConfig, build_jobs, estimate, generate
@@ -77,7 +89,8 @@ def run_generate(args: argparse.Namespace, argv: Sequence[str]) -> int:
             stages=args.stages, seed=args.seed, limit=args.limit, max_connections=args.max_connections,
             cache=args.cache, cache_dir=Path(args.cache_dir) if args.cache_dir else None,
             budget_usd=args.budget_usd, price=_price(args.price), base_url=args.model_base_url,
-            temperature=args.temperature, argv=["medmis", *argv],
+            decoding=args.decoding, temperature=generation_temperature(args.decoding, args.temperature),
+            argv=["medmis", *argv],
         )
         if args.dry_run:
             jobs, mode = build_jobs(cfg)

@@ -53,6 +53,9 @@ class GenerateConfig:
     price: tuple[float, float] | None = None  # USD per million input, output tokens
     base_url: str | None = None
     temperature: float = 1.0  # the reference generates at 1.0 and extracts at 0.0
+    decoding: Literal["paper", "reference"] = "reference"
+    """The preset ``temperature`` came from (``medmis generate --decoding``); recorded in the
+    manifest. Neither preset sends a seed, cap or thinking setting to the generator."""
     argv: list[str] = field(default_factory=list)
 
     def side(self, suffix: str) -> Path:
@@ -338,6 +341,8 @@ def _write_manifest(cfg: GenerateConfig, fp: dict[str, Any], previous: dict[str,
 
     manifest = {
         "fingerprint": fp,
+        "decoding": {"preset": cfg.decoding, "generation_temperature": cfg.temperature,
+                     "extraction_temperature": 0.0},
         "command": scrub_argv(cfg.argv),
         "prompt_versions": {v.name: {"version": v.version, "source": v.source}
                             for v in (P.EXTRACT_VERSION, P.MERGED_VERSION, P.TWO_STAGE_VERSION)},

@@ -59,9 +59,10 @@ def merge_options(base: ModelOptions, overrides: dict[str, Any]) -> ModelOptions
     """
     if not overrides:
         return base
-    data = base.model_dump()
+    # only what was set: a field the base left to the decoding preset stays the preset's
+    data = base.model_dump(exclude_unset=True)
     if "base_url" in overrides or "base_urls" in overrides:
-        data.pop("base_url"), data.pop("base_urls")
+        data.pop("base_url", None), data.pop("base_urls", None)
     return ModelOptions.model_validate({**data, **overrides})
 
 
@@ -122,6 +123,13 @@ class RunConfig(BaseModel):
     accept_changes: list[str] = Field(default_factory=list)
     """Fingerprint fields allowed to differ from the run already in ``out`` (see
     ``_fingerprint.ACCEPTABLE_CHANGES``); each accepted change is recorded in the manifest."""
+
+    @model_validator(mode="after")
+    def _run_seed_to_examinee(self) -> RunConfig:
+        # the run seed reseeds the simulated examinee; it is never sent to a provider
+        if self.model_options.run_seed is None:
+            self.model_options = self.model_options.model_copy(update={"run_seed": self.seed})
+        return self
 
     @model_validator(mode="after")
     def _variants_are_models(self) -> RunConfig:

@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from medmis.agents._decoding import decoding_fingerprint, decoding_table
 from medmis.agents._registry import effective_base_url
 from medmis.experiments.benchmark._prompts import prompt_preset
 
@@ -37,7 +38,7 @@ __all__ = ["ACCEPTABLE_CHANGES", "ITEM_FIELDS", "MODEL_FIELDS", "FingerprintDiff
 
 ITEM_FIELDS = (
     "data_sha256", "subset", "limit", "on_invalid", "seed", "protocols", "type1_targets",
-    "shuffle_type2", "prompt", "model_options", "web_tools",
+    "shuffle_type2", "prompt", "model_options", "decoding", "web_tools",
 )
 """Fingerprint fields that must match to resume. ``--accept-change`` takes these names,
 ``endpoints`` and ``examinee`` (a recorded model with another server or other simulated
@@ -72,10 +73,13 @@ def run_fingerprint(config: RunConfig, defenders: Sequence[Any], dataset: Any,
 
     built = models or {}
     preset = prompt_preset(config.prompt)
-    options = config.model_options.model_dump(mode="json", exclude=set(_TRANSPORT_OPTIONS))
+    # the decoding preset is its own field ("decoding"), so folders written before it resume
+    options = config.model_options.model_dump(mode="json", exclude={*_TRANSPORT_OPTIONS, "decoding"})
     options["base_url"] = bare_url(options.get("base_url"))
     if options.get("seed") == config.seed:
         del options["seed"]  # the CLI passes --seed on to the model: one field, not two
+    if options.get("run_seed") == config.seed:
+        del options["run_seed"]  # the run seed the simulated examinee draws with: `seed`
     return {
         "data_sha256": getattr(dataset, "sha256", None) or None,
         "subset": config.subset,
@@ -87,6 +91,10 @@ def run_fingerprint(config: RunConfig, defenders: Sequence[Any], dataset: Any,
         "shuffle_type2": config.shuffle_type2,
         "prompt": f"{preset.name}@{preset.version}",
         "model_options": options,
+        # the preset and the values it resolved to (models may be added: the per-model table
+        # is recorded, the preset and the user's overrides are what must match)
+        "decoding": decoding_fingerprint(config.model_options),
+        "decoding_resolved": decoding_table({m: (config.spec_of(m), config.options_of(m)) for m in config.models}),
         "models": sorted(config.models),
         "endpoints": {name: bare_url(effective_base_url(config.spec_of(name), config.options_of(name),
                                                         built.get(name)))
@@ -256,7 +264,7 @@ def merge_fingerprints(recorded: Mapping[str, Any], new: Mapping[str, Any]) -> d
     model and defender either invocation ran."""
     merged = dict(new)
     merged["models"] = sorted(set(recorded.get("models") or []) | set(new.get("models") or []))
-    for name in (*MODEL_FIELDS, "defenders"):
+    for name in (*MODEL_FIELDS, "decoding_resolved", "defenders"):
         union = dict(recorded.get(name) or {})
         union.update(new.get(name) or {})
         merged[name] = union

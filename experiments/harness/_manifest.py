@@ -12,6 +12,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from medmis.agents._decoding import decoding_record
 from medmis.experiments.benchmark._prompts import prompt_preset
 from medmis.tools._redact import is_secret_name, redact, redact_obj
 
@@ -108,6 +109,8 @@ def write_manifest(
         ],
         "protocols": list(config.protocols),
         "prompt": _prompt_facts(config),
+        "decoding": decoding_record(config.model_options,
+                                    {m: (config.spec_of(m), config.options_of(m)) for m in config.models}),
         "seed": config.seed,
         "prices": {m: list(p) for m, p in config.prices.items()},
         "dataset": {
@@ -148,7 +151,7 @@ def _prompt_facts(config: RunConfig) -> dict[str, Any]:
         "name": preset.name,
         "version": preset.version,
         "source": preset.source,
-        "temperature": config.model_options.temperature,
+        "temperature": config.model_options.temperature,  # the option; per model: "decoding"
     }
 
 

@@ -195,7 +195,8 @@ def _stability(run: RunData, report: MetricsReport, verdict: Verdict) -> dict[st
         return None
     options = (run.manifest.get("fingerprint") or {}).get("model_options") or {}
     # the examinee's seed: extra.seed, else the model seed, else the run seed (as it is built)
-    seed = (options.get("extra") or {}).get("seed", options.get("seed", run.manifest.get("seed", 0)))
+    seed = (options.get("extra") or {}).get(
+        "seed", options.get("seed", options.get("run_seed", run.manifest.get("seed", 0))))
     return ranking_stability(run.run_dir, report.baseline, {mv.model: list(mv.better) for mv in verdict.models},
                              run.models, int(seed or 0), verdict.settings)
 

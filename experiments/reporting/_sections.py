@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from medmis.experiments.analysis._metrics import DefenderMetrics, MetricsReport
@@ -85,6 +86,7 @@ def render_run_facts(run: RunData, report: MetricsReport) -> str:
         ("Dataset SHA-256", f"`{dataset.get('sha256') or '—'}`"),
         ("Prompt", render_prompt_fact(run)),
         ("Temperature", _temperature(m)),
+        ("Decoding", render_decoding_fact(m)),
         *([("Per-model settings", _model_settings(m))] if _model_settings(m) else []),
         ("Run seed", str(m.get("seed", "—"))),
         ("Baseline defender", f"`{report.baseline}`"),
@@ -116,9 +118,33 @@ def render_prompt_fact(run: RunData) -> str:
 
 
 def _temperature(manifest: dict[str, Any]) -> str:
+    resolved = ((manifest.get("decoding") or {}).get("resolved") or {}).values()
+    sent = {v.get("temperature") for v in resolved if not v.get("simulated")}
+    if len(sent) > 1:
+        return "per model (see Decoding)"
+    if len(sent) == 1:
+        value = next(iter(sent))
+        return "not sent" if value is None else f"{value:g}"
     options = (manifest.get("config") or {}).get("model_options") or {}
     value = options.get("temperature", (manifest.get("prompt") or {}).get("temperature"))
     return "—" if value is None else f"{value:g}"
+
+
+def render_decoding_fact(manifest: dict[str, Any]) -> str:
+    """``paper`` / ``reference``, the user's overrides and what each model was sent."""
+    decoding = manifest.get("decoding") or {}
+    if not decoding:
+        return "— (not recorded)"
+    text = f"`{decoding.get('preset')}`"
+    if decoding.get("overrides"):
+        text += " with " + ", ".join(f"{k}={v}" for k, v in decoding["overrides"].items())
+    for spec, values in (decoding.get("resolved") or {}).items():
+        if values.get("simulated"):
+            shown = "simulated examinee (decoding ignored)"
+        else:
+            shown = ", ".join(f"{k}={json.dumps(v)}" for k, v in values.items() if v is not None) or "provider defaults"
+        text += f"; `{spec}`: {shown}"
+    return text
 
 
 def _model_settings(manifest: dict[str, Any]) -> str:
