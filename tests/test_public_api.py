@@ -190,3 +190,18 @@ def test_plugin_fixtures_in_a_fresh_project(tmp_path: Path) -> None:
     # the fixtures come from the entry point: without the plug-in they do not exist
     off = _pytest(project, "-p", "no:medmis", "tests/test_replay_search_agent.py")
     assert off.returncode == 1 and "fixture 'medmis_replay' not found" in off.stdout, off.stdout
+
+
+def test_a_copy_of_a_config_with_another_seed_reseeds_the_examinee(tmp_path: Path) -> None:
+    """The README's API example compares a run with ``config.model_copy(update={"seed": 1})``:
+    the copy's examinee must draw with seed 1 (the run seed is read when models are built,
+    not stored when the config is validated)."""
+    from medmis.experiments.harness import DefenderConfig, Harness, RunConfig
+
+    sample = Path(__file__).resolve().parents[1] / "fixtures" / "medmisbench_sample.jsonl"
+    config = RunConfig(data=str(sample), models=["mock/examinee"], defenders=[DefenderConfig(name="none")],
+                       out=str(tmp_path / "a"))
+    copy = config.model_copy(update={"seed": 1, "out": str(tmp_path / "b")})
+    seeds = [Harness(c)._pool.raw("mock/examinee").seed for c in (config, copy)]  # type: ignore[attr-defined]
+    assert seeds == [0, 1]
+    assert config.model_options.run_seed is None  # nothing stored: the copy cannot inherit it

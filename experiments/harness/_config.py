@@ -125,13 +125,6 @@ class RunConfig(BaseModel):
     ``_fingerprint.ACCEPTABLE_CHANGES``); each accepted change is recorded in the manifest."""
 
     @model_validator(mode="after")
-    def _run_seed_to_examinee(self) -> RunConfig:
-        # the run seed reseeds the simulated examinee; it is never sent to a provider
-        if self.model_options.run_seed is None:
-            self.model_options = self.model_options.model_copy(update={"run_seed": self.seed})
-        return self
-
-    @model_validator(mode="after")
     def _variants_are_models(self) -> RunConfig:
         stray = sorted(set(self.model_variants) - set(self.models))
         if stray:
@@ -146,7 +139,14 @@ class RunConfig(BaseModel):
     def options_of(self, model: str) -> ModelOptions:
         """The options a model of ``models`` is built with (the run's, with its overrides)."""
         variant = self.model_variants.get(model)
-        return merge_options(self.model_options, variant.options) if variant is not None else self.model_options
+        opts = merge_options(self.model_options, variant.options) if variant is not None else self.model_options
+        return self.seeded(opts)
+
+    def seeded(self, opts: ModelOptions) -> ModelOptions:
+        """``opts`` with the run seed as ``run_seed`` when none is set: the simulated examinee
+        draws with it, no provider is sent it. Read when models are built, not stored at
+        validation, so a copy of the config with another ``seed`` reseeds the examinee."""
+        return opts if opts.run_seed is not None else opts.model_copy(update={"run_seed": self.seed})
 
 
 @dataclass

@@ -78,8 +78,8 @@ def run_fingerprint(config: RunConfig, defenders: Sequence[Any], dataset: Any,
     options["base_url"] = bare_url(options.get("base_url"))
     if options.get("seed") == config.seed:
         del options["seed"]  # the CLI passes --seed on to the model: one field, not two
-    if options.get("run_seed") == config.seed:
-        del options["run_seed"]  # the run seed the simulated examinee draws with: `seed`
+    if options.get("run_seed") in (None, config.seed):
+        options.pop("run_seed", None)  # the run seed the simulated examinee draws with: `seed`
     return {
         "data_sha256": getattr(dataset, "sha256", None) or None,
         "subset": config.subset,

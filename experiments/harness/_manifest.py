@@ -109,7 +109,7 @@ def write_manifest(
         ],
         "protocols": list(config.protocols),
         "prompt": _prompt_facts(config),
-        "decoding": decoding_record(config.model_options,
+        "decoding": decoding_record(config.seeded(config.model_options),
                                     {m: (config.spec_of(m), config.options_of(m)) for m in config.models}),
         "seed": config.seed,
         "prices": {m: list(p) for m, p in config.prices.items()},

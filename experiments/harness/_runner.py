@@ -108,7 +108,7 @@ class Harness:
         # the models live apart from the harness: a defender's context reaches the pool's
         # factory, and through it nothing of the run's config, data or cases
         self._pool = ModelPool(
-            model_factory, config.model_options, cache_mode=config.cache, cache_dir=self._cache_dir(),
+            model_factory, config.seeded(config.model_options), cache_mode=config.cache, cache_dir=self._cache_dir(),
             max_connections=config.max_connections,
             variants={m: (config.spec_of(m), config.options_of(m)) for m in config.model_variants},
         )
