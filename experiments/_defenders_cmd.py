@@ -11,14 +11,15 @@ from __future__ import annotations
 import re
 import types
 import typing
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-__all__ = ["OptionInfo", "describe_options", "format_type", "run"]
+__all__ = ["OptionInfo", "describe_options", "format_type", "load_run_plugins", "run"]
 
 
 @dataclass(frozen=True)
@@ -111,3 +112,23 @@ def run(plugins: Sequence[str] = ()) -> int:
             if opt.description:
                 print(f"        {opt.description}")
     return 0
+
+
+def load_run_plugins(run_dir: Path, notice: Callable[[str], None]) -> None:
+    """A run folder's local plug-in files (``--plugin``, recorded in its manifest), loaded
+    before its report is rewritten so the verdict knows their controls; a file no longer there
+    is said in one line and its defenders are reported without it."""
+    import json
+
+    from medmis.defenses import load_plugins
+
+    try:
+        config = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8")).get("config") or {}
+    except (OSError, ValueError, AttributeError):
+        return
+    for path in config.get("plugins") or []:
+        if Path(path).is_file():
+            load_plugins([path])
+        else:
+            notice(f"plug-in {path} (recorded in {run_dir / 'manifest.json'}) is not there; "
+                   "its defenders are reported without it")

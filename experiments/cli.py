@@ -291,6 +291,7 @@ def _notice(message: str) -> None:
 def _cmd_report(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from medmis.experiments._defenders_cmd import load_run_plugins
     from medmis.experiments.reporting._report import write_report
 
     run_dir = Path(args.dir)
@@ -299,6 +300,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from medmis.experiments.harness._checks import check_baseline
 
     baseline = check_baseline(run_dir / "records.jsonl", args.baseline)
+    load_run_plugins(run_dir, _notice)
     paths = write_report(run_dir, baseline=baseline, seed=args.seed, notice=_notice,
                          paper_tables=args.paper_tables)
     for name, path in paths.items():

@@ -106,6 +106,30 @@ def test_run_with_a_plugin_writes_its_report_and_refuses_an_edited_file(tmp_path
     assert accepted.returncode == 0, accepted.stderr
 
 
+def test_report_rebuilt_later_loads_the_runs_plugins(tmp_path: Path) -> None:
+    """``medmis report RUN`` reads the run's plug-in files from its manifest, so a plug-in's
+    control stays a control in a report rebuilt later; a file gone is one notice line."""
+    plugin = tmp_path / "defense.py"
+    plugin.write_text(PLUGIN)
+    out = tmp_path / "run"
+    assert medmis(*run_args(out, plugin)).returncode == 0
+
+    def control() -> bool:
+        findings = json.loads((out / "verdict.json").read_text())["models"]["mock/examinee"]["findings"]
+        return bool(findings["local_blind"]["control"])
+
+    (out / "verdict.json").unlink()
+    rebuilt = medmis("report", str(out))
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert control() is True
+    plugin.unlink()
+    gone = medmis("report", str(out))
+    assert gone.returncode == 0, gone.stderr
+    line = one_line(gone.stderr)
+    assert f"plug-in {plugin}" in line and "is not there" in line
+    assert control() is False  # judged as a candidate without its registration
+
+
 def test_ablate_takes_plugins_from_the_config_relative_to_it(tmp_path: Path) -> None:
     grid = tmp_path / "grids"
     (grid / "plugins").mkdir(parents=True)
