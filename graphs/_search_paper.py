@@ -181,24 +181,20 @@ async def harness_plan(ctx: DefenderContext, planner: Any, question: str, *, har
     json_settings = dict(PLAN_SETTINGS) if harness else {"json_mode": True}
     plain_settings = {k: v for k, v in json_settings.items() if k != "json_mode"} or None
     messages = plan_messages(question)
-    try:
-        reply = await ctx.generate(messages, model=planner, name="plan", settings=json_settings)
-        return reply_json(message_text(reply))
-    except _FATAL:
-        raise
-    except Exception as exc:
-        if not accepts_call_settings(planner):  # nothing was asked in JSON mode: no second call
+    for attempt, settings in enumerate((json_settings, plain_settings)):
+        try:
+            reply = await ctx.generate(messages, model=planner, name="plan", settings=settings)
+            return reply_json(message_text(reply))
+        except _FATAL:
+            raise
+        except Exception as exc:
+            # a planner that takes no call settings was asked nothing in JSON mode: no second call
+            if attempt == 0 and accepts_call_settings(planner):
+                ctx.note("plan_retry", {"reason": _reason(exc)})
+                continue
             ctx.note("plan_fallback", {"reason": _reason(exc)})
             return None
-        ctx.note("plan_retry", {"reason": _reason(exc)})
-    try:
-        reply = await ctx.generate(messages, model=planner, name="plan", settings=plain_settings)
-        return reply_json(message_text(reply))
-    except _FATAL:
-        raise
-    except Exception as exc:
-        ctx.note("plan_fallback", {"reason": _reason(exc)})
-        return None
+    return None
 
 
 def fallback_plan(question: str) -> dict[str, Any]:
