@@ -330,3 +330,15 @@ def test_generate_resumed_against_another_server_from_the_environment_is_refused
         assert main(args) == 2
         assert "differs in: endpoint" in one_line(capsys.readouterr().err)
         assert second.requests == 0
+
+
+def test_an_option_recorded_as_absent_and_now_null_is_no_change() -> None:
+    """A folder written before an option existed (the key absent) resumes when the option is
+    null now: no empty ``model_options:  -> `` change that blocks the resume."""
+    from medmis.experiments.harness._fingerprint import compare_fingerprints
+
+    old = {"seed": 0, "model_options": {"temperature": 0.0, "extra": {}}}
+    new = {"seed": 0, "model_options": {"temperature": 0.0, "extra": {}, "seed": None, "run_seed": None}}
+    assert compare_fingerprints(old, new).changed == {}
+    new["model_options"]["temperature"] = 1.0
+    assert compare_fingerprints(old, new).changed == {"model_options": ({"temperature": 0.0}, {"temperature": 1.0})}

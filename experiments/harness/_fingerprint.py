@@ -179,6 +179,8 @@ def compare_fingerprints(recorded: Mapping[str, Any], new: Mapping[str, Any]) ->
             continue
         if isinstance(old_v, Mapping) and isinstance(new_v, Mapping):
             old_v, new_v = _dict_diff(old_v, new_v)
+            if not old_v and not new_v:
+                continue  # only keys one side lacks and the other holds as null: no change
         diff.changed[name] = (old_v, new_v)
     for name in MODEL_FIELDS:
         old_m, new_m = recorded.get(name), new.get(name)
