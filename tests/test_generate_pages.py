@@ -100,14 +100,41 @@ def test_addresses_are_deterministic_unique_and_styled() -> None:
     assert again == urls
     other_seed = [page_address(i.key, t, i.options[t], s, 1)[1] for i in items for t in type1_targets(i)
                   for s in PAGE_STYLES]
-    assert not set(other_seed) & set(urls)
-    pub, url = page_address("MEDMISQA/SYN-QA-001", "A", "Glipizide", "forum", 0)
-    assert pub in PUBLISHERS["forum"]
-    assert re.fullmatch(r"https://[a-z.-]+\.example/(t/glipizide/\d+|threads/glipizide\.\d+/)", url)
-    _, wiki = page_address("MEDMISQA/SYN-QA-001", "A", "Glipizide", "encyclopedia", 0)
-    assert re.fullmatch(r"https://[a-z.-]+\.example/article/\d+/glipizide", wiki)
-    _, zh = page_address("MEDMISJOURNEY/SYN-JOURNEY-001", "1", "大细胞性贫血", "blog", 0)
+    assert len(set(other_seed) & set(urls)) < len(urls) // 20  # another seed draws other addresses
+    shapes = {  # each style's paths look like such sites' paths
+        "guideline": r"/(guidance/jccps\d{4}/recommendations|standards/20\d\d|protocols/cpc-\d{4})/glipizide-\d+",
+        "forum": r"/(t/glipizide/\d{7}|threads/glipizide\.\d{7}/)",
+        "preprint": r"/(content/10\.5555/20\d\d\.\d\d\.\d\d\.\d{7}v1|abs/\d{4}\.\d{5}v1|manuscript/20\d{9}/v1)",
+        "blog": r"/(20\d\d/\d\d/glipizide/|blog/glipizide-\d{5}|posts/20\d\d-\d\d-\d\d-glipizide)",
+        "encyclopedia": r"/(article/\d{7}/glipizide|w/glipizide-\d{7}|entries/\d{7}-glipizide)",
+    }
+    used = set()
+    for seed in range(12):
+        for style, shape in shapes.items():
+            pub, url = page_address("MEDMISQA/SYN-QA-001", "A", "Glipizide", style, seed)
+            assert pub in PUBLISHERS[style] and url.startswith(f"https://{pub.host}/")
+            assert re.fullmatch(shape, url.removeprefix(f"https://{pub.host}")), url
+            used.add(pub)
+    assert len(used) == 15  # every publisher is drawn
+    _, zh = page_address("MEDMISJOURNEY/SYN-JOURNEY-001", "1", "大细胞性贫血", "blog", 2)
     assert "%E5%A4%A7" in zh  # the words kept, percent-encoded
+
+
+def test_a_url_collision_is_settled_in_file_order(tmp_path: Path) -> None:
+    from medmis.experiments.generate._pages import _order_rows
+
+    out = tmp_path / "p.jsonl"
+    base = rows(BUNDLED)[0]
+    clash = [{**base, "id": f"{base['case_key']}/{s}", "style": s, "url": "https://x.example/t/a/1"}
+             for s in ("blog", "forum", "guideline")]
+    out.write_text("".join(json.dumps(r) + "\n" for r in clash), encoding="utf-8")
+    jobs = build_jobs(PagesConfig(out=out, generator="mock/generator", from_release=SAMPLE, limit=1))
+    _order_rows(PagesConfig(out=out, generator="mock/generator", from_release=SAMPLE), jobs)
+    got = rows(out)
+    assert [r["style"] for r in got] == ["guideline", "forum", "blog"]  # the jobs' order
+    assert [r["url"] for r in got] == ["https://x.example/t/a/1", "https://x.example/t/a/1-2",
+                                       "https://x.example/t/a/1-3"]
+    assert len(load_pages(out)) == 3
 
 
 # --- validation ----------------------------------------------------------------------------------

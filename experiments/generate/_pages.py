@@ -62,38 +62,47 @@ OUTPUT_TOKENS = 400  # a page of 150-250 words, for --dry-run
 
 @dataclass(frozen=True)
 class Publisher:
-    """A fictional publisher: the name its pages show and its host (reserved ``.example`` TLD,
-    so no address is anyone's real site and none resolves)."""
+    """A fictional publisher: the name its pages show, its host (reserved ``.example`` TLD, so
+    no address is anyone's real site and none resolves) and the shape of its page paths.
+
+    ``path`` is formatted with ``words`` (the target option's slug), a drawn page number
+    ``num`` (7 digits; ``n3``: its first 3, ``n4`` and ``n5``: its last 4 and 5) and a drawn
+    date ``year``, ``yy``, ``month``, ``day``.
+    """
 
     site: str
     host: str
+    path: str
 
 
 PUBLISHERS: dict[str, tuple[Publisher, ...]] = {
     "guideline": (
-        Publisher("Joint Council on Clinical Practice Standards", "www.jccps-guidance.example"),
-        Publisher("Association for Evidence-Based Care", "www.aebc-standards.example"),
-        Publisher("Clinical Protocols Consortium", "protocols.cpc-medicine.example"),
+        Publisher("Joint Council on Clinical Practice Standards", "www.jccps-guidance.example",
+                  "/guidance/jccps{n4}/recommendations/{words}-{n3}"),
+        Publisher("Association for Evidence-Based Care", "www.aebc-standards.example",
+                  "/standards/{year}/{words}-{n5}"),
+        Publisher("Clinical Protocols Consortium", "protocols.cpc-medicine.example",
+                  "/protocols/cpc-{n4}/{words}-{n3}"),
     ),
     "forum": (
-        Publisher("ClinicianExchange", "forum.clinicianexchange.example"),
-        Publisher("WardRounds Community", "community.wardrounds.example"),
-        Publisher("MedBoard Discussions", "www.medboard-talk.example"),
+        Publisher("ClinicianExchange", "forum.clinicianexchange.example", "/t/{words}/{num}"),
+        Publisher("WardRounds Community", "community.wardrounds.example", "/t/{words}/{num}"),
+        Publisher("MedBoard Discussions", "www.medboard-talk.example", "/threads/{words}.{num}/"),
     ),
     "preprint": (
-        Publisher("ClinPrint", "www.clinprint.example"),
-        Publisher("OpenMed Archive", "openmedarchive.example"),
-        Publisher("HealthSci Preprints", "preprints.healthsci.example"),
+        Publisher("ClinPrint", "www.clinprint.example", "/content/10.5555/{year}.{month}.{day}.{num}v1"),
+        Publisher("OpenMed Archive", "openmedarchive.example", "/abs/{yy}{month}.{n5}v1"),
+        Publisher("HealthSci Preprints", "preprints.healthsci.example", "/manuscript/{year}{num}/v1"),
     ),
     "blog": (
-        Publisher("The Well-Informed Patient", "wellinformedpatient.example"),
-        Publisher("Living With It", "livingwithit-notes.example"),
-        Publisher("Second Opinion Diaries", "secondopiniondiaries.example"),
+        Publisher("The Well-Informed Patient", "wellinformedpatient.example", "/{year}/{month}/{words}/"),
+        Publisher("Living With It", "livingwithit-notes.example", "/blog/{words}-{n5}"),
+        Publisher("Second Opinion Diaries", "secondopiniondiaries.example", "/posts/{year}-{month}-{day}-{words}"),
     ),
     "encyclopedia": (
-        Publisher("Healthpedia", "www.healthpedia.example"),
-        Publisher("ClinicalWiki", "clinicalwiki.example"),
-        Publisher("MedEncyclo", "medencyclo.example"),
+        Publisher("Healthpedia", "www.healthpedia.example", "/article/{num}/{words}"),
+        Publisher("ClinicalWiki", "clinicalwiki.example", "/w/{words}-{num}"),
+        Publisher("MedEncyclo", "medencyclo.example", "/entries/{num}-{words}"),
     ),
 }
 """Three fictional publishers per style; a page's is drawn from a hash of (seed, case, style)."""
@@ -112,33 +121,21 @@ def slug(text: str, words: int = 6) -> str:
 
 
 def page_address(item_key: str, target: str, option: str, style: str, seed: int) -> tuple[Publisher, str]:
-    """The publisher and absolute URL of a case's page in ``style`` (deterministic; the path
-    holds a number drawn from (seed, case, style), so two pages share a URL only by a hash
-    collision, which :func:`_order_rows` settles)."""
+    """The publisher and absolute URL of a case's page in ``style`` (deterministic: drawn from
+    (seed, case, style); two pages share a URL only by a hash collision, which
+    :func:`_order_rows` settles)."""
     h = _hash(seed, "page", case_key(item_key, target), style)
-    pub = PUBLISHERS[style][h % len(PUBLISHERS[style])]
-    n = h // 7
-    words = slug(option) or "page"
-    year, month, day = 2023 + n % 3, 1 + (n // 3) % 12, 1 + (n // 36) % 28
-    num = n // 1008 % 10**7
-    base = f"https://{pub.host}"
-    if style == "guideline":
-        code = "".join(w[0] for w in pub.site.split() if w[0].isupper()).lower()
-        url = f"{base}/guidance/{code}{num % 10**4:04d}/recommendations/{words}-{num // 10**4:03d}"
-    elif style == "forum":
-        url = (f"{base}/t/{words}/{num}" if pub.host.startswith(("forum.", "community."))
-               else f"{base}/threads/{words}.{num}/")
-    elif style == "preprint":
-        url = {0: f"{base}/content/10.5555/{year}.{month:02d}.{day:02d}.{num:07d}v1",
-               1: f"{base}/abs/{year % 100:02d}{month:02d}.{num % 10**5:05d}v{1 + num % 2}",
-               2: f"{base}/manuscript/{year}{num:07d}/v1"}[PUBLISHERS[style].index(pub)]
-    elif style == "blog":
-        url = {0: f"{base}/{year}/{month:02d}/{words}/",
-               1: f"{base}/blog/{words}-{num % 10**5}",
-               2: f"{base}/posts/{year}-{month:02d}-{day:02d}-{words}"}[PUBLISHERS[style].index(pub)]
-    else:
-        url = f"{base}/article/{num}/{words}"
-    return pub, url
+    choices = PUBLISHERS[style]
+    pub = choices[h % len(choices)]
+    n = h // len(choices)
+    num = n % 10**7
+    year = 2023 + n // 10**7 % 3
+    path = pub.path.format(
+        words=slug(option) or "page", num=f"{num:07d}", n3=f"{num // 10**4:03d}", n4=f"{num % 10**4:04d}",
+        n5=f"{num % 10**5:05d}", year=year, yy=f"{year % 100:02d}",
+        month=f"{1 + n // 10**8 % 12:02d}", day=f"{1 + n // 10**9 % 28:02d}",
+    )
+    return pub, f"https://{pub.host}{path}"
 
 
 @dataclass(frozen=True)
