@@ -305,6 +305,11 @@ def test_a_source_named_pages_is_read_as_dot_slash_pages_and_never_silently(
     assert pages("--from-release", str(SAMPLE), "--generator", "mock/generator", "--out", "p.jsonl",
                  "--limit", "1", "--styles", "blog") == 0
     assert "write ./pages" in capsys.readouterr().err and len(rows(tmp_path / "p.jsonl")) == 3
+    # `pages` after generate's options is SOURCE, as before; with no such file, the hint
+    (tmp_path / "pages").unlink()
+    assert main(["generate", "--generator", "mock/generator", "--out", "other.jsonl", "pages"]) == 2
+    assert "the page command is `medmis generate pages ...`" in capsys.readouterr().err
+    assert not (tmp_path / "other.jsonl").exists()
 
 
 # --- what the pages do to a reader that weighs passages by content --------------------------------

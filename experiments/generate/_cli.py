@@ -98,6 +98,9 @@ def run_generate(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
     if args.from_release and args.source:
         raise CliError("give SOURCE or --from-release, not both")
+    if args.source == "pages" and not Path("pages").exists():
+        raise CliError("no source named pages here; the page command is `medmis generate pages ...` "
+                       "(the word right after generate)")
     if args.source_format == "release" and args.source and not args.from_release:
         args.from_release, args.source = args.source, None
     try:
