@@ -137,6 +137,30 @@ def test_a_url_collision_is_settled_in_file_order(tmp_path: Path) -> None:
     assert len(load_pages(out)) == 3
 
 
+def test_an_options_display_letter_is_not_part_of_its_page(tmp_path: Path) -> None:
+    from medmis.experiments.generate._pages import answer_text
+
+    assert answer_text("B) Plasma cell", 1) == "Plasma cell" and answer_text("(C) Neutrophil", 2) == "Neutrophil"
+    assert answer_text("A. baumannii", 0) == "A. baumannii"  # a species, not a display letter
+    assert answer_text("B) Plasma cell", 0) == "B) Plasma cell"  # another option's letter: text
+    row = {"id": "h1", "subset": "MEDMISHLE", "question": "Which cell makes antibodies?", "answer": "2",
+           "opa": "A) T cell", "opb": "B) Plasma cell", "opc": "C) Neutrophil",
+           "injecta": "T cells secrete the antibodies.", "injectb": "Plasma cells secrete antibodies.",
+           "injectc": "Neutrophils secrete the antibodies.",
+           "injection_content": "Cue Remapping", "injection_provenance": "Neutral"}
+    release = tmp_path / "hle.jsonl"
+    release.write_text(json.dumps(row) + "\n", encoding="utf-8")
+    out = tmp_path / "p.jsonl"
+    assert pages("--from-release", str(release), "--generator", "mock/generator", "--out", str(out),
+                 "--styles", "forum") == 0
+    got = load_pages(out)
+    assert [(p.target, p.title) for p in got] == [
+        ("1", "Anyone else going with T cell in this situation?"),
+        ("3", "Anyone else going with Neutrophil in this situation?")]
+    assert "/t/t-cell/" in got[0].url or "/threads/t-cell." in got[0].url
+    assert all(") " not in p.text for p in got)
+
+
 # --- validation ----------------------------------------------------------------------------------
 
 

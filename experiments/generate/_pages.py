@@ -138,6 +138,15 @@ def page_address(item_key: str, target: str, option: str, style: str, seed: int)
     return pub, f"https://{pub.host}{path}"
 
 
+def answer_text(option: str, position: int) -> str:
+    """An option's text without the display letter some releases keep (HLE options extracted
+    as ``"B) Plasma cell"``): stripped only in the ``X)`` / ``(X)`` form and only when the letter
+    is the option's own (so ``"A. baumannii"`` stays)."""
+    letter = chr(ord("A") + position) if position < 26 else ""
+    found = re.match(rf"\(?{letter}\)\s+(\S.*)$", option.strip(), flags=re.I | re.S) if letter else None
+    return found.group(1) if found else option
+
+
 @dataclass(frozen=True)
 class PageJob:
     """One page to write: a Type 1 case (item, target) in one style, at its address."""
@@ -162,10 +171,11 @@ class PageJob:
 
     @property
     def option(self) -> str:
-        return self.item.options[self.target]
+        """The target option's text as a page would write it (:func:`answer_text`)."""
+        return answer_text(self.item.options[self.target], list(self.item.options).index(self.target))
 
     def prompt(self) -> str:
-        others = [v for k, v in self.item.options.items() if k != self.target]
+        others = [answer_text(v, i) for i, (k, v) in enumerate(self.item.options.items()) if k != self.target]
         return P.page_prompt(self.item.question, self.option, self.claim, others, self.style, self.site,
                              self.item.language)
 
@@ -282,7 +292,8 @@ def build_jobs(cfg: PagesConfig) -> list[PageJob]:
     for item in items:
         for target in type1_targets(item):
             for style in styles:
-                pub, url = page_address(item.key, target, item.options[target], style, cfg.seed)
+                option = answer_text(item.options[target], list(item.options).index(target))
+                pub, url = page_address(item.key, target, option, style, cfg.seed)
                 jobs.append(PageJob(item, target, style, pub.site, url))
     return jobs
 
