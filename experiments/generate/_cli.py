@@ -11,7 +11,7 @@ from medmis.experiments._errors import CliError
 
 FORMATS = ("auto", "medqa", "medmcqa", "medxpertqa", "medjourney", "hle", "release")
 PAGES_EPILOG = ("medmis generate pages --help: pages supporting each Type 1 case's false claim "
-                "(poisoned retrieval). A SOURCE named `pages` is read as ./pages.")
+                "(poisoned retrieval). Give a SOURCE named `pages` as ./pages.")
 
 
 def parse_pages(argv: Sequence[str]) -> argparse.Namespace | None:
