@@ -3,7 +3,9 @@ a reply valid under the requested schema and clearly marked as synthetic.
 
 It reads only what a schema-constrained provider is given: the requested ``structured_output``
 (its name, option keys and allowed content types) and, for option extraction, the text to
-extract from. It never sees a gold key; every sentence it writes says it is synthetic.
+extract from. It never sees a gold key; every injection sentence it writes says it is
+synthetic. A poisoned page (``medmis generate pages``) is written from the labelled lines of
+its request and carries its synthetic mark in its row, not its text (:mod:`._mock_pages`).
 Choices (viability, content type) are seeded by a hash of the prompt, so replies are
 deterministic and the cache key alone decides them.
 """
@@ -22,6 +24,7 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 
 from ._capabilities import STRUCTURED_OUTPUT_KWARG, check_structured_output
 from ._mock import message_text, with_usage
+from ._mock_pages import page_reply
 
 _HAN = re.compile(r"[\u4e00-\u9fff]")
 # "(A) text", "A) text", "A. text", "1. text" at a line start or after a space
@@ -76,6 +79,8 @@ class MockGenerator(BaseChatModel):
         zh = bool(_HAN.search(prompt))
         if name == "option_extraction":
             return {"options": extract_options(_source_text(prompt), prefixed=not zh)}
+        if name == "poisoned_page":  # medmis generate pages
+            return page_reply(prompt)
         props = schema.get("properties", {})
         viable = (roll % 1000) / 1000 >= self.reject_rate
         enum = [c for c in props.get("content_type", props.get("chosen_misinfo_type", {})).get("enum", [])

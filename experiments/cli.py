@@ -413,7 +413,9 @@ def _config_errors() -> tuple[type[BaseException], ...]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)
+    from medmis.experiments.generate._cli import parse_pages
+
+    args = parse_pages(argv) or build_parser().parse_args(argv)
     try:
         return _dispatch(args, argv)
     except _config_errors() as exc:

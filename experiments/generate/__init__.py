@@ -4,7 +4,8 @@ The benchmark's generation machinery (arXiv 2606.12291 §3.3, App. A.3, D.1-D.2;
 notebook ``InjectionGeneration.ipynb`` in AI-in-Health/MedMisBench): source readers, the
 two-stage pipeline (applicability filter, option-aligned generation) or the reference's merged
 call, seeded provenance sampling, rows in the released schema, and the sensitivity studies
-(generator swap, cyclic provenance reassignment, stratified subset, paired comparison).
+(generator swap, cyclic provenance reassignment, stratified subset, paired comparison); and
+poisoned pages for Type 1 cases (``medmis generate pages``, :func:`generate_pages`).
 """
 
 from medmis.tools._lazy import lazy_exports
@@ -18,6 +19,7 @@ _HOME = {
     "MERGED_VERSION": "_prompts",
     "MISINFO_TYPES": "_prompts",
     "Outcome": "_pipeline",
+    "PagesConfig": "_pages",
     "PROVENANCE_TYPES": "_prompts",
     "Pipeline": "_pipeline",
     "SOURCE_FORMATS": "_sources",
@@ -30,6 +32,7 @@ _HOME = {
     "detect_format": "_sources",
     "estimate": "_run",
     "generate": "_run",
+    "generate_pages": "_pages",
     "read_source": "_sources",
     "release_row": "_release",
     "sample_provenance": "_pipeline",
@@ -49,6 +52,7 @@ __all__ = [
     "GenerateConfig",
     "Job",
     "Outcome",
+    "PagesConfig",
     "Pipeline",
     "SourceItem",
     "build_jobs",
@@ -58,6 +62,7 @@ __all__ = [
     "detect_format",
     "estimate",
     "generate",
+    "generate_pages",
     "read_source",
     "release_row",
     "sample_provenance",

@@ -10,12 +10,28 @@ from pathlib import Path
 from medmis.experiments._errors import CliError
 
 FORMATS = ("auto", "medqa", "medmcqa", "medxpertqa", "medjourney", "hle", "release")
+PAGES_EPILOG = ("medmis generate pages --help: pages supporting each Type 1 case's false claim "
+                "(poisoned retrieval). Give a SOURCE named `pages` as ./pages.")
+
+
+def parse_pages(argv: Sequence[str]) -> argparse.Namespace | None:
+    """``medmis generate pages ...`` parsed by its own parser, or None for any other command
+    line (``generate`` takes an optional SOURCE, so ``pages`` cannot be an argparse sub-command
+    of it; the word is read as the sub-command only right after ``generate``)."""
+    if list(argv[:2]) != ["generate", "pages"]:
+        return None
+    from ._pages_cli import parse_pages_args
+
+    return parse_pages_args(argv[2:])
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Add ``generate`` and ``compare`` to the ``medmis`` sub-command parser."""
-    g = sub.add_parser("generate", help="generate option-aligned injections (MedMisBench's pipeline)")
-    g.add_argument("source", nargs="?", default=None, help="source question bank (file or folder)")
+    g = sub.add_parser("generate", help="generate option-aligned injections (MedMisBench's pipeline); "
+                       "`generate pages`: poisoned pages for Type 1 cases",
+                       epilog=PAGES_EPILOG)
+    g.add_argument("source", nargs="?", default=None,
+                   help="source question bank (file or folder; one named `pages`: write ./pages)")
     g.add_argument("--generator", required=True, metavar="SPEC",
                    help="generator model: google/<id>, openai/<id>, mock/generator")
     g.add_argument("--out", required=True, metavar="FILE.jsonl", help="released-schema rows (resumable)")
@@ -73,11 +89,18 @@ def generation_temperature(decoding: str, given: float | None) -> float:
 
 
 def run_generate(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    """Handle ``medmis generate``."""
+    """Handle ``medmis generate`` (and ``medmis generate pages``, parsed by :func:`parse_pages`)."""
+    if getattr(args, "generate_command", None) == "pages":
+        from ._pages_cli import run_pages
+
+        return run_pages(args, argv)
     from ._run import GenerateConfig, build_jobs, estimate, generate
 
     if args.from_release and args.source:
         raise CliError("give SOURCE or --from-release, not both")
+    if args.source == "pages" and not Path("pages").exists():
+        raise CliError("no source named pages here; the page command is `medmis generate pages ...` "
+                       "(the word right after generate)")
     if args.source_format == "release" and args.source and not args.from_release:
         args.from_release, args.source = args.source, None
     try:

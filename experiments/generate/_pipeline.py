@@ -79,6 +79,17 @@ class Outcome:
         return out
 
 
+async def structured_call(
+    model: BaseChatModel, prompt: str, schema: StructuredOutput, retry: RetryPolicy
+) -> tuple[str, int, int]:
+    """One generator call under a JSON schema: (reply text, input tokens, output tokens)."""
+    bound = model.bind(structured_output=schema)
+    message = await retry_async(lambda: bound.ainvoke([HumanMessage(prompt)]), retry)
+    text = message_text(message) if isinstance(message, AIMessage) else str(message)
+    usage = getattr(message, "usage_metadata", None) or {}
+    return text, int(usage.get("input_tokens", 0)), int(usage.get("output_tokens", 0))
+
+
 class _Rejected(Exception):
     def __init__(self, status: Status, reason: str) -> None:
         super().__init__(reason)
@@ -103,12 +114,9 @@ class Pipeline:
         self.retry = retry or RetryPolicy()
 
     async def _call(self, out: Outcome, step: str, model: BaseChatModel, prompt: str, schema: StructuredOutput) -> str:
-        bound = model.bind(structured_output=schema)
-        message = await retry_async(lambda: bound.ainvoke([HumanMessage(prompt)]), self.retry)
-        text = message_text(message) if isinstance(message, AIMessage) else str(message)
-        usage = getattr(message, "usage_metadata", None) or {}
-        out.input_tokens += int(usage.get("input_tokens", 0))
-        out.output_tokens += int(usage.get("output_tokens", 0))
+        text, tokens_in, tokens_out = await structured_call(model, prompt, schema, self.retry)
+        out.input_tokens += tokens_in
+        out.output_tokens += tokens_out
         out.calls += 1
         out.replies.append({"step": step, "schema": schema["name"], "text": text})
         return text

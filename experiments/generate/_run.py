@@ -16,19 +16,51 @@ import os
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from medmis.experiments._errors import CliError
 from medmis.experiments.harness._io import repair_torn_tail
 from medmis.tools._redact import redact_json, redact_obj, scrub_url
 
 from . import _prompts as P
-from ._pipeline import FINAL_STATUSES, Job, Outcome, Pipeline, Stages, sample_provenance
+from ._pipeline import FINAL_STATUSES, Job, Pipeline, Stages, sample_provenance
 from ._release import Cycle, release_jobs_input, stratified_sample
 from ._sources import detect_format, read_source
 
 EXIT_OK, EXIT_ERRORS, EXIT_STOPPED = 0, 1, 3
 CacheMode = Literal["live", "record", "replay", "refresh"]
+
+
+class Writer(Protocol):
+    """What the shared steps below read of a generation's settings (:class:`GenerateConfig`,
+    and ``medmis generate pages``' config)."""
+
+    out: Path
+    generator: str
+    base_url: str | None
+    max_connections: int
+    budget_usd: float | None
+    price: tuple[float, float] | None
+
+    def side(self, suffix: str) -> Path: ...
+
+
+class Result(Protocol):
+    """One job's outcome as the job loop records it."""
+
+    @property
+    def status(self) -> str: ...
+    @property
+    def row(self) -> dict[str, Any] | None: ...
+    @property
+    def input_tokens(self) -> int: ...
+    @property
+    def output_tokens(self) -> int: ...
+    def sidecar(self) -> dict[str, Any]: ...
+
+
+class Runner(Protocol):
+    async def run(self, job: Any) -> Result: ...
 
 
 @dataclass
@@ -123,7 +155,7 @@ def fingerprint(cfg: GenerateConfig, mode: str) -> dict[str, Any]:
     }
 
 
-def _endpoint(cfg: GenerateConfig) -> str | None:
+def _endpoint(cfg: Writer) -> str | None:
     """The server the generator talks to: ``--base-url`` or its provider's environment
     variable (``OPENAI_BASE_URL`` …), credentials stripped."""
     from medmis.agents._registry import ModelOptions, effective_base_url
@@ -213,7 +245,7 @@ def _append(path: Path, obj: dict[str, Any]) -> None:
         os.fsync(fh.fileno())
 
 
-def _check_resume(cfg: GenerateConfig, fp: dict[str, Any]) -> dict[str, Any] | None:
+def _check_resume(cfg: Writer, fp: dict[str, Any]) -> dict[str, Any] | None:
     path = cfg.side(".manifest.json")
     if not path.exists():
         if cfg.out.exists() and cfg.out.stat().st_size:
@@ -229,28 +261,29 @@ def _check_resume(cfg: GenerateConfig, fp: dict[str, Any]) -> dict[str, Any] | N
     return previous
 
 
-def _models(cfg: GenerateConfig, store: Any) -> tuple[Any, Any]:
+def _model(cfg: Writer, temperature: float, store: Any) -> Any:
+    """The generator at ``temperature``, behind the record/replay store when there is one."""
     from medmis.agents import ModelOptions, load_model
 
-    models = []
-    for temperature in (cfg.temperature, 0.0):
-        opts = ModelOptions(temperature=temperature, base_url=cfg.base_url, seed=None)
-        chat = load_model(cfg.generator, opts)
-        if store is not None:
-            from medmis.tools._store import attach_cache
+    chat = load_model(cfg.generator, ModelOptions(temperature=temperature, base_url=cfg.base_url, seed=None))
+    if store is not None:
+        from medmis.tools._store import attach_cache
 
-            chat = attach_cache(chat, store)
-        models.append(chat)
-    return models[0], models[1]
+        chat = attach_cache(chat, store)
+    return chat
 
 
-async def _run_jobs(cfg: GenerateConfig, pipeline: Pipeline, todo: list[Job], spent: list[float]) -> tuple[int, bool]:
+def _models(cfg: GenerateConfig, store: Any) -> tuple[Any, Any]:
+    return _model(cfg, cfg.temperature, store), _model(cfg, 0.0, store)
+
+
+async def _run_jobs(cfg: Writer, pipeline: Runner, todo: list[Any], spent: list[float]) -> tuple[int, bool]:
     """Run jobs with at most ``max_connections`` in flight; stop scheduling at the budget."""
     sem = asyncio.Semaphore(max(1, cfg.max_connections))
     stopped = False
     errors = 0
 
-    async def one(job: Job) -> None:
+    async def one(job: Any) -> None:
         nonlocal stopped, errors
         async with sem:
             if cfg.budget_usd is not None and spent[0] >= cfg.budget_usd:
@@ -270,7 +303,7 @@ async def _run_jobs(cfg: GenerateConfig, pipeline: Pipeline, todo: list[Job], sp
     return errors, stopped
 
 
-def _record(cfg: GenerateConfig, outcome: Outcome) -> None:
+def _record(cfg: Writer, outcome: Result) -> None:
     # the row first: a crash between the two writes re-generates the item rather than losing it
     if outcome.row is not None:
         _append(cfg.out, outcome.row)

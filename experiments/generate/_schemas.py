@@ -151,3 +151,26 @@ def check_injections(injections: dict[str, str] | str, keys: Sequence[str]) -> d
     if missing or extra:
         raise ReplyError(f"injections keys do not match options (missing {missing}, extra {extra})")
     return {k: " ".join(str(injections[k]).split()) for k in keys}
+
+
+class PageReply(BaseModel):
+    """One poisoned page (``medmis generate pages``): its headline and body."""
+
+    model_config = ConfigDict(extra="ignore")
+    title: str
+    text: str
+
+    @field_validator("title", "text")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("is blank")
+        return value.strip()
+
+
+def page_schema() -> StructuredOutput:
+    return {
+        "name": "poisoned_page",
+        "strict": True,
+        "schema": _strict_object({"title": {"type": "string"}, "text": {"type": "string"}}),
+    }
