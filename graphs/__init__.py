@@ -8,7 +8,12 @@ the context, which traces, counts, caches and retries them.
 """
 
 from ._citations import cited_urls_in, verify_citations
-from ._claim_verify import ClaimVerifyOptions, build_claim_verify_graph, claim_verify_solver
+from ._claim_verify import (
+    ClaimVerifyOptions,
+    build_claim_verify_graph,
+    claim_verify_prompts,
+    claim_verify_solver,
+)
 from ._common import GraphDeps, deps, parse_json_object, run_config, sentences_supporting
 from ._escalate import build_escalate_graph, escalate_solver
 from ._isolate_vote import (
@@ -16,14 +21,21 @@ from ._isolate_vote import (
     VoteResult,
     build_isolate_vote_graph,
     decide_vote,
+    isolate_vote_prompts,
     isolate_vote_solver,
 )
 from ._prior_reconcile import (
     PriorReconcileOptions,
     build_prior_reconcile_graph,
+    prior_reconcile_prompts,
     prior_reconcile_solver,
 )
-from ._search_agent import SearchAgentOptions, build_search_agent_graph, search_agent_solver
+from ._search_agent import (
+    SearchAgentOptions,
+    build_search_agent_graph,
+    search_agent_prompts,
+    search_agent_solver,
+)
 
 __all__ = [
     "ClaimVerifyOptions",
@@ -38,14 +50,18 @@ __all__ = [
     "build_prior_reconcile_graph",
     "build_search_agent_graph",
     "cited_urls_in",
+    "claim_verify_prompts",
     "claim_verify_solver",
     "decide_vote",
     "deps",
     "escalate_solver",
+    "isolate_vote_prompts",
     "isolate_vote_solver",
     "parse_json_object",
+    "prior_reconcile_prompts",
     "prior_reconcile_solver",
     "run_config",
+    "search_agent_prompts",
     "search_agent_solver",
     "sentences_supporting",
     "verify_citations",
