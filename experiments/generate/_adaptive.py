@@ -125,18 +125,21 @@ class AdaptiveJob(Job):
 
     release: Item | None = None
     defense: Defense = field(default_factory=lambda: Defense((), ()))
+    stored: Mapping[str, Any] | None = None  # the release row as stored (see release_rows)
 
     def claims(self) -> dict[str, str]:
         assert self.release is not None
         return {k: s for k, s in self.release.contexts.items() if k != self.release.gold}
 
 
-def adaptive_jobs(items: Sequence[Item], defense: Defense) -> list[Job]:
-    """One job per release item, content and provenance held at the item's own.
+def adaptive_jobs(items: Sequence[Item], defense: Defense, release: Path | None = None) -> list[Job]:
+    """One job per release item, content and provenance held at the item's own (and its
+    stored row, read from ``release``).
 
     Raises:
         CliError: An item has no content/provenance label.
     """
+    stored = release_rows(release) if release is not None else {}
     jobs: list[Job] = []
     for item in items:
         if item.content_type is None or item.provenance is None:
@@ -144,7 +147,8 @@ def adaptive_jobs(items: Sequence[Item], defense: Defense) -> list[Job]:
         source = SourceItem(item.id, item.subset, item.question, dict(item.options), item.gold,
                             language=item.language)
         jobs.append(AdaptiveJob(source, REFERENCE_PROVENANCE[item.provenance],
-                                REFERENCE_CONTENT[item.content_type], release=item, defense=defense))
+                                REFERENCE_CONTENT[item.content_type], release=item, defense=defense,
+                                stored=stored.get((item.subset, item.id))))
     return jobs
 
 
@@ -186,21 +190,63 @@ def adaptive_schema(keys: Sequence[str]) -> StructuredOutput:
 
 
 _LETTERS = "abcdefghijklmnopqrstuvwxyz"
+_SCALARS = (str, int, float, bool, type(None))
 
 
-def adaptive_row(item: Item, passages: Mapping[str, str], defense: Defense) -> dict[str, Any]:
-    """The release row with only the false sentences replaced (column order as released)."""
-    row: dict[str, Any] = {"id": item.id, "subset": item.subset,
-                           "question": item.released_question or item.question, "answer": item.gold}
-    keys = list(item.options)
-    for letter, key in zip(_LETTERS, keys, strict=False):
-        row[f"op{letter}"] = item.options[key]
-    for letter, key in zip(_LETTERS, keys, strict=False):
-        sentence = item.contexts.get(key) if key == item.gold else passages.get(key)
-        if sentence is not None:
-            row[f"inject{letter}"] = sentence
-    row["injection_content"] = item.content_type
-    row["injection_provenance"] = item.provenance
+def _column(key: str) -> str:
+    """The released ``inject`` column of an option key (``B`` -> ``injectb``, ``2`` -> ``injectb``)."""
+    return f"inject{_LETTERS[int(key) - 1] if key.isdigit() else key.lower()}"
+
+
+def _id_text(value: Any) -> str | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, float):
+        return str(int(value)) if value.is_integer() else repr(value)
+    return str(value).strip() or None
+
+
+def release_rows(path: Path) -> dict[tuple[str, str], dict[str, Any]]:
+    """The release's rows as stored, by (subset, id): an adaptive row is the stored row with
+    its false sentences replaced, so every other cell keeps its released spelling. Rows
+    without an id of their own, or with cells that are not plain JSON values, are left out
+    (their rows are rebuilt from the loaded item)."""
+    from medmis.experiments.benchmark._labels import canonical_subset, subset_from_path
+    from medmis.experiments.benchmark._readers import files_in, read_file
+
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    for f in files_in(path) if path.is_dir() else [path]:
+        for _, row in read_file(f)[0]:
+            if not isinstance(row, Mapping) or not all(isinstance(v, _SCALARS) for v in row.values()):
+                continue
+            row_id, named = _id_text(row.get("id")), _id_text(row.get("subset"))
+            try:
+                subset = canonical_subset(named) if named else subset_from_path(f)
+            except ValueError:
+                continue
+            if row_id is not None and subset is not None:
+                out.setdefault((subset, row_id), {str(k): v for k, v in row.items()})
+    return out
+
+
+def adaptive_row(item: Item, passages: Mapping[str, str], defense: Defense,
+                 stored: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The release row with only the false sentences replaced: the stored row when there is
+    one (cells as released), else one rebuilt from the item; then the attack columns."""
+    if stored is not None:
+        row = {k: v for k, v in stored.items() if k not in (ATTACK_COLUMN, AGAINST_COLUMN)}
+    else:
+        row = {"id": item.id, "subset": item.subset,
+               "question": item.released_question or item.question, "answer": item.gold}
+        keys = list(item.options)
+        for letter, key in zip(_LETTERS, keys, strict=False):
+            row[f"op{letter}"] = item.options[key]
+        if item.gold in item.contexts:
+            row[_column(item.gold)] = item.contexts[item.gold]
+        row["injection_content"] = item.content_type
+        row["injection_provenance"] = item.provenance
+    for key, passage in passages.items():
+        row[_column(key)] = passage
     row[ATTACK_COLUMN] = "adaptive"
     row[AGAINST_COLUMN] = defense.label()
     return row
@@ -217,7 +263,7 @@ class AdaptivePipeline(Pipeline):
         try:
             text = await self._call(out, "adaptive", self.model, adaptive_prompt(job), adaptive_schema(list(claims)))
             passages = check_injections(parse_reply(text, GenerationReply).injections, list(claims))
-            out.row = adaptive_row(item, passages, job.defense)
+            out.row = adaptive_row(item, passages, job.defense, job.stored)
             out.status = "generated"
         except ReplyError as exc:
             out.status, out.reason = "malformed", str(exc)

@@ -93,7 +93,7 @@ def build_jobs(cfg: GenerateConfig) -> tuple[list[Job], str]:
             from ._adaptive import adaptive_jobs, resolve_defense
 
             defense = resolve_defense(cfg.against)
-            jobs = adaptive_jobs(items, defense)
+            jobs = adaptive_jobs(items, defense, cfg.from_release)
             return (jobs[: cfg.limit] if cfg.limit is not None else jobs), f"adaptive-against-{defense.label()}"
         jobs = []
         for item in items:
