@@ -152,7 +152,8 @@ def to_csv(rows: list[CompareRow], *, simulated: bool = False, labels: tuple[str
     return buf.getvalue()
 
 
-def plot(rows: list[CompareRow], path: Path, *, simulated: bool = False) -> Path:
+def plot(rows: list[CompareRow], path: Path, *, simulated: bool = False,
+         labels: tuple[str, str, str] | None = None) -> Path:
     """A forest plot of Δ (points) with its interval, one line per model/defender/metric."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -167,7 +168,8 @@ def plot(rows: list[CompareRow], path: Path, *, simulated: bool = False) -> Path
         ax.plot([100 * r.diff], [y], "o", color="#c0392b")
     ax.axvline(0, color="grey", lw=0.8)
     ax.set_yticks(ys, labels, fontsize=7)
-    ax.set_xlabel("Δ B - A (points, 95% CI clustered on items)")
+    la, lb = labels[:2] if labels else ("A", "B")
+    ax.set_xlabel(f"Δ {lb} - {la} (points, 95% CI clustered on items)")
     fig.tight_layout()
     if simulated:
         mark_simulated(fig)
@@ -197,5 +199,5 @@ def compare_command(run_a: str, run_b: str, out: str | None = None, seed: int = 
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "compare.md").write_text(text, encoding="utf-8")
         (folder / "compare.csv").write_text(to_csv(rows, simulated=simulated, labels=labels), encoding="utf-8")
-        plot(rows, folder / "compare.png", simulated=simulated)
+        plot(rows, folder / "compare.png", simulated=simulated, labels=labels)
     return 0
