@@ -153,7 +153,7 @@ def to_csv(rows: list[CompareRow], *, simulated: bool = False, labels: tuple[str
 
 
 def plot(rows: list[CompareRow], path: Path, *, simulated: bool = False,
-         labels: tuple[str, str, str] | None = None) -> Path:
+         columns: tuple[str, str, str] | None = None) -> Path:
     """A forest plot of Δ (points) with its interval, one line per model/defender/metric."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -168,7 +168,7 @@ def plot(rows: list[CompareRow], path: Path, *, simulated: bool = False,
         ax.plot([100 * r.diff], [y], "o", color="#c0392b")
     ax.axvline(0, color="grey", lw=0.8)
     ax.set_yticks(ys, labels, fontsize=7)
-    la, lb = labels[:2] if labels else ("A", "B")
+    la, lb = columns[:2] if columns else ("A", "B")
     ax.set_xlabel(f"Δ {lb} - {la} (points, 95% CI clustered on items)")
     fig.tight_layout()
     if simulated:
@@ -199,5 +199,5 @@ def compare_command(run_a: str, run_b: str, out: str | None = None, seed: int = 
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "compare.md").write_text(text, encoding="utf-8")
         (folder / "compare.csv").write_text(to_csv(rows, simulated=simulated, labels=labels), encoding="utf-8")
-        plot(rows, folder / "compare.png", simulated=simulated, labels=labels)
+        plot(rows, folder / "compare.png", simulated=simulated, columns=labels)
     return 0
