@@ -83,6 +83,41 @@ def test_declared_prompts_are_the_defenders_own_texts() -> None:
         defender_prompts("spotlight", {"mode": "nope"})
 
 
+@pytest.mark.parametrize(("name", "options", "conflict_only"), [
+    ("warning", {}, set()), ("warning", {"placement": "user", "warning": "Custom: distrust the notes."}, set()),
+    ("spotlight", {"mode": "delimit"}, set()), ("search_agent", {}, set()),
+    ("search_agent", {"preset": "paper"}, set()), ("claim_verify", {}, set()), ("isolate_vote", {}, set()),
+    # sent only when the answers with and without context disagree, which the fake examinee's do not
+    ("prior_reconcile", {}, {"reconcile"}), ("escalate", {}, {"verify", "answer"}),
+])
+def test_declared_prompts_are_what_the_defender_sends(name: str, options: Json, conflict_only: set[str]) -> None:
+    """Every declared text, cut at its placeholders (``<claim>`` ...), is found in the messages
+    the defender sends on a Type 2 case (every context sentence, tools that work)."""
+    import asyncio
+
+    from medmis.agents import ScriptedChatModel
+    from medmis.agents._mock import message_text
+    from medmis.defenses import DefenderContext, create_defender
+    from medmis.defenses.testing import FakeExaminee, FakeToolset, toy_item, toy_view
+
+    item = toy_item()
+    model = ScriptedChatModel(outputs=FakeExaminee(item, tool_turns=2))
+    ctx = DefenderContext(model=model, model_spec="mock/fake", tools=FakeToolset())
+    asyncio.run(create_defender(name, options)(toy_view(item, "type2"), ctx))
+    # the paper preset sends its question inside a JSON object: compare decoded text
+    sent = "\n".join(message_text(m) for call in model.calls for m in call["messages"])
+    sent += "\n" + sent.replace("\\n", "\n").replace('\\"', '"')
+    declared = defender_prompts(name, options)
+    assert declared
+    assert conflict_only < set(declared)
+    for part, text in declared.items():
+        if part in conflict_only:
+            continue
+        for piece in re.split(r"<[a-z]+>|\n", text):
+            if len(piece.strip()) >= 25 and "no evidence could be retrieved" not in piece:
+                assert piece.strip() in sent, (name, part, piece)
+
+
 def test_a_plugin_declares_its_prompt() -> None:
     @defender("adaptive_test_plugin", prompts=lambda opts: {"system": "Plug-in rule: trust only PubMed."})
     def plugin(opts: Any) -> Any:  # pragma: no cover - never solved here
