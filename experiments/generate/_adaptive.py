@@ -83,6 +83,7 @@ class Defense:
 
     against: tuple[str, ...]
     parts: tuple[tuple[str, str, str], ...]  # (defender, part, text)
+    options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # as given, per defender
 
     def block(self) -> str:
         return "\n\n".join(f"[{name}: {part}]\n{DEFENSE_OPEN}\n{text}\n{DEFENSE_CLOSE}"
@@ -95,28 +96,33 @@ class Defense:
         return ",".join(self.against)
 
 
-def resolve_defense(against: Sequence[str]) -> Defense:
-    """The texts the named defenders (default options) show their model.
+def resolve_defense(against: Sequence[str], options: Mapping[str, Mapping[str, Any]] | None = None) -> Defense:
+    """The texts the named defenders, with ``options`` (``--defender-option NAME.KEY=VALUE``;
+    defaults otherwise), show their model.
 
     Raises:
-        CliError: A name is unknown, or a defender declares no instruction text.
+        CliError: A name is unknown, its options are invalid, options name a defender not in
+            ``against``, or a defender declares no instruction text.
     """
     from medmis.defenses import DefenderConfigError, defender_prompts
 
     names = tuple(dict.fromkeys(n.strip() for n in against if n.strip()))
     if not names:
         raise CliError("--attack adaptive needs --against DEFENDER[,DEFENDER]")
+    options = dict(options or {})
+    if stray := sorted(set(options) - set(names)):
+        raise CliError(f"--defender-option names defender(s) not in --against: {', '.join(stray)}")
     parts: list[tuple[str, str, str]] = []
     for name in names:
         try:
-            shown = defender_prompts(name)
+            shown = defender_prompts(name, dict(options.get(name, {})))
         except DefenderConfigError as exc:
             raise CliError(f"--against: {exc}") from None
         if not shown:
             raise CliError(f"--against {name}: this defender shows its model no instruction text to "
                            "write against (it declares none with @defender(prompts=...))")
         parts += [(name, part, text) for part, text in shown.items()]
-    return Defense(names, tuple(parts))
+    return Defense(names, tuple(parts), {n: dict(o) for n, o in sorted(options.items())})
 
 
 @dataclass(frozen=True)
@@ -275,6 +281,7 @@ class AdaptivePipeline(Pipeline):
 def fingerprint_fields(defense: Defense) -> dict[str, Any]:
     """What joins the generation fingerprint: the defenders and the exact texts shown."""
     return {"attack": {"kind": "adaptive", "against": list(defense.against),
+                       "options": {n: dict(o) for n, o in defense.options.items()},
                        "shown_sha256": defense.sha256()}}
 
 
@@ -345,7 +352,8 @@ def unfixed_units(a: Sequence[Any], b: Sequence[Any]) -> list[str]:
     return sorted("/".join(str(p) for p in k[2:]) for k in ia.keys() & ib.keys() if ia[k] != ib[k])
 
 
-def check_attack(attack: str, against: Sequence[str], provenance_cycle: str | None) -> None:
+def check_attack(attack: str, against: Sequence[str], provenance_cycle: str | None,
+                 options: Mapping[str, Any] | None = None) -> None:
     """Refuse combinations that break the pairing, in one line each (exit 2).
 
     Raises:
@@ -355,8 +363,8 @@ def check_attack(attack: str, against: Sequence[str], provenance_cycle: str | No
     if attack not in ATTACKS:
         raise CliError(f"--attack must be one of {', '.join(ATTACKS)}, got {attack!r}")
     if attack == "static":
-        if against:
-            raise CliError("--against works with --attack adaptive")
+        if against or options:
+            raise CliError(f"{'--against' if against else '--defender-option'} works with --attack adaptive")
         return
     if not against:
         raise CliError("--attack adaptive needs --against DEFENDER[,DEFENDER]")

@@ -7,7 +7,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from medmis.experiments._cli_flags import add_plugin_flag
+from medmis.experiments._cli_flags import add_plugin_flag, parse_kv
 from medmis.experiments._errors import CliError
 
 FORMATS = ("auto", "medqa", "medmcqa", "medxpertqa", "medjourney", "hle", "release")
@@ -52,6 +52,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
                         "rewrite the false sentences against the --against defenders' own instructions")
     g.add_argument("--against", default=None, metavar="DEFENDER[,DEFENDER]",
                    help="with --attack adaptive: the defenders whose prompt texts the attacker reads")
+    g.add_argument("--defender-option", action="append", default=[], metavar="NAME.KEY=VALUE",
+                   help="with --against: an option of that defender, as on `medmis run` (e.g. warning.warning=...)")
     add_plugin_flag(g)
 
     c = sub.add_parser("compare", help="paired sensitivity table between two runs on two item versions")
@@ -99,6 +101,7 @@ def run_generate(args: argparse.Namespace, argv: Sequence[str]) -> int:
             budget_usd=args.budget_usd, price=_price(args.price), base_url=args.model_base_url,
             decoding=args.decoding, temperature=generation_temperature(args.decoding, args.temperature),
             argv=["medmis", *argv], attack=args.attack, against=against,
+            against_options=parse_kv(args.defender_option, "--defender-option"),
         )
         if args.dry_run:
             jobs, mode = build_jobs(cfg)

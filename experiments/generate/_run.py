@@ -60,6 +60,7 @@ class GenerateConfig:
     attack: Literal["static", "adaptive"] = "static"
     against: tuple[str, ...] = ()
     """``adaptive``: rewrite a release's false sentences knowing these defenders (``_adaptive``)."""
+    against_options: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def side(self, suffix: str) -> Path:
         return self.out.with_name(self.out.name.removesuffix(".jsonl") + suffix)
@@ -76,10 +77,10 @@ def _hash_path(path: Path) -> str:
 
 def build_jobs(cfg: GenerateConfig) -> tuple[list[Job], str]:
     """The jobs in source order, and the mode name recorded in the manifest."""
-    if cfg.attack != "static" or cfg.against:
+    if cfg.attack != "static" or cfg.against or cfg.against_options:
         from ._adaptive import check_attack
 
-        check_attack(cfg.attack, cfg.against, cfg.provenance_cycle)
+        check_attack(cfg.attack, cfg.against, cfg.provenance_cycle, cfg.against_options)
     if cfg.from_release is not None:
         from medmis.experiments.benchmark import load_dataset
 
@@ -92,7 +93,7 @@ def build_jobs(cfg: GenerateConfig) -> tuple[list[Job], str]:
         if cfg.attack == "adaptive":
             from ._adaptive import adaptive_jobs, resolve_defense
 
-            defense = resolve_defense(cfg.against)
+            defense = resolve_defense(cfg.against, cfg.against_options)
             jobs = adaptive_jobs(items, defense, cfg.from_release)
             return (jobs[: cfg.limit] if cfg.limit is not None else jobs), f"adaptive-against-{defense.label()}"
         jobs = []
@@ -128,7 +129,7 @@ def fingerprint(cfg: GenerateConfig, mode: str) -> dict[str, Any]:
         from ._adaptive import ADAPTIVE_VERSION, fingerprint_fields, resolve_defense
 
         versions = [ADAPTIVE_VERSION]
-        extra = fingerprint_fields(resolve_defense(cfg.against))
+        extra = fingerprint_fields(resolve_defense(cfg.against, cfg.against_options))
     return {
         "mode": mode,
         "data_sha256": _hash_path(data) if data else None,
