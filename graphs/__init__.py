@@ -8,12 +8,7 @@ the context, which traces, counts, caches and retries them.
 """
 
 from ._citations import cited_urls_in, verify_citations
-from ._claim_verify import (
-    ClaimVerifyOptions,
-    build_claim_verify_graph,
-    claim_verify_prompts,
-    claim_verify_solver,
-)
+from ._claim_verify import ClaimVerifyOptions, build_claim_verify_graph, claim_verify_solver
 from ._common import GraphDeps, deps, parse_json_object, run_config, sentences_supporting
 from ._escalate import build_escalate_graph, escalate_solver
 from ._isolate_vote import (
@@ -21,20 +16,19 @@ from ._isolate_vote import (
     VoteResult,
     build_isolate_vote_graph,
     decide_vote,
-    isolate_vote_prompts,
     isolate_vote_solver,
 )
 from ._prior_reconcile import (
     PriorReconcileOptions,
     build_prior_reconcile_graph,
-    prior_reconcile_prompts,
     prior_reconcile_solver,
 )
-from ._search_agent import (
-    SearchAgentOptions,
-    build_search_agent_graph,
+from ._search_agent import SearchAgentOptions, build_search_agent_graph, search_agent_solver
+from ._shown import (
+    claim_verify_prompts,
+    isolate_vote_prompts,
+    prior_reconcile_prompts,
     search_agent_prompts,
-    search_agent_solver,
 )
 
 __all__ = [

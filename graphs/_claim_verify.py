@@ -436,16 +436,3 @@ def claim_verify_solver(opts: ClaimVerifyOptions) -> SolveFn:
 
     graph = build_claim_verify_graph(opts)
     return graph_solver(graph, recursion_limit=RECURSION_LIMIT, finish=finish)
-
-
-def claim_verify_prompts(opts: ClaimVerifyOptions) -> dict[str, str]:
-    """What ``claim_verify`` shows its models, rendered from the prompts it sends with
-    placeholders for the case (``<question>``, ``<statement>``, ``<claim>``): the split step
-    (``split="model"``), the per-claim verdict, and the answer prompt's preface."""
-    placeholder = CaseView("<question>", {"A": "<option>"}, ("<statement>",))
-    out: dict[str, str] = {}
-    if opts.split == "model":
-        out["split"] = "\n\n".join(message_text(m) for m in _split_prompt(placeholder, [0]))
-    out["verify"] = "\n\n".join(message_text(m) for m in _verify_prompt("<claim>", [], []))
-    out["answer"] = ANNOTATION_PREFACE
-    return out

@@ -226,8 +226,3 @@ def isolate_vote_solver(opts: IsolateVoteOptions) -> SolveFn:
 
     graph = build_isolate_vote_graph(opts)
     return graph_solver(graph, recursion_limit=RECURSION_LIMIT, finish=finish)
-
-
-def isolate_vote_prompts(opts: IsolateVoteOptions) -> dict[str, str]:
-    """What ``isolate_vote`` shows its model with each isolated context sentence."""
-    return {"isolated": ISOLATED_PREFACE}

@@ -149,10 +149,3 @@ def prior_reconcile_solver(opts: PriorReconcileOptions) -> SolveFn:
 
     graph = build_prior_reconcile_graph(opts)
     return graph_solver(graph, recursion_limit=RECURSION_LIMIT, finish=finish)
-
-
-def prior_reconcile_prompts(opts: PriorReconcileOptions) -> dict[str, str]:
-    """What ``prior_reconcile`` shows its model: the preface of the contextual answer and the
-    reconciliation prompt (earlier answers left as placeholders)."""
-    return {"contextual": UNVERIFIED_PREFACE,
-            "reconcile": _reconcile_preface({"prior": "<answer>", "contextual": "<answer>"}, opts.max_reasoning_chars)}

@@ -420,20 +420,3 @@ def search_agent_solver(opts: SearchAgentOptions) -> SolveFn:
     # plan + (agent, tools) per round + forced answer + verify + slack
     limit = 2 * opts.max_iterations + 7
     return graph_solver(graph, recursion_limit=limit, finish=finish)
-
-
-def search_agent_prompts(opts: SearchAgentOptions) -> dict[str, str]:
-    """What ``search_agent`` shows its model on a case with context: the agent's system
-    prompt, the planner's, and (toolkit preset, ``warn``) the preface before the context."""
-    if opts.preset == "paper":
-        out = {"system": paper.SYSTEM_PROMPT + (f"\n\n{WARNING}" if opts.warn else ""),
-               "question": paper.WITH_CONTEXT_HEAD.strip()}
-        if opts.plan:
-            out["plan"] = paper.PLANNER_SYSTEM_PROMPT
-        return out
-    out = {"system": AGENT_SYSTEM if opts.warn else AGENT_SYSTEM_UNWARNED}
-    if opts.plan:
-        out["plan"] = PLAN_SYSTEM
-    if opts.warn:
-        out["preface"] = UNVERIFIED_PREFACE
-    return out

@@ -221,6 +221,8 @@ def release_rows(path: Path) -> dict[tuple[str, str], dict[str, Any]]:
     from medmis.experiments.benchmark._readers import files_in, read_file
 
     out: dict[tuple[str, str], dict[str, Any]] = {}
+    if not path.exists():  # not a local file (a hub dataset): rows are rebuilt from the items
+        return out
     for f in files_in(path) if path.is_dir() else [path]:
         for _, row in read_file(f)[0]:
             if not isinstance(row, Mapping) or not all(isinstance(v, _SCALARS) for v in row.values()):

@@ -7,7 +7,9 @@ Type 2 ASR the items clean-correct in both. The definitions are the metrics' own
 (:mod:`medmis.experiments.analysis._units`): an unparsed answer under attack is incorrect, so it
 counts as a flip, as in ``metrics.json``. Differences are B - A with intervals clustered on
 items (:func:`~medmis.experiments.analysis._cluster.clustered_paired_diff`) and an item-level
-sign-flip test.
+sign-flip test. When either run's data was written by an adaptive attacker
+(``medmis generate --attack adaptive``), A and B are labelled ``static`` and ``adaptive`` and
+paired units must agree on gold, content type and provenance (``_adaptive``).
 """
 
 from __future__ import annotations
