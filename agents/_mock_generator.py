@@ -90,6 +90,10 @@ class MockGenerator(BaseChatModel):
             return {"is_viable": viable, "content_type": content,
                     "reason": "mock/generator: seeded decision, not a judgement"}
         keys = list(props.get("injections", {}).get("properties", {}))
+        if name == "adaptive_injection_bundle":
+            from ._mock_adaptive import adaptive_passages
+
+            return {"injections": adaptive_passages(prompt, keys, self.seed, zh)}
         if zh:
             bundle = {k: f"【合成示例】这是为选项{k}写的模拟句子，不是医学信息。" for k in keys}
         else:

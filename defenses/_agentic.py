@@ -32,10 +32,14 @@ from medmis.graphs import (
     IsolateVoteOptions,
     PriorReconcileOptions,
     SearchAgentOptions,
+    claim_verify_prompts,
     claim_verify_solver,
     escalate_solver,
+    isolate_vote_prompts,
     isolate_vote_solver,
+    prior_reconcile_prompts,
     prior_reconcile_solver,
+    search_agent_prompts,
     search_agent_solver,
 )
 from medmis.graphs._context import (
@@ -54,6 +58,7 @@ from ._builtin import DEFAULT_WARNING, WarningOptions, context_blind_defender, w
     options=SearchAgentOptions,
     description="The paper's mitigation: plans, searches and reads the web to check the context before answering (ReAct); preset=paper reproduces the paper's harness.",
     uses_tools=True,
+    prompts=search_agent_prompts,
 )
 def search_agent(opts: SearchAgentOptions) -> SolveFn:
     return search_agent_solver(opts)
@@ -64,6 +69,7 @@ def search_agent(opts: SearchAgentOptions) -> SolveFn:
     options=ClaimVerifyOptions,
     description="Splits the context into atomic claims, verifies each against the web in parallel, answers from the annotated context.",
     uses_tools=True,
+    prompts=claim_verify_prompts,
 )
 def claim_verify(opts: ClaimVerifyOptions) -> SolveFn:
     return claim_verify_solver(opts)
@@ -73,6 +79,7 @@ def claim_verify(opts: ClaimVerifyOptions) -> SolveFn:
     "prior_reconcile",
     options=PriorReconcileOptions,
     description="Answers without, then with untrusted context; on conflict switches only for a claim consistent with established knowledge (Astute RAG).",
+    prompts=prior_reconcile_prompts,
 )
 def prior_reconcile(opts: PriorReconcileOptions) -> SolveFn:
     return prior_reconcile_solver(opts)
@@ -82,6 +89,7 @@ def prior_reconcile(opts: PriorReconcileOptions) -> SolveFn:
     "isolate_vote",
     options=IsolateVoteOptions,
     description="Answers once per isolated context sentence and once without context, then a margin vote (RobustRAG).",
+    prompts=isolate_vote_prompts,
 )
 def isolate_vote(opts: IsolateVoteOptions) -> SolveFn:
     return isolate_vote_solver(opts)
@@ -145,6 +153,7 @@ def spotlight_context(sentences: list[str], opts: SpotlightOptions) -> list[str]
     "spotlight",
     options=SpotlightOptions,
     description="Spotlighting: datamarks or delimits the untrusted context and explains the marking (one call; a cheap control).",
+    prompts=lambda opts: {"instruction": spotlight_instruction(opts)},
 )
 def spotlight(opts: SpotlightOptions) -> SolveFn:
     instruction = spotlight_instruction(opts)
@@ -193,6 +202,7 @@ class EscalateOptions(DefenderOptions):
     options=EscalateOptions,
     description="Cost-aware ladder: warning prompt vs. a context-free answer; verifies the conflicting claims only when they disagree.",
     uses_tools=True,
+    prompts=lambda opts: {"warning": opts.warning, **claim_verify_prompts(ClaimVerifyOptions(split=opts.split))},
 )
 def escalate(opts: EscalateOptions) -> SolveFn:
     warned = warning_defender(WarningOptions(warning=opts.warning, placement=opts.placement))

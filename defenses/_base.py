@@ -40,6 +40,9 @@ class DefenderConfigError(ValueError):
 
 
 Factory = Callable[[Any], SolveFn]
+Prompts = Callable[[Any], Mapping[str, str]]
+"""``prompts(options) -> {part: text}``: the instruction texts a configured defender shows its
+model (what an adaptive attacker gets to read; ``medmis generate --attack adaptive``)."""
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,7 @@ class DefenderSpec:
     uses_tools: bool = False
     control: bool = False  # a reference point (e.g. context_blind), never a candidate mitigation
     single_call: bool = False  # exactly one model call per case (batch APIs can serve it)
+    prompts: Prompts | None = None  # the instruction texts it shows its model (see ``Prompts``)
 
 
 @dataclass(frozen=True)
@@ -90,11 +94,14 @@ def defender(
     uses_tools: bool = False,
     control: bool = False,
     single_call: bool = False,
+    prompts: Prompts | None = None,
 ) -> Callable[[Factory], Factory]:
     """Register a defender factory ``factory(options) -> solve``.
 
     ``single_call=True`` declares that every case makes exactly one model call and no tool
     call, whatever the options: ``medmis run --batch`` accepts only such defenders.
+    ``prompts=fn`` declares the instruction texts it shows its model, ``fn(options) ->
+    {part: text}`` (read by :func:`defender_prompts`; an adaptive attacker writes against them).
 
     Example::
 
@@ -116,7 +123,7 @@ def defender(
         # factory; a different factory under a taken name is a real conflict
         if existing is not None and existing.factory.__qualname__ != factory.__qualname__:
             raise DefenderConfigError(f"defender {name!r} is already registered")
-        _REGISTRY[name] = DefenderSpec(name, factory, options, text, uses_tools, control, single_call)
+        _REGISTRY[name] = DefenderSpec(name, factory, options, text, uses_tools, control, single_call, prompts)
         return factory
 
     return register
@@ -170,6 +177,31 @@ def list_defenders() -> list[DefenderSpec]:
     return [_REGISTRY[n] for n in sorted(_REGISTRY)]
 
 
+def defender_prompts(name: str, options: Mapping[str, Any] | DefenderOptions | None = None) -> dict[str, str]:
+    """The instruction texts defender ``name`` (with ``options``) shows its model, by part
+    (e.g. ``{"warning": ...}``), as its registration declares them; ``{}`` when it declares
+    none (``none``, ``context_blind``, a plug-in that did not say).
+
+    Raises:
+        DefenderConfigError: Unknown defender or invalid options.
+    """
+    spec = get_spec(name)
+    if spec.prompts is None:
+        return {}
+    opts = _options(spec, options)
+    return {str(k): str(v) for k, v in spec.prompts(opts).items() if str(v).strip()}
+
+
+def _options(spec: DefenderSpec, options: Mapping[str, Any] | DefenderOptions | None) -> DefenderOptions:
+    if isinstance(options, DefenderOptions):
+        return options
+    try:
+        return spec.options(**dict(options or {}))
+    except ValidationError as exc:
+        errors = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise DefenderConfigError(f"invalid options for defender {spec.name!r}: {errors}") from exc
+
+
 def _label(name: str, opts: DefenderOptions) -> str:
     changed = opts.label_items()
     if not changed:
@@ -183,13 +215,6 @@ def create_defender(
 ) -> Defender:
     """Build a defender by name with validated options."""
     spec = get_spec(name)
-    if isinstance(options, DefenderOptions):
-        opts = options
-    else:
-        try:
-            opts = spec.options(**dict(options or {}))
-        except ValidationError as exc:
-            errors = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-            raise DefenderConfigError(f"invalid options for defender {name!r}: {errors}") from exc
+    opts = _options(spec, options)
     solve = spec.factory(opts)
     return Defender(name, opts, solve, label or _label(name, opts), spec.uses_tools, spec.single_call)

@@ -44,6 +44,7 @@ class WarningOptions(DefenderOptions):
     options=WarningOptions,
     single_call=True,
     description="Defensive prompt: warns that added context may be false, outdated, irrelevant or misleading.",
+    prompts=lambda opts: {"warning": opts.warning},
 )
 def warning_defender(opts: WarningOptions) -> SolveFn:
     if opts.placement not in {"system", "prepend", "user"}:

@@ -24,6 +24,12 @@ from ._prior_reconcile import (
     prior_reconcile_solver,
 )
 from ._search_agent import SearchAgentOptions, build_search_agent_graph, search_agent_solver
+from ._shown import (
+    claim_verify_prompts,
+    isolate_vote_prompts,
+    prior_reconcile_prompts,
+    search_agent_prompts,
+)
 
 __all__ = [
     "ClaimVerifyOptions",
@@ -38,14 +44,18 @@ __all__ = [
     "build_prior_reconcile_graph",
     "build_search_agent_graph",
     "cited_urls_in",
+    "claim_verify_prompts",
     "claim_verify_solver",
     "decide_vote",
     "deps",
     "escalate_solver",
+    "isolate_vote_prompts",
     "isolate_vote_solver",
     "parse_json_object",
+    "prior_reconcile_prompts",
     "prior_reconcile_solver",
     "run_config",
+    "search_agent_prompts",
     "search_agent_solver",
     "sentences_supporting",
     "verify_citations",

@@ -7,6 +7,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
+from medmis.experiments._cli_flags import add_plugin_flag, parse_kv
 from medmis.experiments._errors import CliError
 
 FORMATS = ("auto", "medqa", "medmcqa", "medxpertqa", "medjourney", "hle", "release")
@@ -62,6 +63,14 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     g.add_argument("--temperature", type=float, default=None,
                    help="generation temperature (default: the --decoding preset's)")
     g.add_argument("--dry-run", action="store_true", help="print calls, tokens and cost; call nothing")
+    g.add_argument("--attack", choices=["static", "adaptive"], default="static",
+                   help="static: write without knowing the defense (default); adaptive: with --from-release, "
+                        "rewrite the false sentences against the --against defenders' own instructions")
+    g.add_argument("--against", default=None, metavar="DEFENDER[,DEFENDER]",
+                   help="with --attack adaptive: the defenders whose prompt texts the attacker reads")
+    g.add_argument("--defender-option", action="append", default=[], metavar="NAME.KEY=VALUE",
+                   help="with --against: an option of that defender, as on `medmis run` (e.g. warning.warning=...)")
+    add_plugin_flag(g)
 
     c = sub.add_parser("compare", help="paired sensitivity table between two runs on two item versions")
     c.add_argument("run_a", help="run folder on the original items")
@@ -103,6 +112,7 @@ def run_generate(args: argparse.Namespace, argv: Sequence[str]) -> int:
                        "(the word right after generate)")
     if args.source_format == "release" and args.source and not args.from_release:
         args.from_release, args.source = args.source, None
+    against = _attack_args(args)
     try:
         cfg = GenerateConfig(
             out=Path(args.out), generator=args.generator,
@@ -113,7 +123,8 @@ def run_generate(args: argparse.Namespace, argv: Sequence[str]) -> int:
             cache=args.cache, cache_dir=Path(args.cache_dir) if args.cache_dir else None,
             budget_usd=args.budget_usd, price=_price(args.price), base_url=args.model_base_url,
             decoding=args.decoding, temperature=generation_temperature(args.decoding, args.temperature),
-            argv=["medmis", *argv],
+            argv=["medmis", *argv], attack=args.attack, against=against,
+            against_options=parse_kv(args.defender_option, "--defender-option"),
         )
         if args.dry_run:
             jobs, mode = build_jobs(cfg)
@@ -124,6 +135,16 @@ def run_generate(args: argparse.Namespace, argv: Sequence[str]) -> int:
         if type(exc).__name__ == "DataError":
             raise
         raise CliError(str(exc)) from None
+
+
+def _attack_args(args: argparse.Namespace) -> tuple[str, ...]:
+    if args.against is not None and not args.against.strip(" ,"):
+        raise CliError("--against needs DEFENDER[,DEFENDER]")
+    if args.plugin:
+        from medmis.defenses import load_plugins
+
+        load_plugins(args.plugin)
+    return tuple(n.strip() for n in (args.against or "").split(",") if n.strip())
 
 
 def run_compare(args: argparse.Namespace) -> int:

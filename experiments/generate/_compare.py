@@ -7,7 +7,9 @@ Type 2 ASR the items clean-correct in both. The definitions are the metrics' own
 (:mod:`medmis.experiments.analysis._units`): an unparsed answer under attack is incorrect, so it
 counts as a flip, as in ``metrics.json``. Differences are B - A with intervals clustered on
 items (:func:`~medmis.experiments.analysis._cluster.clustered_paired_diff`) and an item-level
-sign-flip test.
+sign-flip test. When either run's data was written by an adaptive attacker
+(``medmis generate --attack adaptive``), A and B are labelled ``static`` and ``adaptive`` and
+paired units must agree on gold, content type and provenance (``_adaptive``).
 """
 
 from __future__ import annotations
@@ -108,16 +110,22 @@ def _load(run: Path) -> list[Record]:
     return kept
 
 
-def to_markdown(rows: list[CompareRow], a: str, b: str, *, simulated: bool = False) -> str:
+def to_markdown(rows: list[CompareRow], a: str, b: str, *, simulated: bool = False,
+                labels: tuple[str, str, str] | None = None) -> str:
+    """``labels`` (column A, column B, title) name the columns after the attack that wrote each
+    run's items (``static``, ``adaptive``); without them the columns are A and B."""
+    la, lb, title = labels or ("A", "B", f"Sensitivity: {b} vs {a}")
+    if labels:
+        title = f"Adaptive attack: {title} ({b} vs {a})"
     lines = [
-        f"# Sensitivity: {b} vs {a}",
+        f"# {title}",
         "",
         *([f"> **{SIMULATED_STATEMENT}**", ""] if simulated else []),
-        "Paired on matched items (same model, defender, protocol, item and target). Δ = B - A in "
+        f"Paired on matched items (same model, defender, protocol, item and target). Δ = {lb} - {la} in "
         "points with a 95% interval clustered on items; ASR/TASR units are clean-correct in both runs, "
         "and an unparsed answer under attack counts as a flip (as in metrics.json).",
         "",
-        "| model | defender | metric | n | items | A | B | Δ (pt) | 95% CI | p | test |",
+        f"| model | defender | metric | n | items | {la} | {lb} | Δ (pt) | 95% CI | p | test |",
         "|---|---|---|---:|---:|---:|---:|---:|---|---:|---|",
     ]
     for r in rows:
@@ -131,20 +139,23 @@ def to_markdown(rows: list[CompareRow], a: str, b: str, *, simulated: bool = Fal
     return "\n".join(lines) + "\n"
 
 
-def to_csv(rows: list[CompareRow], *, simulated: bool = False) -> str:
-    """The table as CSV; a simulated run's file starts with one ``# SIMULATED EXAMINEE`` line."""
+def to_csv(rows: list[CompareRow], *, simulated: bool = False, labels: tuple[str, str, str] | None = None) -> str:
+    """The table as CSV; a simulated run's file starts with one ``# SIMULATED EXAMINEE`` line.
+    With ``labels`` the ``a``/``b`` columns are named after them (``static``, ``adaptive``)."""
     buf = io.StringIO()
     if simulated:
         buf.write(f"# {SIMULATED_STATEMENT}\n")
     writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(["model", "defender", "metric", "n", "clusters", "a", "b", "diff", "lo", "hi", "p", "test"])
+    la, lb = labels[:2] if labels else ("a", "b")
+    writer.writerow(["model", "defender", "metric", "n", "clusters", la, lb, "diff", "lo", "hi", "p", "test"])
     for r in rows:
         writer.writerow([r.model, r.defender, r.metric, r.n, r.clusters, f"{r.a:.6f}", f"{r.b:.6f}",
                          f"{r.diff:.6f}", f"{r.lo:.6f}", f"{r.hi:.6f}", f"{r.p:.6g}", r.test])
     return buf.getvalue()
 
 
-def plot(rows: list[CompareRow], path: Path, *, simulated: bool = False) -> Path:
+def plot(rows: list[CompareRow], path: Path, *, simulated: bool = False,
+         columns: tuple[str, str, str] | None = None) -> Path:
     """A forest plot of Δ (points) with its interval, one line per model/defender/metric."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -159,7 +170,8 @@ def plot(rows: list[CompareRow], path: Path, *, simulated: bool = False) -> Path
         ax.plot([100 * r.diff], [y], "o", color="#c0392b")
     ax.axvline(0, color="grey", lw=0.8)
     ax.set_yticks(ys, labels, fontsize=7)
-    ax.set_xlabel("Δ B - A (points, 95% CI clustered on items)")
+    la, lb = columns[:2] if columns else ("A", "B")
+    ax.set_xlabel(f"Δ {lb} - {la} (points, 95% CI clustered on items)")
     fig.tight_layout()
     if simulated:
         mark_simulated(fig)
@@ -176,12 +188,18 @@ def compare_command(run_a: str, run_b: str, out: str | None = None, seed: int = 
     if not rows:
         raise CliError(f"{run_a} and {run_b} share no matched model/defender units")
     simulated = is_simulated({r.model for r in records_a} | {r.model for r in records_b})
-    text = to_markdown(rows, run_a, run_b, simulated=simulated)
+    from ._adaptive import compare_labels, unfixed_units
+
+    labels = compare_labels(Path(run_a), Path(run_b))
+    if labels and (unfixed := unfixed_units(records_a, records_b)):
+        raise CliError(f"{run_a} and {run_b}: {len(unfixed)} paired unit(s) differ in gold, content type or "
+                       f"provenance (first: {unfixed[0]}); an adaptive comparison needs the same items")
+    text = to_markdown(rows, run_a, run_b, simulated=simulated, labels=labels)
     print(text, end="")
     if out:
         folder = Path(out)
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "compare.md").write_text(text, encoding="utf-8")
-        (folder / "compare.csv").write_text(to_csv(rows, simulated=simulated), encoding="utf-8")
-        plot(rows, folder / "compare.png", simulated=simulated)
+        (folder / "compare.csv").write_text(to_csv(rows, simulated=simulated, labels=labels), encoding="utf-8")
+        plot(rows, folder / "compare.png", simulated=simulated, columns=labels)
     return 0

@@ -89,6 +89,10 @@ class GenerateConfig:
     """The preset ``temperature`` came from (``medmis generate --decoding``); recorded in the
     manifest. Neither preset sends a seed, cap or thinking setting to the generator."""
     argv: list[str] = field(default_factory=list)
+    attack: Literal["static", "adaptive"] = "static"
+    against: tuple[str, ...] = ()
+    """``adaptive``: rewrite a release's false sentences knowing these defenders (``_adaptive``)."""
+    against_options: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def side(self, suffix: str) -> Path:
         return self.out.with_name(self.out.name.removesuffix(".jsonl") + suffix)
@@ -105,6 +109,10 @@ def _hash_path(path: Path) -> str:
 
 def build_jobs(cfg: GenerateConfig) -> tuple[list[Job], str]:
     """The jobs in source order, and the mode name recorded in the manifest."""
+    if cfg.attack != "static" or cfg.against or cfg.against_options:
+        from ._adaptive import check_attack
+
+        check_attack(cfg.attack, cfg.against, cfg.provenance_cycle, cfg.against_options)
     if cfg.from_release is not None:
         from medmis.experiments.benchmark import load_dataset
 
@@ -114,6 +122,12 @@ def build_jobs(cfg: GenerateConfig) -> tuple[list[Job], str]:
                            "one-call prompt cannot (it picks its own): use --stages two")
         if cfg.stratified:
             items = stratified_sample(items, cfg.stratified, cfg.seed)
+        if cfg.attack == "adaptive":
+            from ._adaptive import adaptive_jobs, resolve_defense
+
+            defense = resolve_defense(cfg.against, cfg.against_options)
+            jobs = adaptive_jobs(items, defense, cfg.from_release)
+            return (jobs[: cfg.limit] if cfg.limit is not None else jobs), f"adaptive-against-{defense.label()}"
         jobs = []
         for item in items:
             try:
@@ -123,6 +137,8 @@ def build_jobs(cfg: GenerateConfig) -> tuple[list[Job], str]:
             jobs.append(Job(source, provenance, content))
         mode = f"provenance-cycle-{cfg.provenance_cycle}" if cfg.provenance_cycle else "generator-swap"
     else:
+        if cfg.attack == "adaptive":
+            raise CliError("--attack adaptive rewrites a release's false sentences: give --from-release FILE")
         if cfg.source is None:
             raise CliError("generate needs SOURCE or --from-release FILE")
         if cfg.provenance_cycle or cfg.stratified:
@@ -140,6 +156,12 @@ def fingerprint(cfg: GenerateConfig, mode: str) -> dict[str, Any]:
     data = cfg.from_release or cfg.source
     versions = [P.EXTRACT_VERSION]
     versions.append(P.MERGED_VERSION if cfg.stages == "one" else P.TWO_STAGE_VERSION)
+    extra: dict[str, Any] = {}
+    if cfg.attack == "adaptive":
+        from ._adaptive import ADAPTIVE_VERSION, fingerprint_fields, resolve_defense
+
+        versions = [ADAPTIVE_VERSION]
+        extra = fingerprint_fields(resolve_defense(cfg.against, cfg.against_options))
     return {
         "mode": mode,
         "data_sha256": _hash_path(data) if data else None,
@@ -152,6 +174,7 @@ def fingerprint(cfg: GenerateConfig, mode: str) -> dict[str, Any]:
         "endpoint": _endpoint(cfg),
         "temperature": cfg.temperature,
         "prompts": [f"{v.name}@{v.version}" for v in versions],
+        **extra,
     }
 
 
@@ -174,6 +197,14 @@ def estimate(jobs: list[Job], cfg: GenerateConfig) -> dict[str, Any]:
     calls = tokens_in = tokens_out = 0
     for job in jobs:
         it = job.item
+        if cfg.attack == "adaptive":
+            from ._adaptive import AdaptiveJob, adaptive_prompt
+
+            assert isinstance(job, AdaptiveJob)
+            calls += 1
+            tokens_in += estimate_tokens(adaptive_prompt(job))
+            tokens_out += 120 * len(job.claims())
+            continue
         if it.options is None:
             calls += 1
             tokens_in += estimate_tokens(P.extract_prompt(it.question, it.language))
@@ -332,7 +363,13 @@ def generate(cfg: GenerateConfig) -> int:
                 if o["status"] in FINAL_STATUSES and (not o["written"] or k in rows)}
         todo = [j for j in jobs if (j.item.subset, j.item.id) not in done]
         spent = [float((previous or {}).get("totals", {}).get("usd") or 0.0)]
-        pipeline = Pipeline(model, extract_model, stages=cfg.stages)
+        pipeline: Pipeline
+        if cfg.attack == "adaptive":
+            from ._adaptive import AdaptivePipeline
+
+            pipeline = AdaptivePipeline(model, extract_model, stages=cfg.stages)
+        else:
+            pipeline = Pipeline(model, extract_model, stages=cfg.stages)
         try:
             errors, stopped = asyncio.run(_run_jobs(cfg, pipeline, todo, spent))
         finally:
@@ -346,6 +383,14 @@ def generate(cfg: GenerateConfig) -> int:
         print("medmis generate: stopped at the --budget-usd cap; re-run to continue")
         return EXIT_STOPPED
     return EXIT_ERRORS if errors or totals["error"] or totals["malformed"] else EXIT_OK
+
+
+def _attack_versions(cfg: GenerateConfig) -> list[P.PromptVersion]:
+    if cfg.attack != "adaptive":
+        return []
+    from ._adaptive import ADAPTIVE_VERSION
+
+    return [ADAPTIVE_VERSION]
 
 
 def _order_rows(cfg: GenerateConfig, jobs: list[Job]) -> None:
@@ -378,7 +423,7 @@ def _write_manifest(cfg: GenerateConfig, fp: dict[str, Any], previous: dict[str,
                      "extraction_temperature": 0.0},
         "command": scrub_argv(cfg.argv),
         "prompt_versions": {v.name: {"version": v.version, "source": v.source}
-                            for v in (P.EXTRACT_VERSION, P.MERGED_VERSION, P.TWO_STAGE_VERSION)},
+                            for v in (P.EXTRACT_VERSION, P.MERGED_VERSION, P.TWO_STAGE_VERSION, *_attack_versions(cfg))},
         "price_per_mtok": list(cfg.price) if cfg.price else None,
         "totals": totals,
         "versions": package_versions(),
