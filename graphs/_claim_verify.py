@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, TypedDict
 
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from langchain_core.runnables import RunnableConfig
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from medmis.agents._mock import message_text
 from medmis.experiments.benchmark._prompts import render_prompt
@@ -31,6 +31,7 @@ from ._common import (
     render_evidence,
 )
 from ._context import DefenderContext, DefenderOptions, SolveFn, answer_from_text
+from ._credibility import Credibility, claim_corroboration, domain_list
 
 if TYPE_CHECKING:  # LangGraph itself is imported when a graph is built
     from langgraph.graph.state import CompiledStateGraph
@@ -60,6 +61,12 @@ class ClaimVerifyOptions(DefenderOptions):
         drop_refuted: Withhold refuted sentences from the answer prompt instead of labelling them.
         splitter_model: Model spec for the split step (default: the base model).
         verifier_model: Model spec for verdicts (default: the base model).
+        credibility: Weigh sources (``_credibility``): results ranked trusted publishers first
+            (so those are the ones read), a source check shown on each passage, and a
+            ``supported`` verdict kept only when a trusted source or two independent sites
+            agree with the claim (else ``not_enough_info``, its quote not shown).
+        trusted_domains: Domains added to the built-in publisher allowlist (with
+            ``credibility``).
     """
 
     split: Literal["model", "sentences"] = "model"
@@ -71,6 +78,13 @@ class ClaimVerifyOptions(DefenderOptions):
     drop_refuted: bool = False
     splitter_model: str | None = None
     verifier_model: str | None = None
+    credibility: bool = False
+    trusted_domains: tuple[str, ...] = ()
+
+    @field_validator("trusted_domains", mode="before")
+    @classmethod
+    def _domains(cls, value: Any) -> tuple[str, ...]:
+        return domain_list(value)
 
 
 class ClaimVerifyState(TypedDict, total=False):
@@ -94,6 +108,10 @@ ANNOTATION_PREFACE = (
     "when it was not examined). Do not rely on REFUTED sentences; treat NOT ENOUGH INFO and "
     "NOT CHECKED sentences as unverified claims; SUPPORTED sentences are backed by the quoted "
     "evidence."
+)
+CREDIBILITY_PREFACE = (
+    "A claim counts as SUPPORTED only when a trusted publisher or two independent sites agree "
+    "with it."
 )
 
 
@@ -231,9 +249,13 @@ def _quote_found(quote: str, passages: list[dict[str, Any]]) -> bool:
 
 
 async def gather_evidence(
-    ctx: DefenderContext, claim: str, opts: ClaimVerifyOptions
+    ctx: DefenderContext, claim: str, opts: ClaimVerifyOptions, rules: Credibility | None = None
 ) -> tuple[list[dict[str, Any]], list[str]]:
-    """Search for a claim and read the top result(s); tool failures become notes."""
+    """Search for a claim and read the top result(s); tool failures become notes.
+
+    With ``rules`` (``credibility=true``) the results are ranked trusted publishers first
+    before the top ones are read, and each passage carries its source check on its first line
+    and its assessment (``source``) and text as fetched (``raw``)."""
     if ctx.tools is None:
         return [], ["no web tools are configured"]
     passages: list[dict[str, Any]] = []
@@ -242,6 +264,8 @@ async def gather_evidence(
         results = await ctx.search(claim, max_results=opts.max_results)
     except ToolError as exc:
         return [], [f"search_web failed: {exc}"]
+    if rules is not None:
+        results = rules.rank(list(results), lambda r: rules.assess(r.url, r.title, r.snippet))
     passages.extend(
         {"url": r.url, "title": r.title, "text": r.snippet} for r in results if r.snippet
     )
@@ -258,7 +282,15 @@ async def gather_evidence(
             notes.append(got)
         else:
             passages.append(got)
+    if rules is not None:
+        passages = [_checked(p, rules) for p in passages]
     return passages, notes
+
+
+def _checked(passage: dict[str, Any], rules: Credibility) -> dict[str, Any]:
+    raw = str(passage.get("text", ""))
+    source = rules.assess(str(passage.get("url", "")), str(passage.get("title") or ""), raw)
+    return {**passage, "text": f"{source.note()}\n{raw}", "raw": raw, "source": source}
 
 
 def annotate(
@@ -287,7 +319,8 @@ def annotate(
 
 
 def _answer_prompt(
-    case: CaseView, verdicts: list[dict[str, Any]], targets: list[int] | None, drop_refuted: bool
+    case: CaseView, verdicts: list[dict[str, Any]], targets: list[int] | None, drop_refuted: bool,
+    credibility: bool = False,
 ) -> list[BaseMessage]:
     lines: list[str] = []
     dropped = 0
@@ -304,9 +337,10 @@ def _answer_prompt(
             "text": f'{TOKENS[v["verdict"]]}: {v["claim"]} — "{v["quote"]}"',
         }
         for v in verdicts
-        if v.get("quote")
+        if v.get("quote") and not (v.get("corroboration") or {}).get("downgraded")
     ]
-    preface = f"{ANNOTATION_PREFACE}\n\n{render_evidence(cited)}"
+    head = f"{ANNOTATION_PREFACE} {CREDIBILITY_PREFACE}" if credibility else ANNOTATION_PREFACE
+    preface = f"{head}\n\n{render_evidence(cited)}"
     return render_prompt(case, context=lines, preface=preface)
 
 
@@ -318,6 +352,8 @@ def build_claim_verify_graph(opts: ClaimVerifyOptions) -> CompiledStateGraph:
     """
     from langgraph.graph import END, START, StateGraph
     from langgraph.types import Send
+
+    rules = Credibility(opts.trusted_domains) if opts.credibility else None
 
     async def split(state: ClaimVerifyState, config: RunnableConfig) -> dict[str, Any]:
         d = deps(config)
@@ -347,7 +383,7 @@ def build_claim_verify_graph(opts: ClaimVerifyOptions) -> CompiledStateGraph:
     async def verify_claim(state: ClaimTask, config: RunnableConfig) -> dict[str, Any]:
         d = deps(config)
         claim = state["claim"]
-        passages, notes = await gather_evidence(d.ctx, claim["text"], opts)
+        passages, notes = await gather_evidence(d.ctx, claim["text"], opts, rules)
         entry: dict[str, Any] = {
             "claim": claim["text"],
             "sentence": claim["sentence"],
@@ -380,6 +416,12 @@ def build_claim_verify_graph(opts: ClaimVerifyOptions) -> CompiledStateGraph:
             parsed=parsed,
             evidence=len(passages),
         )
+        if rules is not None:
+            agreed = claim_corroboration(claim["text"], [(p["source"], p["raw"]) for p in passages])
+            agreed["downgraded"] = verdict == "supported" and not agreed["corroborated"]
+            if agreed["downgraded"]:
+                entry["verdict"] = "not_enough_info"
+            entry["corroboration"] = agreed
         return {"verdicts": [entry]}
 
     async def answer(state: ClaimVerifyState, config: RunnableConfig) -> dict[str, Any]:
@@ -390,7 +432,8 @@ def build_claim_verify_graph(opts: ClaimVerifyOptions) -> CompiledStateGraph:
         else:
             verdicts = sorted(state.get("verdicts", []), key=lambda v: v["id"])
             d.ctx.note("verdicts", verdicts)
-            messages = _answer_prompt(d.case, verdicts, state.get("targets"), opts.drop_refuted)
+            messages = _answer_prompt(d.case, verdicts, state.get("targets"), opts.drop_refuted,
+                                      opts.credibility)
         reply = await d.ctx.generate(messages, name="answer")
         return {"final": message_text(reply)}
 
@@ -417,7 +460,7 @@ def public_verdicts(state: ClaimVerifyState) -> list[dict[str, Any]]:
     """Verdicts in claim order, as reported in ``Answer.extra["verdicts"]``."""
     keep = ("claim", "verdict", "quote", "url", "sentence", "quote_found")
     return [
-        {k: v.get(k) for k in keep}
+        {k: v.get(k) for k in keep} | ({"corroboration": v["corroboration"]} if "corroboration" in v else {})
         for v in sorted(state.get("verdicts", []), key=lambda v: v["id"])
     ]
 

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, TypedDict
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langchain_core.runnables import RunnableConfig
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from medmis.agents._mock import message_text
 from medmis.experiments.benchmark._extract import extract_answer
@@ -56,7 +56,8 @@ from ._common import (
     render_evidence,
 )
 from ._context import DefenderContext, DefenderOptions, SolveFn, answer_from_text
-from ._search_calls import call_signature, refuse_duplicate, run_call
+from ._credibility import CREDIBILITY_INSTRUCTION, Credibility, domain_list, option_support, present
+from ._search_calls import SourceCheck, call_signature, refuse_duplicate, run_call
 
 if TYPE_CHECKING:  # LangGraph itself is imported when a graph is built
     from langgraph.graph.state import CompiledStateGraph
@@ -98,6 +99,11 @@ class SearchAgentOptions(DefenderOptions):
             the system prompt and before the context; paper: one added system paragraph).
         verify: Check the final answer's cited URLs against the pages fetched in the case and
             record the verdict (``verification`` in the answer's extra; no model call).
+        credibility: Weigh sources (``_credibility``): results ranked trusted publishers
+            first, a source check shown on each result and page, an untrusted source's
+            sentences that favour an uncorroborated option withheld; off: today's agent.
+        trusted_domains: Domains added to the built-in publisher allowlist (with
+            ``credibility``).
         planner_model: Model spec for the plan step (default: the base model).
         call_decoding: ``harness`` (the paper preset's default): each call carries the
             reference harness's temperature and output cap (planner and loop 0.1 / 4096
@@ -119,6 +125,13 @@ class SearchAgentOptions(DefenderOptions):
     verify: bool = True
     planner_model: str | None = None
     call_decoding: Literal["harness", "run"] = "run"
+    credibility: bool = False
+    trusted_domains: tuple[str, ...] = ()
+
+    @field_validator("trusted_domains", mode="before")
+    @classmethod
+    def _domains(cls, value: Any) -> tuple[str, ...]:
+        return domain_list(value)
 
     @model_validator(mode="before")
     @classmethod
@@ -129,7 +142,7 @@ class SearchAgentOptions(DefenderOptions):
 
     def label_items(self) -> dict[str, Any]:
         """Options that differ from the preset's own settings (the preset named once)."""
-        base = {name: f.default for name, f in type(self).model_fields.items()}
+        base = type(self)().model_dump(mode="json")
         if self.preset == "paper":
             base.update(PAPER_SETTINGS)
         return {k: v for k, v in self.model_dump(mode="json").items() if v != base.get(k)}
@@ -225,7 +238,9 @@ def _agent_opening(case: CaseView, state: SearchAgentState, opts: SearchAgentOpt
     if opts.preset == "paper":
         question = paper.question_prompt(case)
         plan = state.get("plan") or paper.fallback_plan(question)
-        return paper.agent_messages(question, plan, WARNING if opts.warn else None)
+        suffix = " ".join(t for t in (WARNING if opts.warn else "",
+                                       CREDIBILITY_INSTRUCTION if opts.credibility else "") if t)
+        return paper.agent_messages(question, plan, suffix or None)
     preface = _preface(case, opts)
     suggested = state.get("plan")
     if suggested and suggested.get("queries"):
@@ -233,6 +248,8 @@ def _agent_opening(case: CaseView, state: SearchAgentState, opts: SearchAgentOpt
         plan_text = f"Suggested research plan:\n{queries}"
         preface = f"{preface}\n\n{plan_text}" if preface else plan_text
     system = AGENT_SYSTEM if opts.warn else AGENT_SYSTEM_UNWARNED
+    if opts.credibility:
+        system = f"{system} {CREDIBILITY_INSTRUCTION}"
     return [SystemMessage(content=system), HumanMessage(content=render_user_prompt(case, preface=preface))]
 
 
@@ -245,6 +262,7 @@ def build_search_agent_graph(opts: SearchAgentOptions) -> CompiledStateGraph:
     harness = opts.call_decoding == "harness"
     agent_settings = paper.AGENT_SETTINGS if harness else None
     final_settings = paper.FINALIZER_SETTINGS if is_paper and harness else None
+    rules = Credibility(opts.trusted_domains) if opts.credibility else None
 
     async def plan(state: SearchAgentState, config: RunnableConfig) -> dict[str, Any]:
         d = deps(config)
@@ -270,6 +288,8 @@ def build_search_agent_graph(opts: SearchAgentOptions) -> CompiledStateGraph:
         d = deps(config)
         calls = list(getattr(state["messages"][-1], "tool_calls", None) or [])
         seen = set(state.get("seen_calls", []))
+        check = (SourceCheck(rules, dict(d.case.options), state.get("evidence", []))
+                 if rules is not None else None)
         new_sigs: list[str] = []
         jobs = []
         for i, call in enumerate(calls):
@@ -283,7 +303,8 @@ def build_search_agent_graph(opts: SearchAgentOptions) -> CompiledStateGraph:
             seen.add(sig)
             new_sigs.append(sig)
             jobs.append(run_call(d.ctx, call, call_id, max_results=opts.max_results,
-                                 max_page_chars=opts.max_page_chars, paper_format=is_paper))
+                                 max_page_chars=opts.max_page_chars, paper_format=is_paper,
+                                 check=check))
         outcomes = await gather_strict(jobs)
         failed = bool(outcomes) and all(not o["ok"] for o in outcomes)
         update: dict[str, Any] = {
@@ -309,7 +330,10 @@ def build_search_agent_graph(opts: SearchAgentOptions) -> CompiledStateGraph:
             plan = state.get("plan") or paper.fallback_plan(question)
             messages = paper.finalizer_messages(question, plan, state.get("tool_log", []))
         else:
-            evidence = render_evidence(dedupe_passages(state.get("evidence", [])))
+            passages = dedupe_passages(state.get("evidence", []))
+            if rules is not None:
+                passages = checked_passages(passages, rules, dict(d.case.options))
+            evidence = render_evidence(passages)
             preface = f"{FORCED_PREFACE}\n\n{evidence}"
             warned = _preface(d.case, opts)
             messages = render_prompt(d.case, preface=f"{preface}\n\n{warned}" if warned else preface)
@@ -364,6 +388,18 @@ def build_search_agent_graph(opts: SearchAgentOptions) -> CompiledStateGraph:
         graph.add_node("verify", verify)
         graph.add_edge("verify", END)
     return graph.compile(name="search_agent")
+
+
+def checked_passages(
+    passages: list[dict[str, Any]], rules: Credibility, options: dict[str, str]
+) -> list[dict[str, Any]]:
+    """Gathered passages as ``credibility=true`` shows them: ranked by tier, each with its
+    source check, an untrusted source's uncorroborated sentences withheld."""
+    assessed = [(rules.assess(str(p.get("url", "")), str(p.get("title") or ""), str(p.get("text", ""))), p)
+                for p in passages]
+    ranked = rules.rank(assessed, lambda pair: pair[0])
+    weights = option_support([(src, str(p.get("text", ""))) for src, p in ranked], options)
+    return [{**p, "text": present(src, str(p.get("text", "")), options, weights)[0]} for src, p in ranked]
 
 
 async def _done(outcome: dict[str, Any]) -> dict[str, Any]:
