@@ -13,10 +13,12 @@ title and its text, and the other sources gathered for the same case. Three rule
   user-edited wiki. A cue lowers the source's weight, on a listed publisher too (a journal's
   blog or comment thread is not its peer-reviewed content).
 * *Agreement*: sources are weighed per registered domain (the Public Suffix List's, so
-  ``pubmed.ncbi.nlm.nih.gov`` and ``medlineplus.nlm.nih.gov`` are one publisher): ``trusted``
-  1, ``unverified`` 0.5, ``low`` (any cue) 0.25, the best source of each domain counting once.
-  A claim, or an option, is corroborated at a total of 1: one trusted source, or two unverified
-  sources on different registered domains (four low-weight ones).
+  ``pubmed.ncbi.nlm.nih.gov`` and ``ncbi.nlm.nih.gov`` are one publisher): ``trusted`` 1,
+  ``unverified`` 0.5, ``low`` (any cue) 0, the best source of each domain counting once. A
+  claim, or an option, is corroborated at a total of 1: one trusted source, or two unverified
+  sources on different registered domains. A page with a provenance cue is still shown (with
+  its cues) but never corroborates: forum posts and blogs agreeing with each other are cheap
+  to produce, so they do not add up to a publisher.
 
 What the model is shown: sources ranked trusted, unverified, low (the engine's order kept
 within a tier), a one-line source check on each, and, in the search agent, the sentences of
@@ -64,14 +66,14 @@ TRUSTED_PUBLISHERS: tuple[str, ...] = (
     "cmaj.ca", "mja.com.au",
 )
 
-WEIGHTS: dict[Tier, float] = {"trusted": 1.0, "unverified": 0.5, "low": 0.25}
+WEIGHTS: dict[Tier, float] = {"trusted": 1.0, "unverified": 0.5, "low": 0.0}
 CORROBORATED = 1.0
 """Total weight (per registered domain, best source each) at which evidence counts."""
 
 TIER_NAMES: dict[Tier, str] = {
     "trusted": "trusted publisher",
     "unverified": "unverified source",
-    "low": "unverified source, low weight",
+    "low": "low-weight source",
 }
 
 # Provenance cues: (name shown to the model, pattern over the URL, title and text). English
