@@ -322,3 +322,36 @@ async def test_credibility_keeps_poisoned_pages_out_of_what_the_model_reads(
     assert any(v["corroboration"]["downgraded"] for v in verdicts)
     for label in labels:  # same clean accuracy: clean questions are answered without research
         assert asr(records, label)[1] == asr(records, labels[0])[1]
+
+
+# --- off is today's defender ----------------------------------------------------------------
+
+CLAIM_VERIFY_EXPECTED = ROOT / "fixtures" / "cassettes" / "claim_verify_hle.expected.jsonl"
+
+
+@pytest.mark.medmis_no_network(loopback=False)
+async def test_claim_verify_without_credibility_is_todays(tmp_path: Path, medmis_no_network: list[str]) -> None:
+    """Records and traces of ``claim_verify`` with the option off, as recorded by the code
+    before the option existed (plus the two options at their defaults in each record).
+    ``search_agent``'s counterpart is ``test_replay``."""
+    from test_replay import normalised_output
+
+    config = RunConfig(data=str(SAMPLE), subset="MEDMISHLE", models=["mock/examinee"], search="local",
+                       defenders=[DefenderConfig(name="claim_verify")], out=str(tmp_path / "run"),
+                       progress=False)
+    result = await Harness(config, argv=["test"]).run()
+    assert result.new_records == 15 and result.stats.errors == 0
+    expected = CLAIM_VERIFY_EXPECTED.read_text(encoding="utf-8").splitlines()
+    assert steps_unordered(normalised_output(tmp_path / "run")) == steps_unordered(expected)
+
+
+def steps_unordered(lines: list[str]) -> list[Any]:
+    """Normalised output with each trace's steps sorted: the claims of a case are checked
+    concurrently, so their steps are recorded in the order they finish."""
+    out = []
+    for line in lines:
+        kind, key, obj = json.loads(line)
+        if kind == "trace":
+            obj["steps"] = sorted(obj["steps"], key=lambda s: json.dumps(s, sort_keys=True))
+        out.append([kind, key, obj])
+    return out
