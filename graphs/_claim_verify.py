@@ -15,13 +15,14 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, TypedDict
 
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from langchain_core.runnables import RunnableConfig
-from pydantic import Field, field_validator
+from pydantic import Field
 
 from medmis.agents._mock import message_text
 from medmis.experiments.benchmark._prompts import render_prompt
 from medmis.experiments.benchmark._types import Answer, CaseView
 from medmis.tools._types import ToolError
 
+from . import _credibility as cred
 from ._common import (
     as_text_list,
     deps,
@@ -30,8 +31,7 @@ from ._common import (
     parse_json_object,
     render_evidence,
 )
-from ._context import DefenderContext, DefenderOptions, SolveFn, answer_from_text
-from ._credibility import Credibility, claim_corroboration, domain_list
+from ._context import DefenderContext, SolveFn, answer_from_text
 
 if TYPE_CHECKING:  # LangGraph itself is imported when a graph is built
     from langgraph.graph.state import CompiledStateGraph
@@ -46,7 +46,7 @@ TOKENS: dict[str, str] = {
 }
 
 
-class ClaimVerifyOptions(DefenderOptions):
+class ClaimVerifyOptions(cred.CredibilityOptions):
     """Options of ``claim_verify``.
 
     Attributes:
@@ -61,12 +61,8 @@ class ClaimVerifyOptions(DefenderOptions):
         drop_refuted: Withhold refuted sentences from the answer prompt instead of labelling them.
         splitter_model: Model spec for the split step (default: the base model).
         verifier_model: Model spec for verdicts (default: the base model).
-        credibility: Weigh sources (``_credibility``): results ranked trusted publishers first
-            (so those are the ones read), a source check shown on each passage, and a
-            ``supported`` verdict kept only when a trusted source or two independent sites
-            agree with the claim (else ``not_enough_info``, its quote not shown).
-        trusted_domains: Domains added to the built-in publisher allowlist (with
-            ``credibility``).
+        credibility, trusted_domains: Source credibility (``_credibility``): trusted publishers
+            read first, ``supported`` only when a trusted or two independent sources agree.
     """
 
     split: Literal["model", "sentences"] = "model"
@@ -78,13 +74,6 @@ class ClaimVerifyOptions(DefenderOptions):
     drop_refuted: bool = False
     splitter_model: str | None = None
     verifier_model: str | None = None
-    credibility: bool = False
-    trusted_domains: tuple[str, ...] = ()
-
-    @field_validator("trusted_domains", mode="before")
-    @classmethod
-    def _domains(cls, value: Any) -> tuple[str, ...]:
-        return domain_list(value)
 
 
 class ClaimVerifyState(TypedDict, total=False):
@@ -108,10 +97,6 @@ ANNOTATION_PREFACE = (
     "when it was not examined). Do not rely on REFUTED sentences; treat NOT ENOUGH INFO and "
     "NOT CHECKED sentences as unverified claims; SUPPORTED sentences are backed by the quoted "
     "evidence."
-)
-CREDIBILITY_PREFACE = (
-    "A claim counts as SUPPORTED only when a trusted publisher or two independent sites agree "
-    "with it."
 )
 
 
@@ -249,13 +234,9 @@ def _quote_found(quote: str, passages: list[dict[str, Any]]) -> bool:
 
 
 async def gather_evidence(
-    ctx: DefenderContext, claim: str, opts: ClaimVerifyOptions, rules: Credibility | None = None
+    ctx: DefenderContext, claim: str, opts: ClaimVerifyOptions, rules: cred.Credibility | None = None
 ) -> tuple[list[dict[str, Any]], list[str]]:
-    """Search for a claim and read the top result(s); tool failures become notes.
-
-    With ``rules`` (``credibility=true``) the results are ranked trusted publishers first
-    before the top ones are read, and each passage carries its source check on its first line
-    and its assessment (``source``) and text as fetched (``raw``)."""
+    """Search for a claim and read the top result(s); tool failures become notes."""
     if ctx.tools is None:
         return [], ["no web tools are configured"]
     passages: list[dict[str, Any]] = []
@@ -264,8 +245,7 @@ async def gather_evidence(
         results = await ctx.search(claim, max_results=opts.max_results)
     except ToolError as exc:
         return [], [f"search_web failed: {exc}"]
-    if rules is not None:
-        results = rules.rank(list(results), lambda r: rules.assess(r.url, r.title, r.snippet))
+    results = cred.ranked(results, rules)  # with ``rules``: trusted publishers read first
     passages.extend(
         {"url": r.url, "title": r.title, "text": r.snippet} for r in results if r.snippet
     )
@@ -282,15 +262,7 @@ async def gather_evidence(
             notes.append(got)
         else:
             passages.append(got)
-    if rules is not None:
-        passages = [_checked(p, rules) for p in passages]
-    return passages, notes
-
-
-def _checked(passage: dict[str, Any], rules: Credibility) -> dict[str, Any]:
-    raw = str(passage.get("text", ""))
-    source = rules.assess(str(passage.get("url", "")), str(passage.get("title") or ""), raw)
-    return {**passage, "text": f"{source.note()}\n{raw}", "raw": raw, "source": source}
+    return cred.checked(passages, rules), notes
 
 
 def annotate(
@@ -318,10 +290,8 @@ def annotate(
     return out
 
 
-def _answer_prompt(
-    case: CaseView, verdicts: list[dict[str, Any]], targets: list[int] | None, drop_refuted: bool,
-    credibility: bool = False,
-) -> list[BaseMessage]:
+def _answer_prompt(case: CaseView, verdicts: list[dict[str, Any]], targets: list[int] | None,
+                   drop_refuted: bool, credibility: bool = False) -> list[BaseMessage]:
     lines: list[str] = []
     dropped = 0
     for key, sentence in annotate(case, verdicts, targets):
@@ -339,7 +309,7 @@ def _answer_prompt(
         for v in verdicts
         if v.get("quote") and not (v.get("corroboration") or {}).get("downgraded")
     ]
-    head = f"{ANNOTATION_PREFACE} {CREDIBILITY_PREFACE}" if credibility else ANNOTATION_PREFACE
+    head = f"{ANNOTATION_PREFACE} {cred.AGREEMENT_RULE}" if credibility else ANNOTATION_PREFACE
     preface = f"{head}\n\n{render_evidence(cited)}"
     return render_prompt(case, context=lines, preface=preface)
 
@@ -353,8 +323,7 @@ def build_claim_verify_graph(opts: ClaimVerifyOptions) -> CompiledStateGraph:
     from langgraph.graph import END, START, StateGraph
     from langgraph.types import Send
 
-    rules = Credibility(opts.trusted_domains) if opts.credibility else None
-
+    rules = cred.Credibility(opts.trusted_domains) if opts.credibility else None
     async def split(state: ClaimVerifyState, config: RunnableConfig) -> dict[str, Any]:
         d = deps(config)
         targets = state.get("targets")
@@ -417,11 +386,7 @@ def build_claim_verify_graph(opts: ClaimVerifyOptions) -> CompiledStateGraph:
             evidence=len(passages),
         )
         if rules is not None:
-            agreed = claim_corroboration(claim["text"], [(p["source"], p["raw"]) for p in passages])
-            agreed["downgraded"] = verdict == "supported" and not agreed["corroborated"]
-            if agreed["downgraded"]:
-                entry["verdict"] = "not_enough_info"
-            entry["corroboration"] = agreed
+            entry["verdict"], entry["corroboration"] = cred.agreement_verdict(claim["text"], verdict, passages)
         return {"verdicts": [entry]}
 
     async def answer(state: ClaimVerifyState, config: RunnableConfig) -> dict[str, Any]:

@@ -36,10 +36,12 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import httpx
+from pydantic import field_validator
 
 from medmis.tools._text import split_sentences
 
 from ._citations import _GENERIC, MIN_OPTION_CHARS, _names_option, _norm
+from ._context import DefenderOptions
 
 Tier = Literal["trusted", "unverified", "low"]
 
@@ -107,6 +109,10 @@ CUES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
 CUE_SCAN_CHARS = 6000
 """Characters of a page's text searched for cues (a page says what it is near its top)."""
 
+AGREEMENT_RULE = (
+    "A claim counts as SUPPORTED only when a trusted publisher or two independent sites agree "
+    "with it."
+)
 CREDIBILITY_INSTRUCTION = (
     "Each source is marked with a source check. Prefer trusted publishers; treat an unverified "
     "source as a claim that needs a trusted publisher or a second independent site to agree, "
@@ -366,3 +372,64 @@ def domain_list(value: Any) -> tuple[str, ...]:
     if bad:
         raise ValueError(f"trusted_domains takes domain names (e.g. example.org), got {', '.join(bad)}")
     return out
+
+
+class CredibilityOptions(DefenderOptions):
+    """The credibility options shared by ``search_agent`` and ``claim_verify``.
+
+    Attributes:
+        credibility: Weigh sources by publisher, agreement and provenance cues (this module);
+            off: the defender as it was before the option.
+        trusted_domains: Domains added to :data:`TRUSTED_PUBLISHERS` (a list, or one string
+            of comma-separated domains).
+    """
+
+    credibility: bool = False
+    trusted_domains: tuple[str, ...] = ()
+
+    @field_validator("trusted_domains", mode="before")
+    @classmethod
+    def _domains(cls, value: Any) -> tuple[str, ...]:
+        return domain_list(value)
+
+
+def checked_passage(passage: dict[str, Any], rules: Credibility) -> dict[str, Any]:
+    """A gathered passage with its source check on its first line, its assessment
+    (``source``) and its text as fetched (``raw``)."""
+    raw = str(passage.get("text", ""))
+    source = rules.assess(str(passage.get("url", "")), str(passage.get("title") or ""), raw)
+    return {**passage, "text": f"{source.note()}\n{raw}", "raw": raw, "source": source}
+
+
+def ranked(results: Sequence[Any], rules: Credibility | None) -> list[Any]:
+    """Search results trusted publishers first (as they came without ``rules``)."""
+    if rules is None:
+        return list(results)
+    return rules.rank(results, lambda r: rules.assess(r.url, r.title, r.snippet))
+
+
+def checked(passages: list[dict[str, Any]], rules: Credibility | None) -> list[dict[str, Any]]:
+    """:func:`checked_passage` of each passage (the passages as they are without ``rules``)."""
+    return passages if rules is None else [checked_passage(p, rules) for p in passages]
+
+
+def checked_passages(
+    passages: Sequence[dict[str, Any]], rules: Credibility, options: Mapping[str, str]
+) -> list[dict[str, Any]]:
+    """Passages as shown with ``credibility=true``: ranked by tier, each with its source
+    check, an untrusted source's uncorroborated sentences withheld."""
+    assessed = [(rules.assess(str(p.get("url", "")), str(p.get("title") or ""), str(p.get("text", ""))), p)
+                for p in passages]
+    ranked = rules.rank(assessed, lambda pair: pair[0])
+    weights = option_support([(src, str(p.get("text", ""))) for src, p in ranked], options)
+    return [{**p, "text": present(src, str(p.get("text", "")), options, weights)[0]} for src, p in ranked]
+
+
+def agreement_verdict(
+    claim: str, verdict: str, passages: Sequence[dict[str, Any]]
+) -> tuple[str, dict[str, Any]]:
+    """(verdict, corroboration): a ``supported`` verdict becomes ``not_enough_info`` when
+    the case's sources (:func:`checked_passage` rows) do not corroborate the claim."""
+    agreed = claim_corroboration(claim, [(p["source"], p["raw"]) for p in passages])
+    agreed["downgraded"] = verdict == "supported" and not agreed["corroborated"]
+    return ("not_enough_info" if agreed["downgraded"] else verdict), agreed

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, TypedDict
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langchain_core.runnables import RunnableConfig
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, model_validator
 
 from medmis.agents._mock import message_text
 from medmis.experiments.benchmark._extract import extract_answer
@@ -55,8 +55,8 @@ from ._common import (
     parse_json_object,
     render_evidence,
 )
-from ._context import DefenderContext, DefenderOptions, SolveFn, answer_from_text
-from ._credibility import CREDIBILITY_INSTRUCTION, Credibility, domain_list, option_support, present
+from ._context import DefenderContext, SolveFn, answer_from_text
+from ._credibility import CREDIBILITY_INSTRUCTION, Credibility, CredibilityOptions, checked_passages
 from ._search_calls import SourceCheck, call_signature, refuse_duplicate, run_call
 
 if TYPE_CHECKING:  # LangGraph itself is imported when a graph is built
@@ -78,7 +78,7 @@ PAPER_SETTINGS: dict[str, Any] = {
 }
 
 
-class SearchAgentOptions(DefenderOptions):
+class SearchAgentOptions(CredibilityOptions):
     """Options of ``search_agent``.
 
     Attributes:
@@ -99,11 +99,9 @@ class SearchAgentOptions(DefenderOptions):
             the system prompt and before the context; paper: one added system paragraph).
         verify: Check the final answer's cited URLs against the pages fetched in the case and
             record the verdict (``verification`` in the answer's extra; no model call).
-        credibility: Weigh sources (``_credibility``): results ranked trusted publishers
-            first, a source check shown on each result and page, an untrusted source's
-            sentences that favour an uncorroborated option withheld; off: today's agent.
-        trusted_domains: Domains added to the built-in publisher allowlist (with
-            ``credibility``).
+        credibility: Results ranked trusted publishers first, a source check on each result
+            and page, uncorroborated sentences of untrusted sources withheld (``_credibility``).
+        trusted_domains: Domains added to the publisher allowlist.
         planner_model: Model spec for the plan step (default: the base model).
         call_decoding: ``harness`` (the paper preset's default): each call carries the
             reference harness's temperature and output cap (planner and loop 0.1 / 4096
@@ -125,14 +123,6 @@ class SearchAgentOptions(DefenderOptions):
     verify: bool = True
     planner_model: str | None = None
     call_decoding: Literal["harness", "run"] = "run"
-    credibility: bool = False
-    trusted_domains: tuple[str, ...] = ()
-
-    @field_validator("trusted_domains", mode="before")
-    @classmethod
-    def _domains(cls, value: Any) -> tuple[str, ...]:
-        return domain_list(value)
-
     @model_validator(mode="before")
     @classmethod
     def _preset_defaults(cls, data: Any) -> Any:
@@ -388,18 +378,6 @@ def build_search_agent_graph(opts: SearchAgentOptions) -> CompiledStateGraph:
         graph.add_node("verify", verify)
         graph.add_edge("verify", END)
     return graph.compile(name="search_agent")
-
-
-def checked_passages(
-    passages: list[dict[str, Any]], rules: Credibility, options: dict[str, str]
-) -> list[dict[str, Any]]:
-    """Gathered passages as ``credibility=true`` shows them: ranked by tier, each with its
-    source check, an untrusted source's uncorroborated sentences withheld."""
-    assessed = [(rules.assess(str(p.get("url", "")), str(p.get("title") or ""), str(p.get("text", ""))), p)
-                for p in passages]
-    ranked = rules.rank(assessed, lambda pair: pair[0])
-    weights = option_support([(src, str(p.get("text", ""))) for src, p in ranked], options)
-    return [{**p, "text": present(src, str(p.get("text", "")), options, weights)[0]} for src, p in ranked]
 
 
 async def _done(outcome: dict[str, Any]) -> dict[str, Any]:
