@@ -61,8 +61,9 @@ class ClaimVerifyOptions(cred.CredibilityOptions):
         drop_refuted: Withhold refuted sentences from the answer prompt instead of labelling them.
         splitter_model: Model spec for the split step (default: the base model).
         verifier_model: Model spec for verdicts (default: the base model).
-        credibility, trusted_domains: Source credibility (``_credibility``): trusted publishers
-            read first, ``supported`` only when a trusted or two independent sources agree.
+        credibility: Trusted publishers read first; ``supported`` only when a trusted source
+            or two independent sites agree (``_credibility``).
+        trusted_domains: Domains added to the publisher allowlist.
     """
 
     split: Literal["model", "sentences"] = "model"

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import httpx
-from pydantic import field_validator
+from pydantic import Field, field_validator
 
 from medmis.tools._text import split_sentences
 
@@ -385,12 +385,12 @@ class CredibilityOptions(DefenderOptions):
     """
 
     credibility: bool = False
-    trusted_domains: tuple[str, ...] = ()
+    trusted_domains: list[str] = Field(default_factory=list)
 
     @field_validator("trusted_domains", mode="before")
     @classmethod
-    def _domains(cls, value: Any) -> tuple[str, ...]:
-        return domain_list(value)
+    def _domains(cls, value: Any) -> list[str]:
+        return list(domain_list(value))
 
 
 def checked_passage(passage: dict[str, Any], rules: Credibility) -> dict[str, Any]:

@@ -82,7 +82,7 @@ def test_trusted_domains_extend_the_allowlist_and_are_validated() -> None:
     assert rules.assess("https://medref.example.evil.com/x").tier == "unverified"
     assert "who.int" in TRUSTED_PUBLISHERS and Credibility().domains == Credibility([]).domains
     opts = create_defender("search_agent", {"trusted_domains": "a.example, b.example"}).options
-    assert opts.trusted_domains == ("a.example", "b.example")  # type: ignore[attr-defined]
+    assert opts.trusted_domains == ["a.example", "b.example"]  # type: ignore[attr-defined]
     for bad in ("https://a.example/", "127.0.0.1", "localhost", "a example"):
         with pytest.raises(DefenderConfigError, match="trusted_domains"):
             create_defender("claim_verify", {"trusted_domains": [bad]})
