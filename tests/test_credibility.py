@@ -214,6 +214,27 @@ def test_run_takes_one_defender_twice_with_inline_options() -> None:
         parse_defenders("search_agent[credibility]")
 
 
+def test_run_holds_a_defender_with_and_without_credibility(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from medmis.experiments.cli import main
+
+    out = tmp_path / "run"
+    code = main(["run", "--data", str(SAMPLE), "--subset", "MEDMISHLE", "--model", "mock/examinee",
+                 "--defender", "search_agent,search_agent[credibility=true],claim_verify[credibility=true]",
+                 "--defender-option", "search_agent.max_iterations=3", "--protocol", "clean,type1",
+                 "--out", str(out), "--no-progress"])
+    assert code == 0
+    records = [json.loads(x) for x in (out / "records.jsonl").read_text().splitlines()]
+    assert {r["defender"] for r in records} == {
+        "search_agent[max_iterations=3]", "search_agent[credibility=True,max_iterations=3]",
+        "claim_verify[credibility=True]"}
+    # two entries that differ only by options at their defaults share a label: one line, exit 2
+    again = tmp_path / "again"
+    code = main(["run", "--data", str(SAMPLE), "--model", "mock/examinee", "--defender",
+                 "search_agent,search_agent[credibility=false]", "--out", str(again), "--no-progress"])
+    assert code == 2 and "search_agent twice" in capsys.readouterr().err
+    assert not again.exists()
+
+
 # --- what the model is shown ------------------------------------------------------------------
 
 
