@@ -19,6 +19,7 @@ bug) propagates and stops the case.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from langchain_core.messages import ToolMessage
@@ -111,9 +112,11 @@ class SourceCheck:
         return self.rules.assess(str(passage.get("url", "")), str(passage.get("title") or ""),
                                  str(passage.get("text", "")))
 
-    def show(self, fresh: list[tuple[Source, str]]) -> tuple[list[str], int]:
-        """Each fresh passage's text as shown (corroboration counted over the case so far)."""
-        weights = option_support([*self.earlier, *fresh], self.options)
+    def show(self, fresh: list[tuple[Source, str]], uncounted: int = 0) -> tuple[list[str], int]:
+        """Each fresh passage's text as shown (corroboration counted over the case so far,
+        without the last ``uncounted`` fresh ones: a search engine's own summaries restate
+        its results)."""
+        weights = option_support([*self.earlier, *fresh[: len(fresh) - uncounted]], self.options)
         shown = [present(src, text, self.options, weights) for src, text in fresh]
         return [text for text, _ in shown], sum(n for _, n in shown)
 
@@ -176,15 +179,16 @@ async def _search(
         )
         results: list[SearchResult] = list(response.results)
         if check is not None:
-            results, raw, note = _checked_results(results, check)
-            response = response.model_copy(update={"results": results})
+            boxes = {k: getattr(response, k) for k in ("answer_box", "knowledge_graph") if getattr(response, k)}
+            results, raw, note, summaries = _checked_results(results, check, list(boxes.values()))
+            response = response.model_copy(update={"results": results, **dict(zip(boxes, summaries, strict=True))})
         text = paper.search_result_text(response, query)
     else:
         results = list(
             await ctx.search(query, max_results=wanted, country=country, language=language)
         )
         if check is not None:
-            results, raw, note = _checked_results(results, check)
+            results, raw, note, _ = _checked_results(results, check)
         text = render_search_results(results)
     if note is not None:
         ctx.note("source_check", {"tool": SEARCH_TOOL_NAME, **note})
@@ -198,16 +202,20 @@ async def _search(
 
 
 def _checked_results(
-    results: list[Any], check: SourceCheck
-) -> tuple[list[Any], list[Any], dict[str, Any]]:
-    """(results as shown, the same results as returned, what the check found): ranked by
-    tier, each shown snippet replaced by its source check and kept text."""
+    results: list[Any], check: SourceCheck, summaries: Sequence[str] = ()
+) -> tuple[list[Any], list[Any], dict[str, Any], list[str]]:
+    """(results as shown, the same results as returned, what the check found, summaries as
+    shown): ranked by tier, each shown snippet replaced by its source check and kept text.
+    ``summaries`` (a search engine's answer box and knowledge graph, which name no source)
+    are shown as unverified text and never count towards agreement."""
     sources = {id(r): check.rules.assess(r.url, r.title, r.snippet) for r in results}
     ranked = check.rules.rank(results, lambda r: sources[id(r)])
-    texts, withheld = check.show([(sources[id(r)], r.snippet) for r in ranked])
-    shown = [r.model_copy(update={"snippet": t}) for r, t in zip(ranked, texts, strict=True)]
+    engine = Source("", "search engine summary", "", False, ())
+    extra = [(engine, text) for text in summaries or []]
+    texts, withheld = check.show([*((sources[id(r)], r.snippet) for r in ranked), *extra], len(extra))
+    shown = [r.model_copy(update={"snippet": t}) for r, t in zip(ranked, texts, strict=False)]
     note = {"sources": [sources[id(r)].public() for r in ranked], "withheld": withheld}
-    return shown, ranked, note
+    return shown, ranked, note, texts[len(ranked):]
 
 
 async def _visit(
