@@ -123,6 +123,7 @@ class SearchAgentOptions(CredibilityOptions):
     verify: bool = True
     planner_model: str | None = None
     call_decoding: Literal["harness", "run"] = "run"
+
     @model_validator(mode="before")
     @classmethod
     def _preset_defaults(cls, data: Any) -> Any:

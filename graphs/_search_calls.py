@@ -171,13 +171,13 @@ async def _search(
         raise ToolError("search_web needs a non-empty 'query' string", kind="arguments")
     wanted = _int_arg(args, "num_results", 1, MAX_NUM_RESULTS) or max_results
     country, language = _str_arg(args, "country"), _str_arg(args, "language")
-    note: dict[str, Any] | None = None
-    raw: list[SearchResult] = []
+    note: dict[str, Any] | None = None  # with a check: what it found
     if paper_format:
         response = await ctx.search_response(
             query, max_results=wanted, country=country, language=language
         )
         results: list[SearchResult] = list(response.results)
+        raw = results
         if check is not None:
             boxes = {k: getattr(response, k) for k in ("answer_box", "knowledge_graph") if getattr(response, k)}
             results, raw, note, summaries = _checked_results(results, check, list(boxes.values()))
@@ -187,6 +187,7 @@ async def _search(
         results = list(
             await ctx.search(query, max_results=wanted, country=country, language=language)
         )
+        raw = results
         if check is not None:
             results, raw, note, _ = _checked_results(results, check)
         text = render_search_results(results)
@@ -196,7 +197,7 @@ async def _search(
         "ok": True,
         "message": _message(call, call_id, text, error=False),
         "search": {"query": query, "urls": [r.url for r in results]},
-        "evidence": [{"url": r.url, "title": r.title, "text": r.snippet} for r in (raw or results)],
+        "evidence": [{"url": r.url, "title": r.title, "text": r.snippet} for r in raw],
         "log": {"tool": SEARCH_TOOL_NAME, "arguments": args, "result": text},
     }
 

@@ -117,8 +117,7 @@ class Harness:
             create_defender(d.name, d.options, label=d.label) for d in config.defenders
         ]
         labels = [d.label for d in self.defenders]
-        if len(set(labels)) != len(labels):  # options at their defaults add nothing to a label
-            twice = sorted({x for x in labels if labels.count(x) > 1})
+        if twice := sorted({x for x in labels if labels.count(x) > 1}):  # defaults leave no mark
             raise DefenderConfigError(f"defender labels must be unique: {', '.join(twice)} twice")
 
     # -- resources -------------------------------------------------------------------------
