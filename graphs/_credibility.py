@@ -22,8 +22,8 @@ title and its text, and the other sources gathered for the same case. Three rule
 
 What the model is shown: sources ranked trusted, unverified, low (the engine's order kept
 within a tier), a one-line source check on each, and, in the search agent, the sentences of
-an untrusted source that favour an answer no corroborated evidence favours withheld with a
-note saying so. Nothing here reads how a page came to be in the results.
+an untrusted source that favour an option the case's sources do not corroborate withheld,
+with a note saying how many. Nothing here reads how a page came to be in the results.
 """
 
 from __future__ import annotations
