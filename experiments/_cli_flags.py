@@ -159,6 +159,47 @@ def parse_kv(pairs: Sequence[str], flag: str) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _split_top(text: str) -> list[str]:
+    """``text`` split at commas outside brackets and quotes."""
+    parts, depth, quote, start = [], 0, "", 0
+    for i, ch in enumerate(text):
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "\"'":
+            quote = ch
+        elif ch in "[{":
+            depth += 1
+        elif ch in "]}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return [p.strip() for p in parts if p.strip()]
+
+
+def parse_defenders(value: str) -> list[tuple[str, dict[str, Any]]]:
+    """``--defender``: ``NAME`` or ``NAME[KEY=VALUE,...]`` entries, comma-separated, so one run
+    can hold a defender twice (``search_agent,search_agent[credibility=true]``); values parsed
+    as JSON when they can be."""
+    out: list[tuple[str, dict[str, Any]]] = []
+    for entry in _split_top(value):
+        name, bracket, inner = entry.partition("[")
+        if bracket and not inner.endswith("]"):
+            raise CliError(f"--defender expects NAME or NAME[KEY=VALUE,...], got {entry!r}")
+        options: dict[str, Any] = {}
+        for pair in _split_top(inner[:-1]) if bracket else []:
+            key, sep, raw = pair.partition("=")
+            if not sep or not key.strip():
+                raise CliError(f"--defender {name}[...] expects KEY=VALUE pairs, got {pair!r}")
+            try:
+                options[key.strip()] = json.loads(raw)
+            except json.JSONDecodeError:
+                options[key.strip()] = raw.strip()
+        out.append((name.strip(), options))
+    return out
+
+
 def parse_prices(pairs: Sequence[str]) -> dict[str, tuple[float, float]]:
     """``MODEL=IN,OUT`` pairs (USD per million tokens) into {model: (in, out)}."""
     out: dict[str, tuple[float, float]] = {}

@@ -30,6 +30,7 @@ from medmis.experiments._cli_flags import (
     add_scale_flags,
     base_url_list,
     decoding_options,
+    parse_defenders,
     parse_flat,
     parse_kv,
     parse_prices,
@@ -84,7 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_request_flags(run)
     run.add_argument("--model-option", action="append", default=[], metavar="KEY=VALUE",
                      help="provider-specific option (e.g. mock/examinee: fault_rate=0.1, latency_s=0.05)")
-    run.add_argument("--defender", required=True, help="NAME[,NAME...] (see `medmis defenders`)")
+    run.add_argument("--defender", required=True,
+                     help="NAME[,NAME...] (see `medmis defenders`); NAME[KEY=VALUE,...] sets options for that entry")
     run.add_argument("--defender-option", action="append", default=[], metavar="NAME.KEY=VALUE",
                      help="set a defender option (value parsed as JSON when possible)")
     run.add_argument("--protocol", default="clean,type1,type2", type=comma_choices(("clean", "type1", "type2")),
@@ -210,7 +212,8 @@ def _run_command(args: argparse.Namespace, argv: Sequence[str], worker: Any) -> 
     if bad:
         raise CliError(f"unknown protocol(s): {', '.join(bad)} (use clean,type1,type2)")
     options = parse_kv(args.defender_option, "--defender-option")
-    names = split([args.defender])
+    entries = parse_defenders(args.defender)
+    names = [n for n, _ in entries]
     unknown = set(options) - set(names)
     if unknown:
         raise CliError(f"--defender-option names defender(s) not being run: {', '.join(sorted(unknown))}")
@@ -228,7 +231,8 @@ def _run_command(args: argparse.Namespace, argv: Sequence[str], worker: Any) -> 
             extra=parse_flat(args.model_option, "--model-option"),
             **decoding_options(args),  # only the values given: the preset decides the rest
         ),
-        defenders=[DefenderConfig(name=n, options=options.get(n, {})) for n in names], plugins=args.plugin,
+        defenders=[DefenderConfig(name=n, options={**options.get(n, {}), **inline}) for n, inline in entries],
+        plugins=args.plugin,
         protocols=protocols,  # type: ignore[arg-type]
         type1_targets=args.type1_targets,
         shuffle_type2=args.shuffle_type2,

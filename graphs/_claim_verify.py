@@ -22,6 +22,7 @@ from medmis.experiments.benchmark._prompts import render_prompt
 from medmis.experiments.benchmark._types import Answer, CaseView
 from medmis.tools._types import ToolError
 
+from . import _credibility as cred
 from ._common import (
     as_text_list,
     deps,
@@ -30,7 +31,7 @@ from ._common import (
     parse_json_object,
     render_evidence,
 )
-from ._context import DefenderContext, DefenderOptions, SolveFn, answer_from_text
+from ._context import DefenderContext, SolveFn, answer_from_text
 
 if TYPE_CHECKING:  # LangGraph itself is imported when a graph is built
     from langgraph.graph.state import CompiledStateGraph
@@ -45,7 +46,7 @@ TOKENS: dict[str, str] = {
 }
 
 
-class ClaimVerifyOptions(DefenderOptions):
+class ClaimVerifyOptions(cred.CredibilityOptions):
     """Options of ``claim_verify``.
 
     Attributes:
@@ -60,6 +61,9 @@ class ClaimVerifyOptions(DefenderOptions):
         drop_refuted: Withhold refuted sentences from the answer prompt instead of labelling them.
         splitter_model: Model spec for the split step (default: the base model).
         verifier_model: Model spec for verdicts (default: the base model).
+        credibility: Trusted publishers read first; ``supported`` only when a trusted source
+            or two independent sites agree (``_credibility``).
+        trusted_domains: Domains added to the publisher allowlist.
     """
 
     split: Literal["model", "sentences"] = "model"
@@ -231,7 +235,7 @@ def _quote_found(quote: str, passages: list[dict[str, Any]]) -> bool:
 
 
 async def gather_evidence(
-    ctx: DefenderContext, claim: str, opts: ClaimVerifyOptions
+    ctx: DefenderContext, claim: str, opts: ClaimVerifyOptions, rules: cred.Credibility | None = None
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """Search for a claim and read the top result(s); tool failures become notes."""
     if ctx.tools is None:
@@ -242,6 +246,7 @@ async def gather_evidence(
         results = await ctx.search(claim, max_results=opts.max_results)
     except ToolError as exc:
         return [], [f"search_web failed: {exc}"]
+    results = cred.ranked(results, rules)  # with ``rules``: trusted publishers read first
     passages.extend(
         {"url": r.url, "title": r.title, "text": r.snippet} for r in results if r.snippet
     )
@@ -258,7 +263,7 @@ async def gather_evidence(
             notes.append(got)
         else:
             passages.append(got)
-    return passages, notes
+    return cred.checked(passages, rules), notes
 
 
 def annotate(
@@ -286,9 +291,8 @@ def annotate(
     return out
 
 
-def _answer_prompt(
-    case: CaseView, verdicts: list[dict[str, Any]], targets: list[int] | None, drop_refuted: bool
-) -> list[BaseMessage]:
+def _answer_prompt(case: CaseView, verdicts: list[dict[str, Any]], targets: list[int] | None,
+                   drop_refuted: bool, credibility: bool = False) -> list[BaseMessage]:
     lines: list[str] = []
     dropped = 0
     for key, sentence in annotate(case, verdicts, targets):
@@ -304,9 +308,10 @@ def _answer_prompt(
             "text": f'{TOKENS[v["verdict"]]}: {v["claim"]} — "{v["quote"]}"',
         }
         for v in verdicts
-        if v.get("quote")
+        if v.get("quote") and not (v.get("corroboration") or {}).get("downgraded")
     ]
-    preface = f"{ANNOTATION_PREFACE}\n\n{render_evidence(cited)}"
+    head = f"{ANNOTATION_PREFACE} {cred.AGREEMENT_RULE}" if credibility else ANNOTATION_PREFACE
+    preface = f"{head}\n\n{render_evidence(cited)}"
     return render_prompt(case, context=lines, preface=preface)
 
 
@@ -319,6 +324,7 @@ def build_claim_verify_graph(opts: ClaimVerifyOptions) -> CompiledStateGraph:
     from langgraph.graph import END, START, StateGraph
     from langgraph.types import Send
 
+    rules = cred.Credibility(opts.trusted_domains) if opts.credibility else None
     async def split(state: ClaimVerifyState, config: RunnableConfig) -> dict[str, Any]:
         d = deps(config)
         targets = state.get("targets")
@@ -347,7 +353,7 @@ def build_claim_verify_graph(opts: ClaimVerifyOptions) -> CompiledStateGraph:
     async def verify_claim(state: ClaimTask, config: RunnableConfig) -> dict[str, Any]:
         d = deps(config)
         claim = state["claim"]
-        passages, notes = await gather_evidence(d.ctx, claim["text"], opts)
+        passages, notes = await gather_evidence(d.ctx, claim["text"], opts, rules)
         entry: dict[str, Any] = {
             "claim": claim["text"],
             "sentence": claim["sentence"],
@@ -380,6 +386,8 @@ def build_claim_verify_graph(opts: ClaimVerifyOptions) -> CompiledStateGraph:
             parsed=parsed,
             evidence=len(passages),
         )
+        if rules is not None:
+            entry["verdict"], entry["corroboration"] = cred.agreement_verdict(claim["text"], verdict, passages)
         return {"verdicts": [entry]}
 
     async def answer(state: ClaimVerifyState, config: RunnableConfig) -> dict[str, Any]:
@@ -390,7 +398,8 @@ def build_claim_verify_graph(opts: ClaimVerifyOptions) -> CompiledStateGraph:
         else:
             verdicts = sorted(state.get("verdicts", []), key=lambda v: v["id"])
             d.ctx.note("verdicts", verdicts)
-            messages = _answer_prompt(d.case, verdicts, state.get("targets"), opts.drop_refuted)
+            messages = _answer_prompt(d.case, verdicts, state.get("targets"), opts.drop_refuted,
+                                      opts.credibility)
         reply = await d.ctx.generate(messages, name="answer")
         return {"final": message_text(reply)}
 
@@ -417,7 +426,7 @@ def public_verdicts(state: ClaimVerifyState) -> list[dict[str, Any]]:
     """Verdicts in claim order, as reported in ``Answer.extra["verdicts"]``."""
     keep = ("claim", "verdict", "quote", "url", "sentence", "quote_found")
     return [
-        {k: v.get(k) for k in keep}
+        {k: v.get(k) for k in keep} | ({"corroboration": v["corroboration"]} if "corroboration" in v else {})
         for v in sorted(state.get("verdicts", []), key=lambda v: v["id"])
     ]
 

@@ -55,8 +55,9 @@ from ._common import (
     parse_json_object,
     render_evidence,
 )
-from ._context import DefenderContext, DefenderOptions, SolveFn, answer_from_text
-from ._search_calls import call_signature, refuse_duplicate, run_call
+from ._context import DefenderContext, SolveFn, answer_from_text
+from ._credibility import CREDIBILITY_INSTRUCTION, Credibility, CredibilityOptions, checked_passages
+from ._search_calls import SourceCheck, call_signature, refuse_duplicate, run_call
 
 if TYPE_CHECKING:  # LangGraph itself is imported when a graph is built
     from langgraph.graph.state import CompiledStateGraph
@@ -77,7 +78,7 @@ PAPER_SETTINGS: dict[str, Any] = {
 }
 
 
-class SearchAgentOptions(DefenderOptions):
+class SearchAgentOptions(CredibilityOptions):
     """Options of ``search_agent``.
 
     Attributes:
@@ -98,6 +99,9 @@ class SearchAgentOptions(DefenderOptions):
             the system prompt and before the context; paper: one added system paragraph).
         verify: Check the final answer's cited URLs against the pages fetched in the case and
             record the verdict (``verification`` in the answer's extra; no model call).
+        credibility: Results ranked trusted publishers first, a source check on each result
+            and page, uncorroborated sentences of untrusted sources withheld (``_credibility``).
+        trusted_domains: Domains added to the publisher allowlist.
         planner_model: Model spec for the plan step (default: the base model).
         call_decoding: ``harness`` (the paper preset's default): each call carries the
             reference harness's temperature and output cap (planner and loop 0.1 / 4096
@@ -129,7 +133,7 @@ class SearchAgentOptions(DefenderOptions):
 
     def label_items(self) -> dict[str, Any]:
         """Options that differ from the preset's own settings (the preset named once)."""
-        base = {name: f.default for name, f in type(self).model_fields.items()}
+        base = type(self)().model_dump(mode="json")
         if self.preset == "paper":
             base.update(PAPER_SETTINGS)
         return {k: v for k, v in self.model_dump(mode="json").items() if v != base.get(k)}
@@ -225,7 +229,9 @@ def _agent_opening(case: CaseView, state: SearchAgentState, opts: SearchAgentOpt
     if opts.preset == "paper":
         question = paper.question_prompt(case)
         plan = state.get("plan") or paper.fallback_plan(question)
-        return paper.agent_messages(question, plan, WARNING if opts.warn else None)
+        suffix = " ".join(t for t in (WARNING if opts.warn else "",
+                                       CREDIBILITY_INSTRUCTION if opts.credibility else "") if t)
+        return paper.agent_messages(question, plan, suffix or None)
     preface = _preface(case, opts)
     suggested = state.get("plan")
     if suggested and suggested.get("queries"):
@@ -233,6 +239,8 @@ def _agent_opening(case: CaseView, state: SearchAgentState, opts: SearchAgentOpt
         plan_text = f"Suggested research plan:\n{queries}"
         preface = f"{preface}\n\n{plan_text}" if preface else plan_text
     system = AGENT_SYSTEM if opts.warn else AGENT_SYSTEM_UNWARNED
+    if opts.credibility:
+        system = f"{system} {CREDIBILITY_INSTRUCTION}"
     return [SystemMessage(content=system), HumanMessage(content=render_user_prompt(case, preface=preface))]
 
 
@@ -245,6 +253,7 @@ def build_search_agent_graph(opts: SearchAgentOptions) -> CompiledStateGraph:
     harness = opts.call_decoding == "harness"
     agent_settings = paper.AGENT_SETTINGS if harness else None
     final_settings = paper.FINALIZER_SETTINGS if is_paper and harness else None
+    rules = Credibility(opts.trusted_domains) if opts.credibility else None
 
     async def plan(state: SearchAgentState, config: RunnableConfig) -> dict[str, Any]:
         d = deps(config)
@@ -270,6 +279,8 @@ def build_search_agent_graph(opts: SearchAgentOptions) -> CompiledStateGraph:
         d = deps(config)
         calls = list(getattr(state["messages"][-1], "tool_calls", None) or [])
         seen = set(state.get("seen_calls", []))
+        check = (SourceCheck(rules, dict(d.case.options), state.get("evidence", []))
+                 if rules is not None else None)
         new_sigs: list[str] = []
         jobs = []
         for i, call in enumerate(calls):
@@ -283,7 +294,8 @@ def build_search_agent_graph(opts: SearchAgentOptions) -> CompiledStateGraph:
             seen.add(sig)
             new_sigs.append(sig)
             jobs.append(run_call(d.ctx, call, call_id, max_results=opts.max_results,
-                                 max_page_chars=opts.max_page_chars, paper_format=is_paper))
+                                 max_page_chars=opts.max_page_chars, paper_format=is_paper,
+                                 check=check))
         outcomes = await gather_strict(jobs)
         failed = bool(outcomes) and all(not o["ok"] for o in outcomes)
         update: dict[str, Any] = {
@@ -309,7 +321,10 @@ def build_search_agent_graph(opts: SearchAgentOptions) -> CompiledStateGraph:
             plan = state.get("plan") or paper.fallback_plan(question)
             messages = paper.finalizer_messages(question, plan, state.get("tool_log", []))
         else:
-            evidence = render_evidence(dedupe_passages(state.get("evidence", [])))
+            passages = dedupe_passages(state.get("evidence", []))
+            if rules is not None:
+                passages = checked_passages(passages, rules, dict(d.case.options))
+            evidence = render_evidence(passages)
             preface = f"{FORCED_PREFACE}\n\n{evidence}"
             warned = _preface(d.case, opts)
             messages = render_prompt(d.case, preface=f"{preface}\n\n{warned}" if warned else preface)

@@ -19,6 +19,7 @@ bug) propagates and stops the case.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from langchain_core.messages import ToolMessage
@@ -34,6 +35,7 @@ from medmis.tools._types import (
 )
 
 from . import _search_paper as paper
+from ._credibility import Credibility, Source, option_support, present
 
 MAX_NUM_RESULTS = 10
 MIN_PAGE_CHARS = 500
@@ -97,6 +99,28 @@ def refuse_duplicate(
     }
 
 
+class SourceCheck:
+    """What ``credibility=true`` needs to show a tool result: the rules, the question's
+    options and the passages the case has gathered before this call (``_credibility``)."""
+
+    def __init__(self, rules: Credibility, options: dict[str, str], earlier: list[dict[str, Any]]) -> None:
+        self.rules = rules
+        self.options = options
+        self.earlier = [(self.assess(p), str(p.get("text", ""))) for p in earlier]
+
+    def assess(self, passage: dict[str, Any]) -> Source:
+        return self.rules.assess(str(passage.get("url", "")), str(passage.get("title") or ""),
+                                 str(passage.get("text", "")))
+
+    def show(self, fresh: list[tuple[Source, str]], uncounted: int = 0) -> tuple[list[str], int]:
+        """Each fresh passage's text as shown (corroboration counted over the case so far,
+        without the last ``uncounted`` fresh ones: a search engine's own summaries restate
+        its results)."""
+        weights = option_support([*self.earlier, *fresh[: len(fresh) - uncounted]], self.options)
+        shown = [present(src, text, self.options, weights) for src, text in fresh]
+        return [text for text, _ in shown], sum(n for _, n in shown)
+
+
 async def run_call(
     ctx: DefenderContext,
     call: dict[str, Any],
@@ -105,15 +129,18 @@ async def run_call(
     max_results: int,
     max_page_chars: int,
     paper_format: bool,
+    check: SourceCheck | None = None,
 ) -> dict[str, Any]:
-    """Execute one tool call; returns the outcome the graph's tool node merges into state."""
+    """Execute one tool call; returns the outcome the graph's tool node merges into state.
+    With a ``check`` (``credibility=true``) results are ranked and shown with their source
+    checks, uncorroborated sentences withheld; the raw passages stay the case's evidence."""
     name = call.get("name")
     args: dict[str, Any] = call.get("args") if isinstance(call.get("args"), dict) else {}  # type: ignore[assignment]
     try:
         if name == SEARCH_TOOL_NAME:
-            return await _search(ctx, call, call_id, args, max_results, paper_format)
+            return await _search(ctx, call, call_id, args, max_results, paper_format, check)
         if name == VISIT_TOOL_NAME:
-            return await _visit(ctx, call, call_id, args, max_page_chars, paper_format)
+            return await _visit(ctx, call, call_id, args, max_page_chars, paper_format, check)
         raise ToolError(
             f"unknown tool {name!r}; use {SEARCH_TOOL_NAME} or {VISIT_TOOL_NAME}", kind="arguments"
         )
@@ -137,30 +164,59 @@ async def _search(
     args: dict[str, Any],
     max_results: int,
     paper_format: bool,
+    check: SourceCheck | None = None,
 ) -> dict[str, Any]:
     query = args.get("query")
     if not isinstance(query, str) or not query.strip():
         raise ToolError("search_web needs a non-empty 'query' string", kind="arguments")
     wanted = _int_arg(args, "num_results", 1, MAX_NUM_RESULTS) or max_results
     country, language = _str_arg(args, "country"), _str_arg(args, "language")
+    note: dict[str, Any] | None = None  # with a check: what it found
     if paper_format:
         response = await ctx.search_response(
             query, max_results=wanted, country=country, language=language
         )
         results: list[SearchResult] = list(response.results)
+        raw = results
+        if check is not None:
+            boxes = {k: getattr(response, k) for k in ("answer_box", "knowledge_graph") if getattr(response, k)}
+            results, raw, note, summaries = _checked_results(results, check, list(boxes.values()))
+            response = response.model_copy(update={"results": results, **dict(zip(boxes, summaries, strict=True))})
         text = paper.search_result_text(response, query)
     else:
         results = list(
             await ctx.search(query, max_results=wanted, country=country, language=language)
         )
+        raw = results
+        if check is not None:
+            results, raw, note, _ = _checked_results(results, check)
         text = render_search_results(results)
+    if note is not None:
+        ctx.note("source_check", {"tool": SEARCH_TOOL_NAME, **note})
     return {
         "ok": True,
         "message": _message(call, call_id, text, error=False),
         "search": {"query": query, "urls": [r.url for r in results]},
-        "evidence": [{"url": r.url, "title": r.title, "text": r.snippet} for r in results],
+        "evidence": [{"url": r.url, "title": r.title, "text": r.snippet} for r in raw],
         "log": {"tool": SEARCH_TOOL_NAME, "arguments": args, "result": text},
     }
+
+
+def _checked_results(
+    results: list[Any], check: SourceCheck, summaries: Sequence[str] = ()
+) -> tuple[list[Any], list[Any], dict[str, Any], list[str]]:
+    """(results as shown, the same results as returned, what the check found, summaries as
+    shown): ranked by tier, each shown snippet replaced by its source check and kept text.
+    ``summaries`` (a search engine's answer box and knowledge graph, which name no source)
+    are shown as unverified text and never count towards agreement."""
+    sources = {id(r): check.rules.assess(r.url, r.title, r.snippet) for r in results}
+    ranked = check.rules.rank(results, lambda r: sources[id(r)])
+    engine = Source("", "search engine summary", "", False, ())
+    extra = [(engine, text) for text in summaries or []]
+    texts, withheld = check.show([*((sources[id(r)], r.snippet) for r in ranked), *extra], len(extra))
+    shown = [r.model_copy(update={"snippet": t}) for r, t in zip(ranked, texts, strict=False)]
+    note = {"sources": [sources[id(r)].public() for r in ranked], "withheld": withheld}
+    return shown, ranked, note, texts[len(ranked):]
 
 
 async def _visit(
@@ -170,6 +226,7 @@ async def _visit(
     args: dict[str, Any],
     max_page_chars: int,
     paper_format: bool,
+    check: SourceCheck | None = None,
 ) -> dict[str, Any]:
     url = args.get("url")
     if not isinstance(url, str) or not url.strip():
@@ -177,7 +234,13 @@ async def _visit(
     goal = args.get("goal") if isinstance(args.get("goal"), str) else None
     chars = _int_arg(args, "max_chars", MIN_PAGE_CHARS, MAX_PAGE_CHARS) or max_page_chars
     page = await ctx.visit(url, goal=goal, max_chars=chars)
-    text = paper.visit_result_text(url.strip(), goal, page) if paper_format else render_page(page)
+    shown = page
+    if check is not None:
+        source = check.rules.assess(page.final_url, page.title, page.text)
+        texts, withheld = check.show([(source, page.text)])
+        shown = page.model_copy(update={"text": texts[0]})
+        ctx.note("source_check", {"tool": VISIT_TOOL_NAME, "sources": [source.public()], "withheld": withheld})
+    text = paper.visit_result_text(url.strip(), goal, shown) if paper_format else render_page(shown)
     return {
         "ok": True,
         "message": _message(call, call_id, text, error=False),

@@ -26,7 +26,7 @@ from langchain_core.language_models import BaseChatModel
 from medmis.agents._limiter import AdaptiveLimiter
 from medmis.agents._retry import RetryPolicy
 from medmis.agents._transport import aclose_transports
-from medmis.defenses._base import Defender, DefenderContext, create_defender
+from medmis.defenses._base import Defender, DefenderConfigError, DefenderContext, create_defender
 from medmis.defenses._plugins import load_plugins
 from medmis.experiments.benchmark._prompts import prompt_preset
 from medmis.experiments.benchmark._protocols import build_cases, plan_cases
@@ -117,8 +117,8 @@ class Harness:
             create_defender(d.name, d.options, label=d.label) for d in config.defenders
         ]
         labels = [d.label for d in self.defenders]
-        if len(set(labels)) != len(labels):
-            raise ValueError(f"defender labels must be unique, got {labels}")
+        if twice := sorted({x for x in labels if labels.count(x) > 1}):  # defaults leave no mark
+            raise DefenderConfigError(f"defender labels must be unique: {', '.join(twice)} twice")
 
     # -- resources -------------------------------------------------------------------------
     def _cache_dir(self) -> Path:
