@@ -9,6 +9,8 @@ if TYPE_CHECKING:
     from ._corpus import CorpusDocument, LocalSearch, load_corpus
     from ._jina import JinaReader
     from ._llm_cache import StoreCache, attach_cache
+    from ._poison_types import PoisonedPage, PoisonExposure, PoisonSettings
+    from ._poisoned_web import PoisonedWeb
     from ._probe import CacheProbe, cache_probe, mark_cache
     from ._safety import DEFAULT_BLOCKLIST, AllowedHost, Blocklist, UrlPolicy, address_problem
     from ._search import SearchBackend
@@ -51,6 +53,10 @@ _HOME = {
     "PAPER_VISIT_TOOL": "_types",
     "Page": "_types",
     "PageReader": "_web",
+    "PoisonExposure": "_poison_types",
+    "PoisonSettings": "_poison_types",
+    "PoisonedPage": "_poison_types",
+    "PoisonedWeb": "_poisoned_web",
     "RecordStore": "_store",
     "ReplayMissError": "_types",
     "SEARCH_TOOL_NAME": "_types",
@@ -99,6 +105,10 @@ __all__ = [
     "LocalSearch",
     "Page",
     "PageReader",
+    "PoisonExposure",
+    "PoisonSettings",
+    "PoisonedPage",
+    "PoisonedWeb",
     "RecordStore",
     "ReplayMissError",
     "SearchArgs",
