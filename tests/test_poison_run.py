@@ -267,3 +267,103 @@ async def test_a_poisoned_run_replays_offline_to_identical_records(
     assert sum(seen) > 0
     steps = [s for t in traces(tmp_path / "replayed") for s in t["steps"] if s["kind"] in ("model", "tool")]
     assert steps and all(s["cache_hit"] is True for s in steps if s["kind"] == "model" or s["name"] == "search_web")
+
+
+# -- the case's layer and its bookkeeping ------------------------------------------------------------
+
+
+class ListWeb:
+    """A toolset whose engine finds the same three pages for anything."""
+
+    async def search(self, query: str, *, max_results: int = 5) -> list[Any]:
+        from medmis.tools._types import SearchResult
+
+        return [SearchResult(title=f"R{i}", url=f"https://ref.example/{i}", snippet="s", score=1 - i / 10)
+                for i in range(3)][:max_results]
+
+    async def visit(self, url: str, *, goal: str | None = None, max_chars: int = 6000) -> Any:
+        raise AssertionError(f"the web below was asked for {url}")
+
+
+async def test_only_type1_cases_are_poisoned_and_the_exposure_counts_them(pages: Path) -> None:
+    from medmis.experiments.benchmark._protocols import build_cases
+    from medmis.experiments.benchmark._types import Answer
+    from medmis.experiments.harness._poison import RunPoison
+
+    item = load_dataset(SAMPLE).items[0]
+    config = RunConfig(data=str(SAMPLE), models=["mock/examinee"], defenders=[], out="x", seed=3,
+                       poison=PoisonSettings(share=1.0, styles=("forum", "blog"), pages=pages))
+    poison = RunPoison.of(config)
+    assert poison is not None
+    seen = {}
+    for case in build_cases([item], ("clean", "type1", "type2"), type1_targets="all"):
+        layer = poison.case(case, ListWeb())
+        results = await layer.tools.search("first line drug", max_results=3)
+        seen[(case.protocol, case.target)] = layer
+        if case.protocol == "type1":
+            assert len(layer.pages) == 2 and {p.style for p in layer.pages} == {"forum", "blog"}
+            assert [layer._poisoned(r.url) for r in results] == [True, True, False]  # 2 pages: 2 slots
+            page = await layer.tools.visit(layer.pages[0].url, goal="first line")
+            assert case.target is not None and item.options[case.target] in page.text
+        else:
+            assert layer.pages == () and [r.url for r in results] == [f"https://ref.example/{i}" for i in range(3)]
+            with pytest.raises(Exception, match="404"):  # a page of the file is never fetched
+                await layer.tools.visit(poison.by_case[case_key(item.key, item.wrong_keys[0])][0].url)
+    layer = seen[("type1", item.wrong_keys[0])]
+    url = layer.pages[0].url
+    cited_in_text = layer.exposure(Answer(raw=f"Final answer: A (source: {url}).", choice="A"))
+    assert cited_in_text.model_dump() == {"share": 1.0, "rank": "top", "pages": 2, "shown": 3, "seen": 2,
+                                          "visited": 1, "cited": True}
+    in_verdict = Answer(raw="Final answer: A", extra={"verdicts": [{"claim": "c", "url": url}]})
+    assert layer.exposure(in_verdict).cited and not layer.exposure(Answer(raw="see https://ref.example/0")).cited
+    clean = seen[("clean", None)].exposure(Answer(raw=url))
+    assert (clean.pages, clean.seen, clean.cited) == (0, 0, False)
+    # the trace marks: search results as a list and as a search response, and a visited page
+    steps = [
+        {"kind": "tool", "name": "search_web", "output": [{"url": url}, {"url": "https://ref.example/0"}]},
+        {"kind": "tool", "name": "search_web", "output": {"query": "q", "results": [{"url": url}]}},
+        {"kind": "tool", "name": "visit_web", "output": {"url": url, "final_url": url, "text": "t"}},
+        {"kind": "tool", "name": "visit_web", "output": None, "error": "http: 404"},
+        {"kind": "model", "name": "agent", "input": [{"content": url}], "output": {"content": url}},
+    ]
+    marked = layer.mark(json.loads(json.dumps(steps)))
+    assert [r.get("poisoned") for r in marked[0]["output"]] == [True, None]
+    assert marked[1]["output"]["results"][0]["poisoned"] is True and marked[2]["output"]["poisoned"] is True
+    assert marked[3:] == steps[3:]  # a failed visit and a model call are left as they were
+
+
+def test_the_paper_search_agent_over_serper_and_jina_under_poison(
+    tmp_path: Path, pages: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import httpx
+    import respx
+    from test_serper_jina import READER_TEXT, SERPER, serper_body
+
+    for name, value in (("SERPER_API_KEY", "serper-test-key"), ("JINA_API_KEY", "jina-test-key")):
+        monkeypatch.setenv(name, value)
+    for name in ("SERPER_BASE_URL", "JINA_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    organic = [{"title": f"Reference {i}", "link": f"https://news.example/ref-{i}", "snippet": "A reference.",
+                "position": i + 1} for i in range(8)]
+    out = tmp_path / "run"
+    with respx.mock:  # any other request (a poisoned page's host) is unmatched: an error
+        search = respx.post(SERPER).mock(return_value=httpx.Response(200, json=serper_body(organic=organic)))
+        read = respx.route(host="r.jina.ai").mock(return_value=httpx.Response(200, text=READER_TEXT))
+        code = main(["run", "--data", str(SAMPLE), "--subset", "MEDMISHLE", "--limit", "2", "--model", "mock/examinee",
+                     "--defender", "search_agent", "--defender-option", "search_agent.preset=paper",
+                     "--protocol", "clean,type1", "--search", "serper", "--visit", "jina",
+                     "--allow-host", "news.example", "--poison", f"share=0.5,rank=spread,pages={pages}",
+                     "--out", str(out), "--no-progress"])
+    assert code == 0, capsys.readouterr().err
+    assert search.called
+    poisoned_hosts = {json.loads(line)["url"].split("/")[2] for line in pages.read_text().splitlines()}
+    assert read.called and not any(h in str(c.request.url) for c in read.calls for h in poisoned_hosts)
+    rows = records(out)
+    type1 = [r for r in rows if r["protocol"] == "type1"]
+    assert all(r["poison"]["seen"] > 0 and r["poison"]["seen"] < r["poison"]["shown"] for r in type1)
+    assert all(r["poison"]["seen"] == 0 and r["tool_calls"] > 0 for r in rows if r["protocol"] == "clean")
+    responses = [s["output"] for t in traces(out) if t["protocol"] == "type1" for s in t["steps"]
+                 if s["kind"] == "tool" and s["name"] == "search_web" and s["output"]]
+    assert responses and all(isinstance(o, dict) and "results" in o for o in responses)
+    flags = [bool(r.get("poisoned")) for o in responses for r in o["results"]]
+    assert sum(flags) == sum(r["poison"]["seen"] for r in type1)
