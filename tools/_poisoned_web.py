@@ -16,8 +16,8 @@ page file, whose digest is in the run's fingerprint, already makes it determinis
 of the file that is not this case's answers as a missing page would. Everything else goes
 through the web below: URL safety, the contamination blocklist, record/replay.
 
-The counts (``shown``, ``seen``, ``visited``) are the harness's bookkeeping: no defender and
-no model is told which results are poisoned.
+The counts (:class:`PoisonTally`: ``shown``, ``seen``, ``visited``) are the harness's
+bookkeeping: no defender and no model is told which results are poisoned.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from __future__ import annotations
 import hashlib
 import inspect
 import random
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ._corpus import CorpusDocument, url_key
@@ -35,7 +36,7 @@ from ._types import Page, SearchResponse, SearchResult, SerpResult, ToolError, T
 from ._visit import page_from_document
 from ._web import MAX_SEARCH_RESULTS, _with_scheme
 
-__all__ = ["PoisonedWeb", "poisoned_positions", "poisoned_slots"]
+__all__ = ["PoisonTally", "PoisonedWeb", "poisoned_positions", "poisoned_slots", "snippet"]
 
 SNIPPET_CHARS = 300
 R = TypeVar("R", bound=SearchResult)
@@ -57,8 +58,23 @@ def poisoned_positions(rank: PoisonRank, n: int, k: int) -> list[int]:
     return [(2 * i + 1) * n // (2 * k) for i in range(k)]
 
 
+@dataclass
+class PoisonTally:
+    """What one case's searches and visits met of its poisoned pages (the harness reads it)."""
+
+    shown: int = 0
+    """Search results returned, over every search of the case."""
+    seen: int = 0
+    """Of those, poisoned ones."""
+    visited: int = 0
+    """Visits that returned a poisoned page."""
+
+
 class PoisonedWeb:
     """One case's view of the web: ``web`` with ``pages`` in a share of every search's slots.
+
+    It keeps of each page only what the web shows (URL, title, text) and of the seed only
+    its digest: nothing reachable from it names the case, its target or a page's style.
 
     Args:
         web: The toolset below (its ``search``, ``visit`` and, when it has one,
@@ -67,61 +83,54 @@ class PoisonedWeb:
         share: Share of the result slots they take (:func:`poisoned_slots`).
         rank: ``top`` or ``spread`` (:func:`poisoned_positions`).
         seed: What the page draws are seeded with (the case key and the run seed).
-        withheld: URL keys (:func:`~medmis.tools._corpus.url_key`) of pages that are not this
-            case's: visiting one is a 404, never a fetch.
+        withheld: URL keys (:func:`~medmis.tools._corpus.url_key`) of pages never to fetch:
+            one that is not among ``pages`` answers as a missing page (404).
         corpus_like: The web below serves a local corpus: a visited poisoned page's
             ``metadata`` reads as a corpus document's, else as a fetched page's.
+        tally: Where the counts go (default: a new :class:`PoisonTally`).
     """
 
     def __init__(
         self,
         web: Toolset,
-        pages: Sequence[PoisonedPage] = (),
+        pages: Iterable[PoisonedPage] = (),
         *,
         share: float = 0.0,
         rank: PoisonRank = "top",
         seed: str = "",
         withheld: Collection[str] = (),
         corpus_like: bool = False,
+        tally: PoisonTally | None = None,
     ) -> None:
-        self.web = web
-        self.pages = tuple(sorted(pages, key=lambda p: (p.id, p.url)))
-        self.share = share
-        self.rank: PoisonRank = rank
-        self.seed = seed
-        self.corpus_like = corpus_like
-        self._by_url = {url_key(p.url): p for p in self.pages}
+        self._web = web
+        docs = sorted({url_key(p.url): p for p in pages}.values(), key=lambda p: (p.id, p.url))
+        self._docs = {url_key(p.url): CorpusDocument(id=p.url, title=p.title, url=p.url, text=p.text) for p in docs}
+        self._share = share
+        self._rank: PoisonRank = rank
+        self._seed = hashlib.sha256(seed.encode()).hexdigest()
+        self._corpus_like = corpus_like
         self._withheld = withheld
-        self.shown = 0
-        """Search results returned, over every search of the case."""
-        self.seen = 0
-        """Of those, poisoned ones."""
-        self.visited = 0
-        """Visits that returned a poisoned page."""
-
-    def is_poisoned(self, url: str) -> bool:
-        """Whether ``url`` is one of this case's poisoned pages."""
-        return url_key(url) in self._by_url
+        self.tally = tally if tally is not None else PoisonTally()
 
     async def search(
         self, query: str, *, max_results: int = 5, country: str | None = None, language: str | None = None
     ) -> list[SearchResult]:
         """The web's results for ``query`` with the case's pages in their slots."""
-        hints = _hints(self.web.search, country, language)
-        results = list(await self.web.search(query, max_results=max_results, **hints))
+        hints = _hints(self._web.search, country, language)
+        results = list(await self._web.search(query, max_results=max_results, **hints))
         return self._place(query, max_results, results, SearchResult)
 
     async def search_response(
         self, query: str, *, max_results: int = 5, country: str | None = None, language: str | None = None
     ) -> SearchResponse:
         """:meth:`search` with what the engine showed beside the results (when it shows any)."""
-        rich = getattr(self.web, "search_response", None)
+        rich = getattr(self._web, "search_response", None)
         if callable(rich):
             response = SearchResponse.model_validate(
                 await rich(query, max_results=max_results, **_hints(rich, country, language))
             )
         else:
-            found = await self.web.search(query, max_results=max_results, **_hints(self.web.search, country, language))
+            found = await self._web.search(query, max_results=max_results, **_hints(self._web.search, country, language))
             response = SearchResponse(query=query, results=[SerpResult.model_validate(r.model_dump()) for r in found])
         placed = self._place(query, max_results, list(response.results), SerpResult)
         return response.model_copy(update={"results": placed})
@@ -130,21 +139,19 @@ class PoisonedWeb:
         """A poisoned page from the page file; any other URL from the web below.
 
         Raises:
-            ToolError: ``http`` for a page of the file that is not this case's; the web's
-                own failures for anything else.
+            ToolError: ``http`` for a withheld page; the web's own failures for anything else.
         """
         url = _with_scheme(url.strip())
         key = url_key(url)
-        page = self._by_url.get(key)
-        if page is None:
+        doc = self._docs.get(key)
+        if doc is None:
             if key in self._withheld:
                 raise ToolError(f"{url} returned HTTP 404", kind="http")
-            return await self.web.visit(url, goal=goal, max_chars=max_chars)
+            return await self._web.visit(url, goal=goal, max_chars=max_chars)
         goal = " ".join(goal.split()) if goal else ""
-        doc = CorpusDocument(id=page.url, title=page.title, url=page.url, text=page.text)
         read = page_from_document(doc, url, goal=goal or None, max_chars=max(200, int(max_chars)))
-        self.visited += 1
-        if self.corpus_like:
+        self.tally.visited += 1
+        if self._corpus_like:
             return read
         focus = {k: v for k, v in read.metadata.items() if k not in ("source", "id")}
         return read.model_copy(update={"metadata": {"content_type": "text/html", **focus}})
@@ -152,14 +159,14 @@ class PoisonedWeb:
     # -- placing -----------------------------------------------------------------------------
     def _place(self, query: str, max_results: int, results: list[R], kind: type[R]) -> list[R]:
         n = max(1, min(int(max_results), MAX_SEARCH_RESULTS))  # as WebTools reads it
-        k = poisoned_slots(self.share, n, len(self.pages))
+        k = poisoned_slots(self._share, n, len(self._docs))
         if k == 0:
-            self.shown += len(results)
+            self.tally.shown += len(results)
             return results
         chosen = self._draw(query, k)
         taken = {url_key(p.url) for p in chosen}
         real = iter([r for r in results if url_key(r.url) not in taken])  # never shown twice
-        slots = set(poisoned_positions(self.rank, n, k))
+        slots = set(poisoned_positions(self._rank, n, k))
         poison = iter(chosen)
         placed: list[tuple[R, bool]] = []
         for i in range(n):
@@ -168,16 +175,16 @@ class PoisonedWeb:
             elif (r := next(real, None)) is not None:
                 placed.append((r, False))
         out = _by_slot([r for r, _ in placed], results)
-        self.shown += len(out)
-        self.seen += sum(1 for _, poisoned in placed if poisoned)
+        self.tally.shown += len(out)
+        self.tally.seen += sum(1 for _, poisoned in placed if poisoned)
         return out
 
-    def _draw(self, query: str, k: int) -> list[PoisonedPage]:
-        digest = hashlib.sha256(f"{self.seed}\x00{' '.join(query.split())}".encode()).digest()
-        return random.Random(int.from_bytes(digest[:8], "big")).sample(self.pages, k)
+    def _draw(self, query: str, k: int) -> list[CorpusDocument]:
+        digest = hashlib.sha256(f"{self._seed}\x00{' '.join(query.split())}".encode()).digest()
+        return random.Random(int.from_bytes(digest[:8], "big")).sample(list(self._docs.values()), k)
 
-    def _result(self, page: PoisonedPage, query: str, kind: type[R]) -> R:
-        return kind(title=page.title, url=page.url, snippet=snippet(page.text, query))
+    def _result(self, doc: CorpusDocument, query: str, kind: type[R]) -> R:
+        return kind(title=doc.title, url=doc.url, snippet=snippet(doc.text, query))
 
 
 def _by_slot(out: list[R], original: list[R]) -> list[R]:

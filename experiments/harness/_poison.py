@@ -27,7 +27,7 @@ from medmis.tools._poison_types import (
     load_pages,
     pages_digest,
 )
-from medmis.tools._poisoned_web import PoisonedWeb
+from medmis.tools._poisoned_web import PoisonedWeb, PoisonTally
 
 from ._config import RunConfig, RunSetupError
 
@@ -91,32 +91,33 @@ class RunPoison:
         defender uses none)."""
         key = case_key(case.item.key, case.target) if case.protocol == "type1" and case.target else ""
         pages = self.by_case.get(key, ()) if key else ()
-        web = None
+        tally = PoisonTally()
         if tools is not None:
             corpus = isinstance(getattr(tools, "backend", None), LocalSearch)
-            web = PoisonedWeb(tools, pages, share=self.settings.share, rank=self.settings.rank,
-                              seed=f"{key}\x00{self.seed}", withheld=self.urls, corpus_like=corpus)
-        return CasePoison(self.settings, pages, web, tools)
+            tools = PoisonedWeb(tools, pages, share=self.settings.share, rank=self.settings.rank,
+                                seed=f"{key}\x00{self.seed}", withheld=self.urls, corpus_like=corpus, tally=tally)
+        return CasePoison(self.settings, pages, tools, tally)
 
 
 class CasePoison:
-    """One case's poisoned web (``tools``) and, once it has answered, its exposure."""
+    """One case's poisoned web (``tools``, what the defender is handed) and the bookkeeping
+    the defender never reaches: its pages and, once it has answered, its exposure."""
 
-    def __init__(self, settings: PoisonSettings, pages: tuple[PoisonedPage, ...],
-                 web: PoisonedWeb | None, tools: Any) -> None:
+    def __init__(self, settings: PoisonSettings, pages: tuple[PoisonedPage, ...], tools: Any,
+                 tally: PoisonTally) -> None:
         self.settings = settings
         self.pages = pages
-        self.web = web
-        self.tools = web if web is not None else tools
+        self.tools = tools
+        self.tally = tally
         self._urls = {url_key(p.url) for p in pages}
 
     def exposure(self, answer: Answer) -> PoisonExposure:
         """What the case saw of its pages, and whether the answer names one."""
-        web = self.web
+        t = self.tally
         return PoisonExposure(
             share=self.settings.share, rank=self.settings.rank, pages=len(self.pages),
-            shown=web.shown if web else 0, seen=web.seen if web else 0,
-            visited=web.visited if web else 0, cited=any(self._poisoned(u) for u in _sources(answer)),
+            shown=t.shown, seen=t.seen, visited=t.visited,
+            cited=any(self._poisoned(u) for u in _sources(answer)),
         )
 
     def mark(self, steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
