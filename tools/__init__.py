@@ -10,7 +10,7 @@ if TYPE_CHECKING:
     from ._jina import JinaReader
     from ._llm_cache import StoreCache, attach_cache
     from ._poison_types import PoisonedPage, PoisonExposure, PoisonSettings
-    from ._poisoned_web import PoisonedWeb
+    from ._poisoned_web import PoisonedWeb, PoisonTally
     from ._probe import CacheProbe, cache_probe, mark_cache
     from ._safety import DEFAULT_BLOCKLIST, AllowedHost, Blocklist, UrlPolicy, address_problem
     from ._search import SearchBackend
@@ -56,6 +56,7 @@ _HOME = {
     "PoisonExposure": "_poison_types",
     "PoisonSettings": "_poison_types",
     "PoisonedPage": "_poison_types",
+    "PoisonTally": "_poisoned_web",
     "PoisonedWeb": "_poisoned_web",
     "RecordStore": "_store",
     "ReplayMissError": "_types",
@@ -107,6 +108,7 @@ __all__ = [
     "PageReader",
     "PoisonExposure",
     "PoisonSettings",
+    "PoisonTally",
     "PoisonedPage",
     "PoisonedWeb",
     "RecordStore",
