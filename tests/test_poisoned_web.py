@@ -173,7 +173,11 @@ async def test_a_page_the_engine_also_found_is_shown_once(tmp_path: Path) -> Non
     async with make_tools("local", corpus_dir=folder) as tools:
         web = PoisonedWeb(tools, pages, share=0.25, seed="s")
         results = await web.search("vitamin D scurvy", max_results=4)
+        unpoisoned = PoisonedWeb(tools, pages, share=0.0, seed="s")
+        found = await unpoisoned.search("vitamin D scurvy", max_results=4)
     assert [r.url for r in results].count(pages[0].url) == 1
+    # the engine's own copy of a case's page counts as poison seen (and is marked so)
+    assert pages[0].url in [r.url for r in found] and unpoisoned.tally.seen == 1 and web.tally.seen == 1
 
 
 async def test_no_pages_means_the_engine_unchanged(corpus: Path) -> None:

@@ -161,23 +161,27 @@ class PoisonedWeb:
         n = max(1, min(int(max_results), MAX_SEARCH_RESULTS))  # as WebTools reads it
         k = poisoned_slots(self._share, n, len(self._docs))
         if k == 0:
-            self.tally.shown += len(results)
+            self._count(results)
             return results
         chosen = self._draw(query, k)
         taken = {url_key(p.url) for p in chosen}
         real = iter([r for r in results if url_key(r.url) not in taken])  # never shown twice
         slots = set(poisoned_positions(self._rank, n, k))
         poison = iter(chosen)
-        placed: list[tuple[R, bool]] = []
+        placed: list[R] = []
         for i in range(n):
             if i in slots:
-                placed.append((self._result(next(poison), query, kind), True))
+                placed.append(self._result(next(poison), query, kind))
             elif (r := next(real, None)) is not None:
-                placed.append((r, False))
-        out = _by_slot([r for r, _ in placed], results)
-        self.tally.shown += len(out)
-        self.tally.seen += sum(1 for _, poisoned in placed if poisoned)
+                placed.append(r)
+        out = _by_slot(placed, results)
+        self._count(out)
         return out
+
+    def _count(self, shown: list[R]) -> None:
+        # by URL: a page of the case that the engine itself found is poison too
+        self.tally.shown += len(shown)
+        self.tally.seen += sum(1 for r in shown if url_key(r.url) in self._docs)
 
     def _draw(self, query: str, k: int) -> list[CorpusDocument]:
         digest = hashlib.sha256(f"{self._seed}\x00{' '.join(query.split())}".encode()).digest()
