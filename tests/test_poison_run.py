@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from medmis.experiments import Harness, RunConfig
+from medmis.experiments import Harness, RunConfig, load_run
 from medmis.experiments.benchmark._data import load_dataset
 from medmis.experiments.benchmark._types import Record
 from medmis.experiments.cli import main
@@ -212,6 +212,9 @@ def test_search_agent_under_a_poisoned_web(tmp_path: Path, pages: Path, capsys: 
     manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
     assert manifest["poison"]["pages"] == str(pages) and len(manifest["poison"]["pages_sha256"]) == 64
     assert "**Poisoned web:** share 1.0" in (out / "report.md").read_text(encoding="utf-8")
+    with load_run(out) as folder:  # the columnar readers take records with `poison` as before
+        assert folder.records.count("*").fetchall() == [(len(poisoned),)]
+    assert main(["export", "parquet", str(out), "--out", str(tmp_path / "export")]) == 0
     # the trace marks every poisoned result and visit; the model is never told
     marked_results = marked_visits = 0
     for trace in traces(out):
