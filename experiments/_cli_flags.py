@@ -31,7 +31,7 @@ def poison_value(text: str) -> Any:
     (``pages`` defaults to the bundled sample's; a comma in a file name stays with it)."""
     from pydantic import ValidationError
 
-    from medmis.tools._poison_types import DEFAULT_PAGES, PoisonSettings
+    from medmis.tools import DEFAULT_PAGES, PoisonSettings
 
     fields: dict[str, Any] = {}
     last = ""

@@ -6,10 +6,19 @@ from typing import TYPE_CHECKING
 from ._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from ._corpus import CorpusDocument, LocalSearch, load_corpus
+    from ._corpus import CorpusDocument, LocalSearch, load_corpus, url_key
     from ._jina import JinaReader
     from ._llm_cache import StoreCache, attach_cache
-    from ._poison_types import PoisonedPage, PoisonExposure, PoisonSettings
+    from ._poison_types import (
+        DEFAULT_PAGES,
+        PAGE_STYLES,
+        PoisonedPage,
+        PoisonExposure,
+        PoisonSettings,
+        case_key,
+        load_pages,
+        pages_digest,
+    )
     from ._poisoned_web import PoisonedWeb, PoisonTally
     from ._probe import CacheProbe, cache_probe, mark_cache
     from ._safety import DEFAULT_BLOCKLIST, AllowedHost, Blocklist, UrlPolicy, address_problem
@@ -53,11 +62,11 @@ _HOME = {
     "PAPER_VISIT_TOOL": "_types",
     "Page": "_types",
     "PageReader": "_web",
-    "PoisonExposure": "_poison_types",
-    "PoisonSettings": "_poison_types",
-    "PoisonedPage": "_poison_types",
     "PoisonTally": "_poisoned_web",
     "PoisonedWeb": "_poisoned_web",
+    **dict.fromkeys(("DEFAULT_PAGES", "PAGE_STYLES", "PoisonExposure", "PoisonSettings", "PoisonedPage",
+                     "case_key", "load_pages", "pages_digest"), "_poison_types"),
+    "url_key": "_corpus",
     "RecordStore": "_store",
     "ReplayMissError": "_types",
     "SEARCH_TOOL_NAME": "_types",
@@ -93,6 +102,8 @@ __getattr__ = lazy_exports(__name__, _HOME, globals())
 
 __all__ = [
     "DEFAULT_BLOCKLIST",
+    "DEFAULT_PAGES",
+    "PAGE_STYLES",
     "PAPER_SEARCH_TOOL",
     "PAPER_VISIT_TOOL",
     "SEARCH_TOOL_NAME",
@@ -130,13 +141,17 @@ __all__ = [
     "address_problem",
     "attach_cache",
     "cache_probe",
+    "case_key",
     "extract_html",
     "fetch_page",
     "focus_text",
     "load_corpus",
+    "load_pages",
     "make_tools",
     "mark_cache",
+    "pages_digest",
     "render_page",
     "render_search_results",
     "tool_schemas",
+    "url_key",
 ]

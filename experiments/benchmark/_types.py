@@ -16,7 +16,7 @@ from typing import Any, Literal, NoReturn
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
-from medmis.tools._poison_types import PoisonExposure
+from medmis.tools import PoisonExposure
 
 ProtocolName = Literal["clean", "type1", "type2"]
 PROTOCOLS: tuple[ProtocolName, ...] = ("clean", "type1", "type2")

@@ -13,7 +13,7 @@ from medmis.agents._registry import ModelOptions
 from medmis.experiments.benchmark._prompts import PromptName
 from medmis.experiments.benchmark._protocols import Type1Targets
 from medmis.experiments.benchmark._types import PROTOCOLS, ProtocolName, Record
-from medmis.tools._poison_types import PoisonSettings
+from medmis.tools import PoisonSettings
 
 CacheMode = Literal["live", "record", "replay", "refresh"]
 SearchBackendName = Literal["tavily", "serper", "local"]

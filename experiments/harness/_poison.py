@@ -16,18 +16,20 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from medmis.experiments.benchmark._types import Answer, Case
+from medmis.experiments.benchmark import Answer, Case
 from medmis.graphs import cited_urls_in
-from medmis.tools._corpus import LocalSearch, url_key
-from medmis.tools._poison_types import (
+from medmis.tools import (
+    LocalSearch,
     PoisonedPage,
+    PoisonedWeb,
     PoisonExposure,
     PoisonSettings,
+    PoisonTally,
     case_key,
     load_pages,
     pages_digest,
+    url_key,
 )
-from medmis.tools._poisoned_web import PoisonedWeb, PoisonTally
 
 from ._config import RunConfig, RunSetupError
 
