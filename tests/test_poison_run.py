@@ -370,3 +370,23 @@ def test_the_paper_search_agent_over_serper_and_jina_under_poison(
     assert responses and all(isinstance(o, dict) and "results" in o for o in responses)
     flags = [bool(r.get("poisoned")) for o in responses for r in o["results"]]
     assert sum(flags) == sum(r["poison"]["seen"] for r in type1)
+
+
+def test_a_page_file_for_other_cases_is_refused_before_anything_is_made(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], pages: Path
+) -> None:
+    other = tmp_path / "other.jsonl"
+    other.write_text(pages.read_text(encoding="utf-8").replace('"MEDMISQA/', '"OTHERSET/'), encoding="utf-8")
+    assert main(run_args(tmp_path / "out", "--poison", f"share=1.0,pages={other}")) == 2
+    line = one_line(capsys.readouterr().err)
+    assert f"poison: {other} has no page for any of this run's 3 Type 1 case(s) (e.g. MEDMISQA/SYN-QA-001#" in line
+    only_forum = tmp_path / "forum.jsonl"
+    only_forum.write_text("".join(ln + "\n" for ln in pages.read_text(encoding="utf-8").splitlines()
+                                  if '"style": "forum"' in ln), encoding="utf-8")
+    assert main(run_args(tmp_path / "out", "--poison", f"share=1.0,styles=blog,pages={only_forum}")) == 2
+    assert "has no page of styles blog for any" in one_line(capsys.readouterr().err)
+    assert not (tmp_path / "out").exists()
+    # a clean-only run under poison has no Type 1 case to lack pages
+    clean_only = run_args(tmp_path / "clean", "--poison", f"share=1.0,pages={other}", "--protocol", "clean")
+    assert main(clean_only) == 0  # (the last --protocol wins)
+    assert {r["protocol"] for r in records(tmp_path / "clean")} == {"clean"}

@@ -12,11 +12,11 @@ written after the defender has answered.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from medmis.experiments.benchmark import Answer, Case
+from medmis.experiments.benchmark import Answer, Case, Item
 from medmis.graphs import cited_urls_in
 from medmis.tools import (
     LocalSearch,
@@ -33,7 +33,7 @@ from medmis.tools import (
 
 from ._config import RunConfig, RunSetupError
 
-__all__ = ["CasePoison", "RunPoison", "poison_fingerprint", "poison_manifest"]
+__all__ = ["CasePoison", "RunPoison", "check_pages", "poison_fingerprint", "poison_manifest"]
 
 
 def poison_fingerprint(settings: PoisonSettings) -> dict[str, Any]:
@@ -46,6 +46,24 @@ def poison_fingerprint(settings: PoisonSettings) -> dict[str, Any]:
 def poison_manifest(settings: PoisonSettings) -> dict[str, Any]:
     """The manifest's ``poison``: the settings, the page file and its sha256."""
     return {**settings.model_dump(mode="json"), "pages_sha256": _digest(settings.pages)}
+
+
+def check_pages(poison: RunPoison | None, items: Sequence[Item],
+                planned: Iterable[tuple[int, str, str | None]]) -> None:
+    """Refuse a poisoned run none of whose Type 1 cases has a page: a page file made for
+    other data (or other styles) would leave the web clean while the run says it is poisoned.
+
+    Raises:
+        RunSetupError: One line naming the file and a case key it lacks.
+    """
+    if poison is None:
+        return
+    keys = [case_key(items[i].key, t) for i, protocol, t in planned if protocol == "type1" and t]
+    if keys and not any(k in poison.by_case for k in keys):
+        styles = f" of styles {'+'.join(poison.settings.styles)}" if poison.settings.styles else ""
+        raise RunSetupError(f"poison: {poison.settings.pages} has no page{styles} for any of this run's "
+                            f"{len(keys)} Type 1 case(s) (e.g. {keys[0]}); make them with "
+                            "`medmis generate pages` from the same data")
 
 
 def _digest(path: Path) -> str:

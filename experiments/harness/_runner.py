@@ -51,7 +51,7 @@ from ._manifest import is_simulated, mark_outcome, package_versions, scrub_argv,
 from ._models import ModelPool
 from ._outcome import Outcome, RunInterrupted, record_outcome
 from ._plan import describe_outside, has_plan, write_plan
-from ._poison import RunPoison
+from ._poison import RunPoison, check_pages
 from ._prepare import ClaimedFolder, check_fingerprint, check_out_path, write_invalid_rows
 from ._progress import RunProgress
 from ._resume import CasePlan, ResumeState, jobs_for_missing, resume_state
@@ -235,8 +235,7 @@ class Harness:
         differs from the folder's (None for a new folder). Raises ``RunSetupError`` as it would."""
         check_out_path(self.out)
         self.check_models()
-        if dataset is None:
-            dataset = self.load_dataset()
+        dataset = dataset if dataset is not None else self.load_dataset()
         return check_fingerprint(self.out, self.fingerprint(dataset), self.config.accept_changes)[1]
 
     def write_manifest(self, dataset: Any, n_cases: int, claim: ClaimedFolder | None = None) -> None:
@@ -340,6 +339,7 @@ class Harness:
         self.check_models()
         dataset = self.load_dataset()
         planned = self._planned = self.plan_cases(dataset)
+        check_pages(self.poison, dataset.items, planned)  # --poison with no page for any Type 1 case: exit 2
         fingerprint = self.fingerprint(dataset)
         try:
             with ClaimedFolder(self.out, fingerprint, accept_changes=self.config.accept_changes,
