@@ -26,6 +26,39 @@ def add_cache_flags(p: argparse.ArgumentParser, *, search: bool = True) -> None:
                    help="extra contamination patterns (one per line) added to the default blocklist")
 
 
+def poison_value(text: str) -> Any:
+    """``--poison share=S[,rank=top|spread][,styles=a+b][,pages=FILE]`` -> ``PoisonSettings``
+    (``pages`` defaults to the bundled sample's; a comma in a file name stays with it)."""
+    from pydantic import ValidationError
+
+    from medmis.tools import DEFAULT_PAGES, PoisonSettings
+
+    fields: dict[str, Any] = {}
+    last = ""
+    for part in text.split(","):
+        key, sep, value = part.partition("=")
+        if not sep and last == "pages":
+            fields["pages"] += "," + part
+            continue
+        key = key.strip()
+        if not sep or key not in ("share", "rank", "styles", "pages") or key in fields:
+            what = "repeats" if key in fields else "is not share=, rank=, styles= or pages="
+            raise argparse.ArgumentTypeError(f"{part.strip()!r} {what} (expected share=S[,rank=top|spread]"
+                                             "[,styles=a+b][,pages=FILE])")
+        fields[key], last = value.strip(), key
+    if "share" not in fields:
+        raise argparse.ArgumentTypeError(f"{text!r} has no share= (e.g. share=0.5)")
+    if "styles" in fields:
+        fields["styles"] = tuple(s.strip() for s in fields["styles"].split("+") if s.strip())
+    fields.setdefault("pages", str(DEFAULT_PAGES))
+    try:
+        return PoisonSettings.model_validate(fields)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise argparse.ArgumentTypeError(f"{where}: {first['msg']}") from None
+
+
 def add_plugin_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plugin", action="append", default=[], metavar="FILE",
                    help="a local .py file whose @defender(s) register for this command "

@@ -34,6 +34,7 @@ from medmis.experiments._cli_flags import (
     parse_flat,
     parse_kv,
     parse_prices,
+    poison_value,
     split,
     thinking_budget,
 )
@@ -99,6 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="prompt preset: paper (the reference evaluation's wording and JSON "
                           "answer; default) or toolkit (board-exam prompt, 'Final answer: X')")
     run.add_argument("--seed", type=int, default=0, help="seed of target sampling and shuffles (default 0)")
+    run.add_argument("--poison", type=poison_value, default=None, metavar="share=S[,rank=top|spread][,styles=a+b][,pages=FILE]",
+                     help="a poisoned web: SHARE of every Type 1 case's search results are that case's "
+                          "poisoned pages (top slots or spread; pages: fixtures/poison/sample_pages.jsonl)")
     run.add_argument("--out", required=True,
                      help="run folder; one run per folder (re-running the same command resumes it)")
     run.add_argument("--accept-change", action="append", default=[], metavar="FIELD[,FIELD]",
@@ -248,6 +252,7 @@ def _run_command(args: argparse.Namespace, argv: Sequence[str], worker: Any) -> 
         corpus_dir=args.corpus_dir,
         allow_hosts=args.allow_host,
         blocklist=args.blocklist,
+        poison=args.poison,
         retry_errors=args.retry_errors,
         prices=parse_prices(args.price),
         batch=args.batch,

@@ -6,9 +6,20 @@ from typing import TYPE_CHECKING
 from ._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from ._corpus import CorpusDocument, LocalSearch, load_corpus
+    from ._corpus import CorpusDocument, LocalSearch, load_corpus, url_key
     from ._jina import JinaReader
     from ._llm_cache import StoreCache, attach_cache
+    from ._poison_types import (
+        DEFAULT_PAGES,
+        PAGE_STYLES,
+        PoisonedPage,
+        PoisonExposure,
+        PoisonSettings,
+        case_key,
+        load_pages,
+        pages_digest,
+    )
+    from ._poisoned_web import PoisonedWeb, PoisonTally
     from ._probe import CacheProbe, cache_probe, mark_cache
     from ._safety import DEFAULT_BLOCKLIST, AllowedHost, Blocklist, UrlPolicy, address_problem
     from ._search import SearchBackend
@@ -51,6 +62,11 @@ _HOME = {
     "PAPER_VISIT_TOOL": "_types",
     "Page": "_types",
     "PageReader": "_web",
+    "PoisonTally": "_poisoned_web",
+    "PoisonedWeb": "_poisoned_web",
+    **dict.fromkeys(("DEFAULT_PAGES", "PAGE_STYLES", "PoisonExposure", "PoisonSettings", "PoisonedPage",
+                     "case_key", "load_pages", "pages_digest"), "_poison_types"),
+    "url_key": "_corpus",
     "RecordStore": "_store",
     "ReplayMissError": "_types",
     "SEARCH_TOOL_NAME": "_types",
@@ -86,6 +102,8 @@ __getattr__ = lazy_exports(__name__, _HOME, globals())
 
 __all__ = [
     "DEFAULT_BLOCKLIST",
+    "DEFAULT_PAGES",
+    "PAGE_STYLES",
     "PAPER_SEARCH_TOOL",
     "PAPER_VISIT_TOOL",
     "SEARCH_TOOL_NAME",
@@ -99,6 +117,11 @@ __all__ = [
     "LocalSearch",
     "Page",
     "PageReader",
+    "PoisonExposure",
+    "PoisonSettings",
+    "PoisonTally",
+    "PoisonedPage",
+    "PoisonedWeb",
     "RecordStore",
     "ReplayMissError",
     "SearchArgs",
@@ -118,13 +141,17 @@ __all__ = [
     "address_problem",
     "attach_cache",
     "cache_probe",
+    "case_key",
     "extract_html",
     "fetch_page",
     "focus_text",
     "load_corpus",
+    "load_pages",
     "make_tools",
     "mark_cache",
+    "pages_digest",
     "render_page",
     "render_search_results",
     "tool_schemas",
+    "url_key",
 ]

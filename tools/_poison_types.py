@@ -23,6 +23,9 @@ a patient blog and an encyclopedia-like article."""
 
 PoisonRank = Literal["top", "spread"]
 
+DEFAULT_PAGES = Path(__file__).resolve().parents[1] / "fixtures" / "poison" / "sample_pages.jsonl"
+"""The bundled sample's poisoned pages (``--poison``'s default ``pages``)."""
+
 
 def case_key(item_key: str, target: str) -> str:
     """A Type 1 case's key in page files: ``"SUBSET/id#TARGET"``."""

@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Literal, NoReturn
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
+
+from medmis.tools import PoisonExposure
 
 ProtocolName = Literal["clean", "type1", "type2"]
 PROTOCOLS: tuple[ProtocolName, ...] = ("clean", "type1", "type2")
@@ -296,6 +298,16 @@ class Record(BaseModel):
     defender_options: dict[str, Any] = Field(default_factory=dict)
     extra: dict[str, Any] = Field(default_factory=dict)
     trace_file: str | None = None
+    poison: PoisonExposure | None = None
+    """What the case saw of a poisoned web (``--poison``); None, and left out of the line,
+    for a run without one (its records read as before the field existed)."""
+
+    @model_serializer(mode="wrap")
+    def _without_null_poison(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if data.get("poison", 0) is None:
+            del data["poison"]
+        return data
 
     @property
     def item_key(self) -> str:

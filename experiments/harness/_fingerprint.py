@@ -32,13 +32,14 @@ from ._identity import (
     medmis_identity,
     web_tool_endpoints,
 )
+from ._poison import poison_fingerprint
 
 __all__ = ["ACCEPTABLE_CHANGES", "ITEM_FIELDS", "MODEL_FIELDS", "FingerprintDiff", "accept_name",
            "compare_fingerprints", "legacy_fingerprint", "merge_fingerprints", "run_fingerprint"]
 
 ITEM_FIELDS = (
     "data_sha256", "subset", "limit", "on_invalid", "seed", "protocols", "type1_targets",
-    "shuffle_type2", "prompt", "model_options", "decoding", "web_tools",
+    "shuffle_type2", "prompt", "model_options", "decoding", "web_tools", "poison",
 )
 """Fingerprint fields that must match to resume. ``--accept-change`` takes these names,
 ``endpoints`` and ``examinee`` (a recorded model with another server or other simulated
@@ -50,6 +51,9 @@ MODEL_FIELDS = ("endpoints", "examinee")
 
 _BOTH_OR_NEITHER = ("web_tools",)
 """Recorded only when a defender uses the web tools: compared when both invocations have it."""
+
+_NONE_WHEN_ABSENT = ("poison",)
+"""Recorded only when set: a folder without it ran without (a poisoned run is refused there)."""
 
 ACCEPTABLE_CHANGES = (*ITEM_FIELDS, *MODEL_FIELDS, "defenders", "defender_code")
 
@@ -111,6 +115,7 @@ def run_fingerprint(config: RunConfig, defenders: Sequence[Any], dataset: Any,
         },
         **({"web_tools": web_tool_endpoints(config.search, config.visit)}
            if any(getattr(d, "uses_tools", False) for d in defenders) else {}),
+        **({"poison": poison_fingerprint(config.poison)} if config.poison is not None else {}),
         "medmis": medmis_identity(),
     }
 
@@ -167,7 +172,7 @@ def compare_fingerprints(recorded: Mapping[str, Any], new: Mapping[str, Any]) ->
     """What differs between the recorded fingerprint and a new one."""
     diff = FingerprintDiff()
     for name in ITEM_FIELDS:
-        if name not in recorded or (name in _BOTH_OR_NEITHER and name not in new):
+        if (name not in recorded and name not in _NONE_WHEN_ABSENT) or (name in _BOTH_OR_NEITHER and name not in new):
             continue  # recorded by an older version that did not know this field
         old_v, new_v = recorded.get(name), new.get(name)
         if name == "model_options" and "endpoints" in recorded and "endpoints" in new \

@@ -17,6 +17,7 @@ from medmis.experiments.benchmark._prompts import prompt_preset
 from medmis.tools._redact import is_secret_name, redact, redact_obj
 
 from ._config import RunConfig
+from ._poison import poison_manifest
 
 _VERSIONED_PACKAGES = (
     "medmis",
@@ -131,6 +132,8 @@ def write_manifest(
         "updated": now,
         "runs": int(previous.get("runs", 0)) + 1,
     }
+    if config.poison is not None:  # the settings and the page file's sha256
+        manifest["poison"] = poison_manifest(config.poison)
     if config.batch:  # its prices are list prices; the report takes the batch discount off them
         manifest["batch"] = {"enabled": True, "discount": config.batch_discount}
     if fingerprint is not None:

@@ -8,7 +8,6 @@ Clean cases are queued first, so that most pairs are complete early for the live
 (a Type 1 record that overtakes its clean one is paired when that arrives).
 """
 
-
 from __future__ import annotations
 
 import asyncio
@@ -52,6 +51,7 @@ from ._manifest import is_simulated, mark_outcome, package_versions, scrub_argv,
 from ._models import ModelPool
 from ._outcome import Outcome, RunInterrupted, record_outcome
 from ._plan import describe_outside, has_plan, write_plan
+from ._poison import RunPoison, check_pages
 from ._prepare import ClaimedFolder, check_fingerprint, check_out_path, write_invalid_rows
 from ._progress import RunProgress
 from ._resume import CasePlan, ResumeState, jobs_for_missing, resume_state
@@ -113,6 +113,7 @@ class Harness:
             variants={m: (config.spec_of(m), config.options_of(m)) for m in config.model_variants},
         )
         load_plugins(config.plugins)  # the run's local plug-in files (--plugin) register their defenders
+        self.poison = RunPoison.of(config)  # the pages of --poison (None without it)
         self.defenders: list[Defender] = [
             create_defender(d.name, d.options, label=d.label) for d in config.defenders
         ]
@@ -234,8 +235,7 @@ class Harness:
         differs from the folder's (None for a new folder). Raises ``RunSetupError`` as it would."""
         check_out_path(self.out)
         self.check_models()
-        if dataset is None:
-            dataset = self.load_dataset()
+        dataset = dataset if dataset is not None else self.load_dataset()
         return check_fingerprint(self.out, self.fingerprint(dataset), self.config.accept_changes)[1]
 
     def write_manifest(self, dataset: Any, n_cases: int, claim: ClaimedFolder | None = None) -> None:
@@ -263,10 +263,11 @@ class Harness:
         The defender is handed the case's :class:`CaseView` and a context of services; the
         case itself (gold, target, sentence labels, protocol) stays here for grading.
         """
+        poison = self.poison.case(case, self.tools() if defender.uses_tools else None) if self.poison else None
         ctx = DefenderContext(
             model=self.model(spec),
             model_spec=spec,
-            tools=self.tools() if defender.uses_tools else None,
+            tools=poison.tools if poison else (self.tools() if defender.uses_tools else None),
             model_factory=self._pool.get,
             retry=self.retry,
             tool_timeout_s=self.config.tool_timeout_s,
@@ -286,7 +287,6 @@ class Harness:
                 tool_calls=ctx.tool_calls,
                 trace=ctx.trace,
             )
-        latency = time.perf_counter() - start
         item = case.item
         record = Record(
             model=spec,
@@ -304,7 +304,7 @@ class Harness:
             usage=answer.usage,
             llm_calls=answer.llm_calls,
             tool_calls=answer.tool_calls,
-            latency_s=round(latency, 6),
+            latency_s=round(time.perf_counter() - start, 6),
             seed=case.seed,
             method=answer.method,
             prompt=case.prompt,
@@ -312,6 +312,7 @@ class Harness:
             defender_options=defender.options.model_dump(mode="json"),
             extra=answer.extra,
             trace_file=self._trace_file(spec, defender.label),
+            poison=poison.exposure(answer) if poison else None,
         )
         trace = {
             "model": spec,
@@ -327,7 +328,7 @@ class Harness:
             "raw": answer.raw,
             "method": answer.method,
             "extra": answer.extra,
-            "steps": [s.model_dump(mode="json") for s in answer.trace],
+            "steps": (poison.mark if poison else list)([s.model_dump(mode="json") for s in answer.trace]),
         }
         return record, trace
 
@@ -338,6 +339,7 @@ class Harness:
         self.check_models()
         dataset = self.load_dataset()
         planned = self._planned = self.plan_cases(dataset)
+        check_pages(self.poison, dataset.items, planned)  # --poison with no page for any Type 1 case: exit 2
         fingerprint = self.fingerprint(dataset)
         try:
             with ClaimedFolder(self.out, fingerprint, accept_changes=self.config.accept_changes,
@@ -394,7 +396,6 @@ class Harness:
         total = len(todo[0]) + len(todo[1])
         if total == 0:
             return await self._nothing_to_do(records_path, resumed.records, skipped)
-        new = 0
         collect_from_here()
         try:
             with records_path.open("a", encoding="utf-8") as rec_fh:
@@ -402,8 +403,8 @@ class Harness:
                 # injected ones instead of the whole run waiting for the slowest of them
                 jobs = todo[0] + todo[1]
                 self._loop = CaseLoop(self, jobs, rec_fh, clean_state)
-                new += await self._loop.run(self._processes(len(jobs)),
-                                            lambda: RunProgress(total, enabled=cfg.progress and total > 0))
+                new = await self._loop.run(self._processes(len(jobs)),
+                                           lambda: RunProgress(total, enabled=cfg.progress and total > 0))
                 rec_fh.flush()
                 os.fsync(rec_fh.fileno())
         except (KeyboardInterrupt, asyncio.CancelledError):
@@ -418,9 +419,8 @@ class Harness:
                 for fh in self._loop.trace_handles.values():
                     fh.close()
             await self.aclose()
-        result = RunResult(self.out, self._finish(records_path), new, self.stats, skipped_rows=skipped,
-                           outcome=self.outcome)
-        return result
+        return RunResult(self.out, self._finish(records_path), new, self.stats, skipped_rows=skipped,
+                         outcome=self.outcome)
 
     async def _nothing_to_do(self, records_path: Path, n_records: int, skipped: int) -> RunResult:
         """Every key is recorded already: record the outcome (the caller decides on a report)."""

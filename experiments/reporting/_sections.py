@@ -88,6 +88,7 @@ def render_run_facts(run: RunData, report: MetricsReport) -> str:
         ("Temperature", _temperature(m)),
         ("Decoding", render_decoding_fact(m)),
         *([("Per-model settings", _model_settings(m))] if _model_settings(m) else []),
+        *([("Poisoned web", _poison_settings(m["poison"]))] if m.get("poison") else []),
         ("Run seed", str(m.get("seed", "—"))),
         ("Baseline defender", f"`{report.baseline}`"),
         ("Paired bootstrap", f"{report.n_boot} replicates, seed {report.seed}"),
@@ -157,6 +158,14 @@ def _model_settings(manifest: dict[str, Any]) -> str:
         spec = variant.get("spec")
         parts.append(f"`{name}`" + (f" = `{spec}`" if spec != name else "") + (f" ({options})" if options else ""))
     return "; ".join(parts)
+
+
+def _poison_settings(poison: dict[str, Any]) -> str:
+    """``--poison``: the share of Type 1 result slots, where they are, which pages."""
+    styles = "+".join(poison.get("styles") or []) or "all styles"
+    digest = str(poison.get("pages_sha256") or "")[:12]
+    return (f"share {poison.get('share')} of every Type 1 search's results, rank `{poison.get('rank')}`, "
+            f"{styles}, pages `{poison.get('pages')}` (sha256 {digest}…)")
 
 
 def render_headline(report: MetricsReport) -> str:
