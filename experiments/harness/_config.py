@@ -13,6 +13,7 @@ from medmis.agents._registry import ModelOptions
 from medmis.experiments.benchmark._prompts import PromptName
 from medmis.experiments.benchmark._protocols import Type1Targets
 from medmis.experiments.benchmark._types import PROTOCOLS, ProtocolName, Record
+from medmis.tools._poison_types import PoisonSettings
 
 CacheMode = Literal["live", "record", "replay", "refresh"]
 SearchBackendName = Literal["tavily", "serper", "local"]
@@ -108,6 +109,9 @@ class RunConfig(BaseModel):
     corpus_dir: str | None = None
     allow_hosts: list[str] = Field(default_factory=list)
     blocklist: str | None = None
+    poison: PoisonSettings | None = None
+    """A poisoned web (``--poison``): a share of every Type 1 case's search results are that
+    case's poisoned pages (``medmis.tools._poisoned_web``)."""
     retry_errors: bool = False
     progress: bool = True
     write_report: bool = True
