@@ -9,7 +9,10 @@ budget cap stops the run cleanly once the estimated spend reaches it. With
 sentence order (no regeneration needed) into ``OUT/type2_shuffled``. With
 ``simulation.stability_seeds = N`` (simulated examinee only) the grid's cases are re-run
 ``N - 1`` times with the examinee reseeded, into ``OUT/stability/seed-<s>``; the report counts
-how often each defender is named better (``medmis.experiments.reporting._stability``).
+how often each defender is named better (``medmis.experiments.reporting._stability``). With
+``[poison]`` the clean and Type 1 cases run once per poisoned share into
+``OUT/poison/share-<S>`` (``OUT/poison/shares.json`` lists the shares); the report's poison
+table reads them (``medmis.experiments.reporting._poison``).
 """
 
 from __future__ import annotations
@@ -27,9 +30,10 @@ from medmis.agents._registry import ModelOptions
 from medmis.defenses._base import create_defender, get_spec
 from medmis.defenses._plugins import load_plugins
 from medmis.experiments._errors import CliError
+from medmis.experiments.analysis._poison import share_dir, share_label, write_plan
 from medmis.experiments.benchmark._prompts import render_prompt
 from medmis.experiments.benchmark._protocols import build_cases
-from medmis.experiments.benchmark._types import Case
+from medmis.experiments.benchmark._types import Case, ProtocolName
 from medmis.experiments.harness._config import ModelVariant
 from medmis.experiments.harness._runner import (
     RunConfig,
@@ -183,8 +187,14 @@ def spent_usd(stats: RunStats, prices: dict[str, ModelEntry], share: float = 1.0
     return run_spent_usd(stats, {s: (m.price_in_per_mtok, m.price_out_per_mtok) for s, m in prices.items()}, share)
 
 
+def _poison_protocols(config: AblationConfig) -> list[ProtocolName]:
+    """A share run's protocols: Type 2 gets no poison, so only clean (ASR's pairing) and Type 1."""
+    return [p for p in config.protocols if p != "type2"]
+
+
 def _run_config(config: AblationConfig, out: Path, *, progress: bool, shuffled: bool,
-                accept_changes: Sequence[str] = (), examinee_seed: int | None = None) -> RunConfig:
+                accept_changes: Sequence[str] = (), examinee_seed: int | None = None,
+                share: float | None = None) -> RunConfig:
     # the run seed reseeds the simulated examinee as `medmis run --seed` does, and is never sent
     # to a provider (a seed in model_options is, and wins for the examinee too)
     options = {"run_seed": config.seed, "decoding": config.decoding, **config.model_options}
@@ -195,6 +205,10 @@ def _run_config(config: AblationConfig, out: Path, *, progress: bool, shuffled: 
             options["seed"] = examinee_seed
         if "seed" in (options.get("extra") or {}):
             options["extra"] = {**options["extra"], "seed": examinee_seed}
+        cache_dir = config.cache_dir or str(out.parent.parent / "cache")
+    poison = None
+    if share is not None and config.poison is not None:  # a share run: OUT/poison/share-<S>
+        poison = config.poison.settings(share, config.resolve(config.poison.pages))
         cache_dir = config.cache_dir or str(out.parent.parent / "cache")
     return RunConfig(
         data=config.resolve(config.data),
@@ -209,7 +223,8 @@ def _run_config(config: AblationConfig, out: Path, *, progress: bool, shuffled: 
         model_options=ModelOptions(**options),
         defenders=config.defender_configs(),
         plugins=config.plugins,
-        protocols=["clean", "type2"] if shuffled else config.protocols,
+        protocols=["clean", "type2"] if shuffled else (
+            _poison_protocols(config) if poison is not None else config.protocols),
         type1_targets=config.type1_targets,
         shuffle_type2=shuffled,
         prompt=config.prompt,
@@ -226,14 +241,26 @@ def _run_config(config: AblationConfig, out: Path, *, progress: bool, shuffled: 
         corpus_dir=config.resolve(config.corpus_dir) if config.corpus_dir else None,
         allow_hosts=config.allow_hosts,
         blocklist=config.resolve(config.blocklist) if config.blocklist else None,
+        poison=poison,
         progress=progress,
         accept_changes=list(accept_changes),
         batch=config.batch,
         batch_poll_s=config.batch_poll_s,
         batch_discount=config.batch_discount,
-        # a stability re-run is read by the main report's stability section only
-        write_report=examinee_seed is None,
+        # a stability re-run is read by the main report's stability section only; a share run's
+        # tables are written after it (without figures), its figures are the main report's
+        write_report=examinee_seed is None and poison is None,
     )
+
+
+def _poison_plan(config: AblationConfig) -> dict[str, Any]:
+    """The settings every share run shares (``OUT/poison/shares.json`` besides the shares)."""
+    from medmis.tools._poison_types import pages_digest
+
+    assert config.poison is not None
+    pages = config.resolve(config.poison.pages)
+    return {"rank": config.poison.rank, "styles": config.poison.styles, "pages": config.poison.pages,
+            "pages_sha256": pages_digest(pages)}
 
 
 def _check_keys(config: AblationConfig) -> str | None:
@@ -281,6 +308,8 @@ async def run_ablation(config: AblationConfig, *, out: Path, progress: bool = Tr
         spent = spent_usd(stats, prices, _billed_share(config))
         return f"budget cap ${config.budget_usd:.2f} reached (${spent:.4f} spent)" if spent >= config.budget_usd else None
 
+    if config.poison is not None:  # the report lists a share never run as "not run"
+        write_plan(out, config.poison.shares, _poison_plan(config))
     main_cfg = _run_config(config, out, progress=progress, shuffled=False, accept_changes=accept_changes)
     main = await run_experiment(main_cfg, argv=argv, stop_when=budget_stop, notice=_notice)
     outcomes = [main.outcome]
@@ -303,6 +332,18 @@ async def run_ablation(config: AblationConfig, *, out: Path, progress: bool = Tr
                                          "new": sub.new_records})
             if sub.stats.stopped_reason:
                 break
+    stopped = main.stats.stopped_reason
+    if config.poison is not None and not stopped:
+        summary["poison"] = []
+        for share in config.poison.shares:
+            sub_cfg = _run_config(config, share_dir(out, share), progress=progress, shuffled=False,
+                                  accept_changes=accept_changes, share=share)
+            sub = await run_experiment(sub_cfg, argv=argv, stop_when=budget_stop, notice=_notice)
+            outcomes.append(sub.outcome)
+            summary["poison"].append({"share": share, "out": str(sub.out), "records": sub.records,
+                                      "new": sub.new_records})
+            if sub.stats.stopped_reason:
+                break
     outcome = worst_outcome(outcomes)
     summary["exit_code"] = outcome.code
     summary["outcome"] = outcome.message
@@ -313,6 +354,8 @@ async def run_ablation(config: AblationConfig, *, out: Path, progress: bool = Tr
     if "type2_shuffled" in summary:
         # the pass's own tables; its effect is read in the main report's sensitivity section
         write_report(out / "type2_shuffled", baseline=config.baseline, figures=False, settings=settings)
+    for run in summary.get("poison", []):  # each share's own tables; the figures are the main report's
+        write_report(run["out"], baseline=config.baseline, figures=False, settings=settings)
 
     summary["report"] = {k: str(v) for k, v in write_report(out, baseline=config.baseline,
                                                              settings=settings).items()}
@@ -351,6 +394,9 @@ def ablate_command(path: str, *, out: str | None = None, dry_run: bool = False, 
                                     shuffle_type2=True, prompt=config.prompt)
     if not cases:
         raise CliError(f"{path}: the selection has no cases (check data, subset, limit, protocols)")
+    share_cases = (build_cases(dataset.items, _poison_protocols(config), seed=config.seed,
+                               type1_targets=config.type1_targets, prompt=config.prompt)
+                   if config.poison is not None else [])
     # the folders' fingerprints first, as `medmis run` checks them: a complete folder of another
     # run is refused, never reported as "nothing to do"; an accepted change goes on to the run,
     # which records it
@@ -365,6 +411,14 @@ def ablate_command(path: str, *, out: str | None = None, dry_run: bool = False, 
           + (f" (+ {len(config.examinee_seeds())} stability re-runs, examinee seeds "
              f"{', '.join(map(str, config.examinee_seeds()))})" if config.examinee_seeds() else ""))
     print(format_estimates(cells))
+    if config.poison is not None:
+        poison = config.poison
+        print(f"\npoisoned web: {len(poison.shares)} share run(s) of the clean and Type 1 cases, "
+              f"rank {poison.rank}, styles {', '.join(poison.styles or ['all'])}, pages {poison.pages}")
+        for share in poison.shares:
+            folder = share_dir(out_dir, share)
+            print(f"\nshare {share_label(share)} ({folder}): {len(share_cases)} cases per model x defender")
+            print(format_estimates(estimate(config, share_cases, folder)))
     if config.budget_usd is not None:
         print(f"budget cap: ${config.budget_usd:.2f}")
     if dry_run:
@@ -402,12 +456,14 @@ def _check_folders(config: AblationConfig, out: Path, dataset: Any, accept_chang
     """
     from medmis.experiments.harness._runner import Harness
 
-    passes = [(out, False)]
+    passes: list[tuple[Path, bool, float | None]] = [(out, False, None)]
     if config.delivery.type2_shuffled and "type2" in config.protocols:
-        passes.append((out / "type2_shuffled", True))
+        passes.append((out / "type2_shuffled", True, None))
+    passes += [(share_dir(out, s), False, s) for s in (config.poison.shares if config.poison else [])]
     accepted = False
-    for folder, shuffled in passes:
-        cfg = _run_config(config, folder, progress=False, shuffled=shuffled, accept_changes=accept_changes)
+    for folder, shuffled, share in passes:
+        cfg = _run_config(config, folder, progress=False, shuffled=shuffled, accept_changes=accept_changes,
+                          share=share)
         diff = Harness(cfg).check_folder(dataset)
         accepted = accepted or bool(diff is not None and diff.changed)
     return accepted
@@ -428,6 +484,11 @@ def _nothing_to_do(config: AblationConfig, out: Path, items: Sequence[Any]) -> b
         pending += pending_cases(out / "type2_shuffled", models, labels, shuffled)
     for s in config.examinee_seeds():
         pending += pending_cases(out / STABILITY_DIR / f"seed-{s}", models, labels, main)
+    if config.poison is not None:
+        poisoned = build_cases(items, _poison_protocols(config), seed=config.seed,
+                               type1_targets=config.type1_targets, prompt=config.prompt)
+        for share in config.poison.shares:
+            pending += pending_cases(share_dir(out, share), models, labels, poisoned)
     return pending == 0
 
 

@@ -24,7 +24,8 @@ __all__ = ["check_config", "pending_cases", "worst_outcome"]
 
 
 def check_config(config: AblationConfig) -> None:
-    """Model specs, model options, defenders and the baseline, checked without running.
+    """Model specs, model options, defenders, the poisoned-page file and the baseline, checked
+    without running.
 
     Raises:
         CliError: The first problem, in one line.
@@ -47,6 +48,15 @@ def check_config(config: AblationConfig) -> None:
             first = str(exc).splitlines()
             raise CliError(f"models.{i}.options ({m.name}): {' '.join(first[:3])}") from None
     labels = [create_defender(d.name, d.options).label for d in config.defender_configs()]
+    if config.poison is not None:  # every share run reads the page file: a bad one stops all first
+        from medmis.tools._poison_types import load_pages
+
+        pages = config.resolve(config.poison.pages)
+        try:
+            if not load_pages(pages):
+                raise CliError(f"poison.pages: {pages} holds no poisoned pages")
+        except ValueError as exc:
+            raise CliError(f"poison.pages: {exc}") from None
     if config.baseline != "none" and config.baseline not in labels:
         raise CliError(f"baseline {config.baseline!r} is not a defender of the grid "
                        f"(choose from {', '.join(labels)})")
