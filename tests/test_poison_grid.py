@@ -162,3 +162,18 @@ def test_each_share_runs_into_its_folder_and_a_rerun_checks_every_folder_first(
     captured = capsys.readouterr()
     assert "seed: 99 -> 0" in one_line(captured.err) and "nothing to do" not in captured.out
     assert (folder / "records.jsonl").read_text(encoding="utf-8") == before
+
+
+def test_the_offline_config_is_the_issues_grid_and_dry_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = ROOT / "experiments" / "configs" / "poisoned_search.toml"
+    cfg = load_config(path)
+    assert cfg.poison is not None and cfg.poison.shares == [0.0, 0.25, 0.5, 1.0]
+    assert cfg.poison.pages == "fixtures/poison/sample_pages.jsonl" and cfg.poison.rank == "top"
+    assert (cfg.data, cfg.protocols, cfg.type1_targets, cfg.search) == (
+        "fixtures/medmisbench_sample.jsonl", ["clean", "type1"], "all", "local")
+    assert [m.spec for m in cfg.models] == ["mock/examinee"]
+    assert [d.name for d in cfg.defenders][:4] == ["none", "warning", "search_agent", "claim_verify"]
+    pages = pages_file(tmp_path / "pages.jsonl")
+    assert main(["ablate", str(path), "--dry-run", "--out", str(tmp_path / "out"),
+                 "--set", f'poison.pages="{pages.as_posix()}"']) == 0
+    assert "poisoned web: 4 share run(s)" in capsys.readouterr().out
