@@ -448,22 +448,26 @@ def _notice(message: str) -> None:
 
 
 def _check_folders(config: AblationConfig, out: Path, dataset: Any, accept_changes: Sequence[str]) -> bool:
-    """Check the run folders of the grid (and of the shuffled pass) as the harness checks them
-    before it claims one; True when a difference was accepted.
+    """Check every run folder of the grid (the main one, the shuffled pass, the stability
+    re-runs, the poison shares) as the harness checks them before it claims one; True when a
+    difference was accepted.
 
     Raises:
         RunSetupError: A folder holds another run (a change not accepted).
     """
     from medmis.experiments.harness._runner import Harness
 
-    passes: list[tuple[Path, bool, float | None]] = [(out, False, None)]
+    def one(folder: Path, **how: Any) -> RunConfig:
+        return _run_config(config, folder, progress=False, accept_changes=accept_changes,
+                           **{"shuffled": False, **how})
+
+    configs = [one(out)]
     if config.delivery.type2_shuffled and "type2" in config.protocols:
-        passes.append((out / "type2_shuffled", True, None))
-    passes += [(share_dir(out, s), False, s) for s in (config.poison.shares if config.poison else [])]
+        configs.append(one(out / "type2_shuffled", shuffled=True))
+    configs += [one(out / STABILITY_DIR / f"seed-{s}", examinee_seed=s) for s in config.examinee_seeds()]
+    configs += [one(share_dir(out, s), share=s) for s in (config.poison.shares if config.poison else [])]
     accepted = False
-    for folder, shuffled, share in passes:
-        cfg = _run_config(config, folder, progress=False, shuffled=shuffled, accept_changes=accept_changes,
-                          share=share)
+    for cfg in configs:
         diff = Harness(cfg).check_folder(dataset)
         accepted = accepted or bool(diff is not None and diff.changed)
     return accepted
