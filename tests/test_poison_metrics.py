@@ -205,6 +205,11 @@ def test_a_share_run_with_errors_or_no_baseline_or_unreadable_records_is_not_mea
     write_report(tmp_path, figures=False)  # the report is still written, the problems listed once
     text = (tmp_path / "report.md").read_text(encoding="utf-8")
     assert "- share 0: unreadable (" in text and "Traceback" not in text
+    # shares not measured for the same reason are named together
+    for share in ("0.25", "1"):
+        write_run(tmp_path / "poison" / f"share-{share}", float(share), {"search_agent": "better"},
+                  errors={"search_agent": 2})
+    assert "share 0.25, 1: run incomplete: 2 case(s) ended in errors" in sentences(tmp_path)["search_agent"]
 
 
 def test_unmeasured_everywhere_says_no_share_can_be_named() -> None:

@@ -169,7 +169,10 @@ def verdict_sentence(defender: str, baseline: str, verdict: StopVerdict, tested:
         text += (f" It is better again at share {_shares(verdict.better_after)}: the comparison "
                  "is not monotone in the share.")
     if verdict.not_measured:
-        gaps = "; ".join(f"share {share_label(s)}: {note}" for s, note in sorted(verdict.not_measured.items()))
+        by_note: dict[str, list[float]] = {}  # shares with the same reason are named together
+        for s, note in sorted(verdict.not_measured.items()):
+            by_note.setdefault(note, []).append(s)
+        gaps = "; ".join(f"share {_shares(shares)}: {note}" for note, shares in by_note.items())
         text += f" Not measured: {gaps}."
     return text
 
