@@ -152,6 +152,14 @@ def test_each_share_runs_into_its_folder_and_a_rerun_checks_every_folder_first(
     assert main(["ablate", str(path), "--no-progress"]) == 0
     assert "nothing to do" not in capsys.readouterr().out
     assert len(read_records(folder / "records.jsonl")) == len(lines)
+    # an error left in a share folder decides the exit status of "nothing to do"
+    last = json.loads(lines[-1])
+    (folder / "records.jsonl").write_text("".join(lines) + json.dumps({**last, "error": "RuntimeError: x"}) + "\n",
+                                          encoding="utf-8")
+    assert main(["ablate", str(path), "--no-progress"]) == 1
+    captured = capsys.readouterr()
+    assert "nothing to do:" in captured.out and "and its 2 other run folder(s)" in captured.out
+    assert "1 of " in one_line(captured.err)
     # a share folder holding another run is refused before "nothing to do", naming the field
     manifest_path = folder / "manifest.json"
     manifest = json.loads(manifest_path.read_text(encoding="utf-8"))

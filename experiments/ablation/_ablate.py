@@ -402,7 +402,7 @@ def ablate_command(path: str, *, out: str | None = None, dry_run: bool = False, 
     # which records it
     if not dry_run and not _check_folders(config, out_dir, dataset, accept_changes) \
             and _nothing_to_do(config, out_dir, dataset.items):
-        return _finished_outcome(out_dir)
+        return _finished_outcome(out_dir, _sub_runs(config, out_dir))
     cells = estimate(config, cases, out_dir)
     print(f"ablation {config.name!r}: {len(dataset.items)} items, {len(config.models)} model(s) x "
           f"{len(config.defender_configs())} defender(s), protocols {', '.join(config.protocols)}, "
@@ -496,17 +496,32 @@ def _nothing_to_do(config: AblationConfig, out: Path, items: Sequence[Any]) -> b
     return pending == 0
 
 
-def _finished_outcome(out: Path) -> int:
+def _sub_runs(config: AblationConfig, out: Path) -> list[Path]:
+    """The grid's other run folders: the shuffled pass, the stability re-runs, the poison shares."""
+    subs = [out / "type2_shuffled"] if config.delivery.type2_shuffled and "type2" in config.protocols else []
+    subs += [out / STABILITY_DIR / f"seed-{s}" for s in config.examinee_seeds()]
+    subs += [share_dir(out, s) for s in (config.poison.shares if config.poison else [])]
+    return subs
+
+
+def _finished_outcome(out: Path, subs: Sequence[Path] = ()) -> int:
     from medmis.experiments.harness._outcome import outcome_of
     from medmis.experiments.harness._plan import describe_outside, outside_plan
     from medmis.experiments.harness._resume import error_texts
 
-    outside = outside_plan(out)
-    if outside.count:
-        _notice(describe_outside(out / "records.jsonl", outside))
-    n, errors = error_texts(out / "records.jsonl")  # keys and error texts, read columnar
-    print(f"nothing to do: {n} records complete in {out}")
-    outcome = outcome_of(n, [e for e in errors if e], stopped=None)
+    n, errors = 0, []
+    for folder in [out, *subs]:  # errors left in any folder of the grid decide the exit status
+        if not (folder / "records.jsonl").exists():
+            continue
+        outside = outside_plan(folder)
+        if outside.count:
+            _notice(describe_outside(folder / "records.jsonl", outside))
+        k, texts = error_texts(folder / "records.jsonl")  # keys and error texts, read columnar
+        n += k
+        errors += [e for e in texts if e]
+    where = f" and its {len(subs)} other run folder(s)" if subs else ""
+    print(f"nothing to do: {n} records complete in {out}{where}")
+    outcome = outcome_of(n, errors, stopped=None)
     if outcome.message:
         _notice(outcome.message)
     return outcome.code
