@@ -185,3 +185,16 @@ def test_the_offline_config_is_the_issues_grid_and_dry_runs(tmp_path: Path, caps
     assert main(["ablate", str(path), "--dry-run", "--out", str(tmp_path / "out"),
                  "--set", f'poison.pages="{pages.as_posix()}"']) == 0
     assert "poisoned web: 4 share run(s)" in capsys.readouterr().out
+
+
+def test_a_budget_stop_runs_no_share_and_the_report_lists_them_not_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    path = config(tmp_path)
+    path.write_text(path.read_text().replace('cache = "record"', 'cache = "record"\nbudget_usd = 0.0001')
+                    .replace('spec = "mock/examinee"', 'spec = "mock/examinee"\nprice_in_per_mtok = 1000.0'))
+    assert main(["ablate", str(path), "--no-progress"]) == 3
+    out = tmp_path / "out"
+    assert not (out / "poison" / "share-0" / "records.jsonl").exists()
+    report = (out / "report.md").read_text(encoding="utf-8")
+    assert "- share 0: not run (no records)" in report and "- share 0.5: not run (no records)" in report

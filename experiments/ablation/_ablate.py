@@ -332,7 +332,9 @@ async def run_ablation(config: AblationConfig, *, out: Path, progress: bool = Tr
                                          "new": sub.new_records})
             if sub.stats.stopped_reason:
                 break
-    stopped = main.stats.stopped_reason
+    from medmis.experiments.harness._outcome import EXIT_STOPPED
+
+    stopped = worst_outcome(outcomes).code == EXIT_STOPPED  # the budget cap ends the whole grid
     if config.poison is not None and not stopped:
         summary["poison"] = []
         for share in config.poison.shares:
