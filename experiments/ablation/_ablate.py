@@ -27,13 +27,13 @@ from typing import Any
 from pydantic import BaseModel
 
 from medmis.agents._registry import ModelOptions
-from medmis.defenses._base import create_defender, get_spec
+from medmis.defenses._base import create_defender
 from medmis.defenses._plugins import load_plugins
 from medmis.experiments._errors import CliError
 from medmis.experiments.analysis._poison import share_dir, share_label, write_plan
 from medmis.experiments.benchmark._prompts import render_prompt
 from medmis.experiments.benchmark._protocols import build_cases
-from medmis.experiments.benchmark._types import Case, ProtocolName
+from medmis.experiments.benchmark._types import Case
 from medmis.experiments.harness._config import ModelVariant
 from medmis.experiments.harness._runner import (
     RunConfig,
@@ -42,16 +42,14 @@ from medmis.experiments.harness._runner import (
 )
 
 from ._config import (
-    ROOT,
     AblationConfig,
     DefenderEntry,
     Delivery,
     ModelEntry,
     load_config,
 )
-from ._preflight import check_config, pending_cases, worst_outcome
-
-STABILITY_DIR = "stability"  # as medmis.experiments.reporting._stability reads it
+from ._folders import STABILITY_DIR, finished_outcome, grid_runs, nothing_to_do, poison_protocols
+from ._preflight import _check_keys, check_config, worst_outcome
 
 __all__ = [
     "AblationConfig",
@@ -187,11 +185,6 @@ def spent_usd(stats: RunStats, prices: dict[str, ModelEntry], share: float = 1.0
     return run_spent_usd(stats, {s: (m.price_in_per_mtok, m.price_out_per_mtok) for s, m in prices.items()}, share)
 
 
-def _poison_protocols(config: AblationConfig) -> list[ProtocolName]:
-    """A share run's protocols: Type 2 gets no poison, so only clean (ASR's pairing) and Type 1."""
-    return [p for p in config.protocols if p != "type2"]
-
-
 def _run_config(config: AblationConfig, out: Path, *, progress: bool, shuffled: bool,
                 accept_changes: Sequence[str] = (), examinee_seed: int | None = None,
                 share: float | None = None) -> RunConfig:
@@ -224,7 +217,7 @@ def _run_config(config: AblationConfig, out: Path, *, progress: bool, shuffled: 
         defenders=config.defender_configs(),
         plugins=config.plugins,
         protocols=["clean", "type2"] if shuffled else (
-            _poison_protocols(config) if poison is not None else config.protocols),
+            poison_protocols(config) if poison is not None else config.protocols),
         type1_targets=config.type1_targets,
         shuffle_type2=shuffled,
         prompt=config.prompt,
@@ -261,40 +254,6 @@ def _poison_plan(config: AblationConfig) -> dict[str, Any]:
     pages = config.resolve(config.poison.pages)
     return {"rank": config.poison.rank, "styles": config.poison.styles, "pages": config.poison.pages,
             "pages_sha256": pages_digest(pages)}
-
-
-def _check_keys(config: AblationConfig) -> str | None:
-    """A one-line explanation when a real provider's key is missing (before anything runs)."""
-    import os
-
-    needs = {
-        "google": ("GOOGLE_API_KEY", "GEMINI_API_KEY"),
-        "google_genai": ("GOOGLE_API_KEY", "GEMINI_API_KEY"),
-        "openai": ("OPENAI_API_KEY",),
-        "anthropic": ("ANTHROPIC_API_KEY",),
-    }
-    missing = []
-    for m in config.models:
-        # langchain:<provider>:<model> needs what the integration's provider needs
-        provider = (m.spec.split(":")[1] if m.spec.startswith("langchain:")
-                    else m.spec.split("/", 1)[0])
-        variables = needs.get(provider)
-        base_url = m.options.get("base_url") or config.model_options.get("base_url")
-        if m.spec.startswith("openai/") and (base_url or os.environ.get("OPENAI_BASE_URL")):
-            continue  # a local OpenAI-compatible server needs no key
-        if variables and not any(os.environ.get(v) for v in variables):
-            missing.append(f"{m.spec} needs {' or '.join(variables)}")
-    uses_tools = any(get_spec(d.name).uses_tools for d in config.defender_configs())
-    tool_keys = {("search", "tavily"): "TAVILY_API_KEY", ("search", "serper"): "SERPER_API_KEY",
-                 ("visit", "jina"): "JINA_API_KEY"}
-    for (field, value), variable in tool_keys.items():
-        if uses_tools and getattr(config, field) == value and not os.environ.get(variable):
-            missing.append(f"{field} = '{value}' needs {variable}")
-    if not missing:
-        return None
-    demo = ROOT / "experiments" / "configs" / "demo.toml"
-    return ("missing API keys: " + "; ".join(missing)
-            + f". To see the whole pipeline offline, run: medmis ablate {demo.relative_to(ROOT)}")
 
 
 async def run_ablation(config: AblationConfig, *, out: Path, progress: bool = True,
@@ -396,15 +355,15 @@ def ablate_command(path: str, *, out: str | None = None, dry_run: bool = False, 
                                     shuffle_type2=True, prompt=config.prompt)
     if not cases:
         raise CliError(f"{path}: the selection has no cases (check data, subset, limit, protocols)")
-    share_cases = (build_cases(dataset.items, _poison_protocols(config), seed=config.seed,
+    share_cases = (build_cases(dataset.items, poison_protocols(config), seed=config.seed,
                                type1_targets=config.type1_targets, prompt=config.prompt)
                    if config.poison is not None else [])
     # the folders' fingerprints first, as `medmis run` checks them: a complete folder of another
     # run is refused, never reported as "nothing to do"; an accepted change goes on to the run,
     # which records it
     if not dry_run and not _check_folders(config, out_dir, dataset, accept_changes) \
-            and _nothing_to_do(config, out_dir, dataset.items):
-        return _finished_outcome(out_dir, _sub_runs(config, out_dir))
+            and nothing_to_do(config, out_dir, dataset.items):
+        return finished_outcome(grid_runs(config, out_dir), _notice)
     cells = estimate(config, cases, out_dir)
     print(f"ablation {config.name!r}: {len(dataset.items)} items, {len(config.models)} model(s) x "
           f"{len(config.defender_configs())} defender(s), protocols {', '.join(config.protocols)}, "
@@ -450,80 +409,17 @@ def _notice(message: str) -> None:
 
 
 def _check_folders(config: AblationConfig, out: Path, dataset: Any, accept_changes: Sequence[str]) -> bool:
-    """Check every run folder of the grid (the main one, the shuffled pass, the stability
-    re-runs, the poison shares) as the harness checks them before it claims one; True when a
-    difference was accepted.
+    """Check every run folder of the grid (:func:`grid_runs`) as the harness checks them before
+    it claims one; True when a difference was accepted.
 
     Raises:
         RunSetupError: A folder holds another run (a change not accepted).
     """
     from medmis.experiments.harness._runner import Harness
 
-    def one(folder: Path, **how: Any) -> RunConfig:
-        return _run_config(config, folder, progress=False, accept_changes=accept_changes,
-                           **{"shuffled": False, **how})
-
-    configs = [one(out)]
-    if config.delivery.type2_shuffled and "type2" in config.protocols:
-        configs.append(one(out / "type2_shuffled", shuffled=True))
-    configs += [one(out / STABILITY_DIR / f"seed-{s}", examinee_seed=s) for s in config.examinee_seeds()]
-    configs += [one(share_dir(out, s), share=s) for s in (config.poison.shares if config.poison else [])]
     accepted = False
-    for cfg in configs:
+    for run in grid_runs(config, out):
+        cfg = _run_config(config, run.folder, progress=False, accept_changes=accept_changes, **run.how())
         diff = Harness(cfg).check_folder(dataset)
         accepted = accepted or bool(diff is not None and diff.changed)
     return accepted
-
-
-def _nothing_to_do(config: AblationConfig, out: Path, items: Sequence[Any]) -> bool:
-    """Every case of the grid (and of the shuffled pass) is recorded already."""
-    if not (out / "records.jsonl").exists():
-        return False
-    models = [m.name for m in config.models]
-    labels = [create_defender(d.name, d.options).label for d in config.defender_configs()]
-    main = build_cases(items, config.protocols, seed=config.seed,
-                       type1_targets=config.type1_targets, prompt=config.prompt)
-    pending = pending_cases(out, models, labels, main)
-    if config.delivery.type2_shuffled and "type2" in config.protocols:
-        shuffled = build_cases(items, ["clean", "type2"], seed=config.seed, shuffle_type2=True,
-                               prompt=config.prompt)
-        pending += pending_cases(out / "type2_shuffled", models, labels, shuffled)
-    for s in config.examinee_seeds():
-        pending += pending_cases(out / STABILITY_DIR / f"seed-{s}", models, labels, main)
-    if config.poison is not None:
-        poisoned = build_cases(items, _poison_protocols(config), seed=config.seed,
-                               type1_targets=config.type1_targets, prompt=config.prompt)
-        for share in config.poison.shares:
-            pending += pending_cases(share_dir(out, share), models, labels, poisoned)
-    return pending == 0
-
-
-def _sub_runs(config: AblationConfig, out: Path) -> list[Path]:
-    """The grid's other run folders: the shuffled pass, the stability re-runs, the poison shares."""
-    subs = [out / "type2_shuffled"] if config.delivery.type2_shuffled and "type2" in config.protocols else []
-    subs += [out / STABILITY_DIR / f"seed-{s}" for s in config.examinee_seeds()]
-    subs += [share_dir(out, s) for s in (config.poison.shares if config.poison else [])]
-    return subs
-
-
-def _finished_outcome(out: Path, subs: Sequence[Path] = ()) -> int:
-    from medmis.experiments.harness._outcome import outcome_of
-    from medmis.experiments.harness._plan import describe_outside, outside_plan
-    from medmis.experiments.harness._resume import error_texts
-
-    n, errors = 0, []
-    for folder in [out, *subs]:  # errors left in any folder of the grid decide the exit status
-        if not (folder / "records.jsonl").exists():
-            continue
-        outside = outside_plan(folder)
-        if outside.count:
-            _notice(describe_outside(folder / "records.jsonl", outside))
-        k, texts = error_texts(folder / "records.jsonl")  # keys and error texts, read columnar
-        n += k
-        errors += [e for e in texts if e]
-    where = f" and its {len(subs)} other run folder(s)" if subs else ""
-    print(f"nothing to do: {n} records complete in {out}{where}")
-    outcome = outcome_of(n, errors, stopped=None)
-    if outcome.message:
-        _notice(outcome.message)
-    return outcome.code
