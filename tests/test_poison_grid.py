@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from medmis.experiments.ablation._config import load_config
+from medmis.experiments.benchmark._data import load_dataset
+from medmis.experiments.benchmark._protocols import build_cases
 from medmis.experiments.cli import main
 from medmis.experiments.harness._io import read_records
 from medmis.tools._poison_types import PAGE_STYLES, PoisonedPage, case_key
@@ -19,20 +21,19 @@ SAMPLE = ROOT / "fixtures" / "medmisbench_sample.jsonl"
 
 
 def pages_file(path: Path) -> Path:
-    rows = [json.loads(line) for line in SAMPLE.read_text(encoding="utf-8").splitlines()]
+    """Two pages per Type 1 case of the sample (every wrong option), supporting its claim."""
+    items = load_dataset(str(SAMPLE)).items
     with path.open("w", encoding="utf-8") as fh:
-        for r in rows:
-            key = f"{r['subset']}/{r['id']}"
-            for letter in "abcd":
-                target = letter.upper()
-                if target == r["answer"] or f"inject{letter}" not in r:
-                    continue
-                for style in PAGE_STYLES[:2]:
-                    page = PoisonedPage(id=f"{r['id']}-{target}-{style}", case_key=case_key(key, target),
-                                        item_key=key, target=target, style=style, claim=r[f"inject{letter}"],
-                                        title=f"{r['op' + letter]} ({style})", text=r[f"inject{letter}"],
-                                        url=f"https://example-{style}.org/{r['id']}-{target}")
-                    fh.write(page.model_dump_json() + "\n")
+        for case in build_cases(items, ["type1"], type1_targets="all"):
+            assert case.target is not None
+            claim = " ".join(case.context_texts)
+            slug = f"{case.item.id}-{case.target}".lower()
+            for style in PAGE_STYLES[:2]:
+                page = PoisonedPage(id=f"{slug}-{style}", case_key=case_key(case.item.key, case.target),
+                                    item_key=case.item.key, target=case.target, style=style, claim=claim,
+                                    title=f"{case.target} ({style})", text=claim,
+                                    url=f"https://example-{style}.org/{slug}")
+                fh.write(page.model_dump_json() + "\n")
     return path
 
 
