@@ -342,3 +342,17 @@ def test_an_option_recorded_as_absent_and_now_null_is_no_change() -> None:
     assert compare_fingerprints(old, new).changed == {}
     new["model_options"]["temperature"] = 1.0
     assert compare_fingerprints(old, new).changed == {"model_options": ({"temperature": 0.0}, {"temperature": 1.0})}
+
+
+def test_ablate_checks_each_stability_folder_before_nothing_to_do(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # a complete grid whose stability re-run folder holds another run was "nothing to do"
+    config = ablation(tmp_path, "[simulation]\nstability_seeds = 2")
+    assert main(["ablate", str(config), "--no-progress"]) == 0
+    sub = tmp_path / "out" / "stability" / "seed-1"
+    data = manifest(sub)
+    data["fingerprint"]["seed"] = 5
+    (sub / "manifest.json").write_text(json.dumps(data), encoding="utf-8")
+    capsys.readouterr()
+    assert main(["ablate", str(config), "--no-progress"]) == 2
+    captured = capsys.readouterr()
+    assert "seed: 5 -> 0" in one_line(captured.err) and "nothing to do" not in captured.out

@@ -9,7 +9,10 @@ budget cap stops the run cleanly once the estimated spend reaches it. With
 sentence order (no regeneration needed) into ``OUT/type2_shuffled``. With
 ``simulation.stability_seeds = N`` (simulated examinee only) the grid's cases are re-run
 ``N - 1`` times with the examinee reseeded, into ``OUT/stability/seed-<s>``; the report counts
-how often each defender is named better (``medmis.experiments.reporting._stability``).
+how often each defender is named better (``medmis.experiments.reporting._stability``). With
+``[poison]`` the clean and Type 1 cases run once per poisoned share into
+``OUT/poison/share-<S>`` (``OUT/poison/shares.json`` lists the shares); the report's poison
+table reads them (``medmis.experiments.reporting._poison``).
 """
 
 from __future__ import annotations
@@ -24,9 +27,10 @@ from typing import Any
 from pydantic import BaseModel
 
 from medmis.agents._registry import ModelOptions
-from medmis.defenses._base import create_defender, get_spec
+from medmis.defenses._base import create_defender
 from medmis.defenses._plugins import load_plugins
 from medmis.experiments._errors import CliError
+from medmis.experiments.analysis._poison import share_dir, share_label, write_plan
 from medmis.experiments.benchmark._prompts import render_prompt
 from medmis.experiments.benchmark._protocols import build_cases
 from medmis.experiments.benchmark._types import Case
@@ -38,16 +42,14 @@ from medmis.experiments.harness._runner import (
 )
 
 from ._config import (
-    ROOT,
     AblationConfig,
     DefenderEntry,
     Delivery,
     ModelEntry,
     load_config,
 )
-from ._preflight import check_config, pending_cases, worst_outcome
-
-STABILITY_DIR = "stability"  # as medmis.experiments.reporting._stability reads it
+from ._folders import STABILITY_DIR, finished_outcome, grid_runs, nothing_to_do, poison_protocols
+from ._preflight import _check_keys, check_config, worst_outcome
 
 __all__ = [
     "AblationConfig",
@@ -184,7 +186,8 @@ def spent_usd(stats: RunStats, prices: dict[str, ModelEntry], share: float = 1.0
 
 
 def _run_config(config: AblationConfig, out: Path, *, progress: bool, shuffled: bool,
-                accept_changes: Sequence[str] = (), examinee_seed: int | None = None) -> RunConfig:
+                accept_changes: Sequence[str] = (), examinee_seed: int | None = None,
+                share: float | None = None) -> RunConfig:
     # the run seed reseeds the simulated examinee as `medmis run --seed` does, and is never sent
     # to a provider (a seed in model_options is, and wins for the examinee too)
     options = {"run_seed": config.seed, "decoding": config.decoding, **config.model_options}
@@ -195,6 +198,10 @@ def _run_config(config: AblationConfig, out: Path, *, progress: bool, shuffled: 
             options["seed"] = examinee_seed
         if "seed" in (options.get("extra") or {}):
             options["extra"] = {**options["extra"], "seed": examinee_seed}
+        cache_dir = config.cache_dir or str(out.parent.parent / "cache")
+    poison = None
+    if share is not None and config.poison is not None:  # a share run: OUT/poison/share-<S>
+        poison = config.poison.settings(share, config.resolve(config.poison.pages))
         cache_dir = config.cache_dir or str(out.parent.parent / "cache")
     return RunConfig(
         data=config.resolve(config.data),
@@ -209,7 +216,8 @@ def _run_config(config: AblationConfig, out: Path, *, progress: bool, shuffled: 
         model_options=ModelOptions(**options),
         defenders=config.defender_configs(),
         plugins=config.plugins,
-        protocols=["clean", "type2"] if shuffled else config.protocols,
+        protocols=["clean", "type2"] if shuffled else (
+            poison_protocols(config) if poison is not None else config.protocols),
         type1_targets=config.type1_targets,
         shuffle_type2=shuffled,
         prompt=config.prompt,
@@ -226,48 +234,26 @@ def _run_config(config: AblationConfig, out: Path, *, progress: bool, shuffled: 
         corpus_dir=config.resolve(config.corpus_dir) if config.corpus_dir else None,
         allow_hosts=config.allow_hosts,
         blocklist=config.resolve(config.blocklist) if config.blocklist else None,
+        poison=poison,
         progress=progress,
         accept_changes=list(accept_changes),
         batch=config.batch,
         batch_poll_s=config.batch_poll_s,
         batch_discount=config.batch_discount,
-        # a stability re-run is read by the main report's stability section only
-        write_report=examinee_seed is None,
+        # a stability re-run is read by the main report's stability section only; a share run's
+        # tables are written after it (without figures), its figures are the main report's
+        write_report=examinee_seed is None and poison is None,
     )
 
 
-def _check_keys(config: AblationConfig) -> str | None:
-    """A one-line explanation when a real provider's key is missing (before anything runs)."""
-    import os
+def _poison_plan(config: AblationConfig) -> dict[str, Any]:
+    """The settings every share run shares (``OUT/poison/shares.json`` besides the shares)."""
+    from medmis.tools._poison_types import pages_digest
 
-    needs = {
-        "google": ("GOOGLE_API_KEY", "GEMINI_API_KEY"),
-        "google_genai": ("GOOGLE_API_KEY", "GEMINI_API_KEY"),
-        "openai": ("OPENAI_API_KEY",),
-        "anthropic": ("ANTHROPIC_API_KEY",),
-    }
-    missing = []
-    for m in config.models:
-        # langchain:<provider>:<model> needs what the integration's provider needs
-        provider = (m.spec.split(":")[1] if m.spec.startswith("langchain:")
-                    else m.spec.split("/", 1)[0])
-        variables = needs.get(provider)
-        base_url = m.options.get("base_url") or config.model_options.get("base_url")
-        if m.spec.startswith("openai/") and (base_url or os.environ.get("OPENAI_BASE_URL")):
-            continue  # a local OpenAI-compatible server needs no key
-        if variables and not any(os.environ.get(v) for v in variables):
-            missing.append(f"{m.spec} needs {' or '.join(variables)}")
-    uses_tools = any(get_spec(d.name).uses_tools for d in config.defender_configs())
-    tool_keys = {("search", "tavily"): "TAVILY_API_KEY", ("search", "serper"): "SERPER_API_KEY",
-                 ("visit", "jina"): "JINA_API_KEY"}
-    for (field, value), variable in tool_keys.items():
-        if uses_tools and getattr(config, field) == value and not os.environ.get(variable):
-            missing.append(f"{field} = '{value}' needs {variable}")
-    if not missing:
-        return None
-    demo = ROOT / "experiments" / "configs" / "demo.toml"
-    return ("missing API keys: " + "; ".join(missing)
-            + f". To see the whole pipeline offline, run: medmis ablate {demo.relative_to(ROOT)}")
+    assert config.poison is not None
+    pages = config.resolve(config.poison.pages)
+    return {"rank": config.poison.rank, "styles": config.poison.styles, "pages": config.poison.pages,
+            "pages_sha256": pages_digest(pages)}
 
 
 async def run_ablation(config: AblationConfig, *, out: Path, progress: bool = True,
@@ -281,6 +267,8 @@ async def run_ablation(config: AblationConfig, *, out: Path, progress: bool = Tr
         spent = spent_usd(stats, prices, _billed_share(config))
         return f"budget cap ${config.budget_usd:.2f} reached (${spent:.4f} spent)" if spent >= config.budget_usd else None
 
+    if config.poison is not None:  # the report lists a share never run as "not run"
+        write_plan(out, config.poison.shares, _poison_plan(config))
     main_cfg = _run_config(config, out, progress=progress, shuffled=False, accept_changes=accept_changes)
     main = await run_experiment(main_cfg, argv=argv, stop_when=budget_stop, notice=_notice)
     outcomes = [main.outcome]
@@ -303,6 +291,20 @@ async def run_ablation(config: AblationConfig, *, out: Path, progress: bool = Tr
                                          "new": sub.new_records})
             if sub.stats.stopped_reason:
                 break
+    from medmis.experiments.harness._outcome import EXIT_STOPPED
+
+    stopped = worst_outcome(outcomes).code == EXIT_STOPPED  # the budget cap ends the whole grid
+    if config.poison is not None and not stopped:
+        summary["poison"] = []
+        for share in config.poison.shares:
+            sub_cfg = _run_config(config, share_dir(out, share), progress=progress, shuffled=False,
+                                  accept_changes=accept_changes, share=share)
+            sub = await run_experiment(sub_cfg, argv=argv, stop_when=budget_stop, notice=_notice)
+            outcomes.append(sub.outcome)
+            summary["poison"].append({"share": share, "out": str(sub.out), "records": sub.records,
+                                      "new": sub.new_records})
+            if sub.stats.stopped_reason:
+                break
     outcome = worst_outcome(outcomes)
     summary["exit_code"] = outcome.code
     summary["outcome"] = outcome.message
@@ -313,6 +315,8 @@ async def run_ablation(config: AblationConfig, *, out: Path, progress: bool = Tr
     if "type2_shuffled" in summary:
         # the pass's own tables; its effect is read in the main report's sensitivity section
         write_report(out / "type2_shuffled", baseline=config.baseline, figures=False, settings=settings)
+    for run in summary.get("poison", []):  # each share's own tables; the figures are the main report's
+        write_report(run["out"], baseline=config.baseline, figures=False, settings=settings)
 
     summary["report"] = {k: str(v) for k, v in write_report(out, baseline=config.baseline,
                                                              settings=settings).items()}
@@ -351,12 +355,15 @@ def ablate_command(path: str, *, out: str | None = None, dry_run: bool = False, 
                                     shuffle_type2=True, prompt=config.prompt)
     if not cases:
         raise CliError(f"{path}: the selection has no cases (check data, subset, limit, protocols)")
+    share_cases = (build_cases(dataset.items, poison_protocols(config), seed=config.seed,
+                               type1_targets=config.type1_targets, prompt=config.prompt)
+                   if config.poison is not None else [])
     # the folders' fingerprints first, as `medmis run` checks them: a complete folder of another
     # run is refused, never reported as "nothing to do"; an accepted change goes on to the run,
     # which records it
     if not dry_run and not _check_folders(config, out_dir, dataset, accept_changes) \
-            and _nothing_to_do(config, out_dir, dataset.items):
-        return _finished_outcome(out_dir)
+            and nothing_to_do(config, out_dir, dataset.items):
+        return finished_outcome(grid_runs(config, out_dir), _notice)
     cells = estimate(config, cases, out_dir)
     print(f"ablation {config.name!r}: {len(dataset.items)} items, {len(config.models)} model(s) x "
           f"{len(config.defender_configs())} defender(s), protocols {', '.join(config.protocols)}, "
@@ -365,6 +372,14 @@ def ablate_command(path: str, *, out: str | None = None, dry_run: bool = False, 
           + (f" (+ {len(config.examinee_seeds())} stability re-runs, examinee seeds "
              f"{', '.join(map(str, config.examinee_seeds()))})" if config.examinee_seeds() else ""))
     print(format_estimates(cells))
+    if config.poison is not None:
+        poison = config.poison
+        print(f"\npoisoned web: {len(poison.shares)} share run(s) of the clean and Type 1 cases, "
+              f"rank {poison.rank}, styles {', '.join(poison.styles or ['all'])}, pages {poison.pages}")
+        for share in poison.shares:
+            folder = share_dir(out_dir, share)
+            print(f"\nshare {share_label(share)} ({folder}): {len(share_cases)} cases per model x defender")
+            print(format_estimates(estimate(config, share_cases, folder)))
     if config.budget_usd is not None:
         print(f"budget cap: ${config.budget_usd:.2f}")
     if dry_run:
@@ -394,54 +409,17 @@ def _notice(message: str) -> None:
 
 
 def _check_folders(config: AblationConfig, out: Path, dataset: Any, accept_changes: Sequence[str]) -> bool:
-    """Check the run folders of the grid (and of the shuffled pass) as the harness checks them
-    before it claims one; True when a difference was accepted.
+    """Check every run folder of the grid (:func:`grid_runs`) as the harness checks them before
+    it claims one; True when a difference was accepted.
 
     Raises:
         RunSetupError: A folder holds another run (a change not accepted).
     """
     from medmis.experiments.harness._runner import Harness
 
-    passes = [(out, False)]
-    if config.delivery.type2_shuffled and "type2" in config.protocols:
-        passes.append((out / "type2_shuffled", True))
     accepted = False
-    for folder, shuffled in passes:
-        cfg = _run_config(config, folder, progress=False, shuffled=shuffled, accept_changes=accept_changes)
+    for run in grid_runs(config, out):
+        cfg = _run_config(config, run.folder, progress=False, accept_changes=accept_changes, **run.how())
         diff = Harness(cfg).check_folder(dataset)
         accepted = accepted or bool(diff is not None and diff.changed)
     return accepted
-
-
-def _nothing_to_do(config: AblationConfig, out: Path, items: Sequence[Any]) -> bool:
-    """Every case of the grid (and of the shuffled pass) is recorded already."""
-    if not (out / "records.jsonl").exists():
-        return False
-    models = [m.name for m in config.models]
-    labels = [create_defender(d.name, d.options).label for d in config.defender_configs()]
-    main = build_cases(items, config.protocols, seed=config.seed,
-                       type1_targets=config.type1_targets, prompt=config.prompt)
-    pending = pending_cases(out, models, labels, main)
-    if config.delivery.type2_shuffled and "type2" in config.protocols:
-        shuffled = build_cases(items, ["clean", "type2"], seed=config.seed, shuffle_type2=True,
-                               prompt=config.prompt)
-        pending += pending_cases(out / "type2_shuffled", models, labels, shuffled)
-    for s in config.examinee_seeds():
-        pending += pending_cases(out / STABILITY_DIR / f"seed-{s}", models, labels, main)
-    return pending == 0
-
-
-def _finished_outcome(out: Path) -> int:
-    from medmis.experiments.harness._outcome import outcome_of
-    from medmis.experiments.harness._plan import describe_outside, outside_plan
-    from medmis.experiments.harness._resume import error_texts
-
-    outside = outside_plan(out)
-    if outside.count:
-        _notice(describe_outside(out / "records.jsonl", outside))
-    n, errors = error_texts(out / "records.jsonl")  # keys and error texts, read columnar
-    print(f"nothing to do: {n} records complete in {out}")
-    outcome = outcome_of(n, [e for e in errors if e], stopped=None)
-    if outcome.message:
-        _notice(outcome.message)
-    return outcome.code

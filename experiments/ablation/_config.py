@@ -12,12 +12,13 @@ import difflib
 import itertools
 import json
 import tomllib
+import types
 import typing
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from medmis.agents._registry import ModelOptions
 from medmis.experiments._errors import CliError
@@ -26,6 +27,7 @@ from medmis.experiments.benchmark._prompts import PromptName
 from medmis.experiments.benchmark._protocols import Type1Targets
 from medmis.experiments.benchmark._types import PROTOCOLS, ProtocolName
 from medmis.experiments.harness._config import CacheMode, DefenderConfig
+from medmis.tools._poison_types import PAGE_STYLES, PoisonRank, PoisonSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -120,6 +122,60 @@ class VerdictEntry(BaseModel):
     rate_gap: float = Field(default=0.02, ge=0, le=1)
 
 
+POISON_PAGES = "fixtures/poison/sample_pages.jsonl"
+"""``[poison]``'s default page file (the bundled sample's poisoned pages)."""
+
+
+class PoisonEntry(BaseModel):
+    """``[poison]``: a poisoned web, one run per share (``OUT/poison/share-<S>``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    share: list[float] | float
+    """Share of every Type 1 search's result slots given to the case's poisoned pages: one
+    number or a list (e.g. ``[0, 0.25, 0.5, 1.0]``)."""
+    rank: PoisonRank = "top"
+    styles: list[str] | None = None
+    """Page styles used (all when absent)."""
+    pages: str = POISON_PAGES
+    """The poisoned-page file (relative paths as ``data``)."""
+
+    @field_validator("share")
+    @classmethod
+    def _some_shares(cls, value: list[float] | float) -> list[float] | float:
+        shares = value if isinstance(value, list) else [value]
+        if not shares:
+            raise ValueError("give at least one share")
+        out = [s for s in shares if not 0.0 <= s <= 1.0]
+        if out:
+            raise ValueError(f"share {', '.join(f'{s:g}' for s in out)} is not between 0 and 1")
+        if isinstance(value, list):
+            twice = sorted({f"{s:g}" for s in value if value.count(s) > 1})
+            if twice:
+                raise ValueError(f"share {', '.join(twice)} listed twice")
+        return value
+
+    @field_validator("styles")
+    @classmethod
+    def _known_styles(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None:
+            bad = [s for s in value if s not in PAGE_STYLES]
+            if bad or not value:
+                raise ValueError(f"unknown page style {', '.join(bad) or '(none given)'} "
+                                 f"(use {', '.join(PAGE_STYLES)})")
+        return value
+
+    @property
+    def shares(self) -> list[float]:
+        """The shares, smallest first."""
+        return sorted(self.share if isinstance(self.share, list) else [self.share])
+
+    def settings(self, share: float, pages: str) -> PoisonSettings:
+        """The run's :class:`PoisonSettings` at ``share`` (``pages`` resolved by the caller)."""
+        return PoisonSettings(share=share, rank=self.rank, pages=Path(pages),
+                              styles=tuple(self.styles) if self.styles is not None else None)
+
+
 class AblationConfig(BaseModel):
     """The whole ablation (the TOML file, validated)."""
 
@@ -167,6 +223,8 @@ class AblationConfig(BaseModel):
     simulation: Simulation = Field(default_factory=Simulation)
     baseline: str = "none"
     verdict: VerdictEntry = Field(default_factory=VerdictEntry)
+    poison: PoisonEntry | None = None
+    """A poisoned web: each share is a run of the clean and Type 1 cases in ``OUT/poison/share-<S>``."""
 
     @model_validator(mode="after")
     def _check(self) -> AblationConfig:
@@ -179,6 +237,8 @@ class AblationConfig(BaseModel):
         if twice:
             raise ValueError(f"models: {', '.join(twice)} listed twice; give each entry a label "
                              "(the spec and a suffix) to run a spec with other options")
+        if self.poison is not None and "type1" not in self.protocols:
+            raise ValueError("poison: only Type 1 cases get poison; add 'type1' to protocols")
         real = [m.spec for m in self.models if not m.spec.startswith("mock/")]
         if self.simulation.stability_seeds > 1 and real:
             raise ValueError("simulation.stability_seeds re-runs the simulated examinee only; "
@@ -229,6 +289,9 @@ def parse_value(raw: str) -> Any:
 
 
 def _model_of(annotation: Any) -> type[BaseModel] | None:
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):  # an optional table
+        inner = [a for a in typing.get_args(annotation) if a is not type(None)]
+        annotation = inner[0] if len(inner) == 1 else None
     return annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
 
 

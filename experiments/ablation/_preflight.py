@@ -1,7 +1,7 @@
 """Checks of an ablation config before its estimate is printed, and what is left to run.
 
-A config that names an unknown provider, defender or baseline is a one-line error (exit 2)
-before any data is read or any estimate shown; a grid whose every case is recorded says
+A config that names an unknown provider, defender or baseline, or a real provider whose API key
+is missing, is a one-line error (exit 2) before any data is read or any estimate shown; a grid whose every case is recorded says
 "nothing to do" instead of printing the cost table again.
 """
 
@@ -11,20 +11,21 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from medmis.agents._registry import ModelOptions, parse_spec
-from medmis.defenses._base import create_defender
+from medmis.defenses._base import create_defender, get_spec
 from medmis.experiments._errors import CliError
 from medmis.experiments.benchmark._types import Case
 from medmis.experiments.harness._config import merge_options
 from medmis.experiments.harness._io import read_records
 from medmis.experiments.harness._outcome import EXIT_CASE_ERRORS, EXIT_OK, EXIT_STOPPED, Outcome
 
-from ._config import AblationConfig
+from ._config import ROOT, AblationConfig
 
 __all__ = ["check_config", "pending_cases", "worst_outcome"]
 
 
 def check_config(config: AblationConfig) -> None:
-    """Model specs, model options, defenders and the baseline, checked without running.
+    """Model specs, model options, defenders, the poisoned-page file and the baseline, checked
+    without running.
 
     Raises:
         CliError: The first problem, in one line.
@@ -47,6 +48,15 @@ def check_config(config: AblationConfig) -> None:
             first = str(exc).splitlines()
             raise CliError(f"models.{i}.options ({m.name}): {' '.join(first[:3])}") from None
     labels = [create_defender(d.name, d.options).label for d in config.defender_configs()]
+    if config.poison is not None:  # every share run reads the page file: a bad one stops all first
+        from medmis.tools._poison_types import load_pages
+
+        pages = config.resolve(config.poison.pages)
+        try:
+            if not load_pages(pages):
+                raise CliError(f"poison.pages: {pages} holds no poisoned pages")
+        except ValueError as exc:
+            raise CliError(f"poison.pages: {exc}") from None
     if config.baseline != "none" and config.baseline not in labels:
         raise CliError(f"baseline {config.baseline!r} is not a defender of the grid "
                        f"(choose from {', '.join(labels)})")
@@ -66,3 +76,37 @@ def worst_outcome(outcomes: Sequence[Outcome | None]) -> Outcome:
     rank = {EXIT_STOPPED: 2, EXIT_CASE_ERRORS: 1, EXIT_OK: 0}
     present = [o for o in outcomes if o is not None]
     return max(present, key=lambda o: rank.get(o.code, 3), default=Outcome(EXIT_OK))
+
+
+def _check_keys(config: AblationConfig) -> str | None:
+    """A one-line explanation when a real provider's key is missing (before anything runs)."""
+    import os
+
+    needs = {
+        "google": ("GOOGLE_API_KEY", "GEMINI_API_KEY"),
+        "google_genai": ("GOOGLE_API_KEY", "GEMINI_API_KEY"),
+        "openai": ("OPENAI_API_KEY",),
+        "anthropic": ("ANTHROPIC_API_KEY",),
+    }
+    missing = []
+    for m in config.models:
+        # langchain:<provider>:<model> needs what the integration's provider needs
+        provider = (m.spec.split(":")[1] if m.spec.startswith("langchain:")
+                    else m.spec.split("/", 1)[0])
+        variables = needs.get(provider)
+        base_url = m.options.get("base_url") or config.model_options.get("base_url")
+        if m.spec.startswith("openai/") and (base_url or os.environ.get("OPENAI_BASE_URL")):
+            continue  # a local OpenAI-compatible server needs no key
+        if variables and not any(os.environ.get(v) for v in variables):
+            missing.append(f"{m.spec} needs {' or '.join(variables)}")
+    uses_tools = any(get_spec(d.name).uses_tools for d in config.defender_configs())
+    tool_keys = {("search", "tavily"): "TAVILY_API_KEY", ("search", "serper"): "SERPER_API_KEY",
+                 ("visit", "jina"): "JINA_API_KEY"}
+    for (field, value), variable in tool_keys.items():
+        if uses_tools and getattr(config, field) == value and not os.environ.get(variable):
+            missing.append(f"{field} = '{value}' needs {variable}")
+    if not missing:
+        return None
+    demo = ROOT / "experiments" / "configs" / "demo.toml"
+    return ("missing API keys: " + "; ".join(missing)
+            + f". To see the whole pipeline offline, run: medmis ablate {demo.relative_to(ROOT)}")

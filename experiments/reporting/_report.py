@@ -167,7 +167,13 @@ def _write_rest(run: RunData, report: MetricsReport, verdict: Verdict, metrics: 
         from ._plots import write_plots
 
         plots = write_plots(run.run_dir, metrics, helper=plot_helper, submitted=plot_helper is not None)
-    extra = [stable, sensitivity_markdown(sensitivity)]
+    from ._poison import write_poison  # an ablation's share runs under poison/, if any
+
+    poison = write_poison(run.run_dir, baseline=report.baseline, seed=report.seed, figures=figures)
+    if poison is not None:
+        paths.update(poison.paths)
+        plots.update(poison.plots)
+    extra = [stable, poison.markdown if poison is not None else "", sensitivity_markdown(sensitivity)]
     if plots:
         extra.append("## Plots\n\n" + "\n".join(
             f"![{name.replace('_', ' ')}]({p.relative_to(run.run_dir).as_posix()})" for name, p in plots.items()
@@ -179,7 +185,8 @@ def _write_rest(run: RunData, report: MetricsReport, verdict: Verdict, metrics: 
         paths["report.html"] = write_html(
             run.run_dir, metrics, plots=plots, baseline=report.baseline, simulated=run.simulated,
             title=run.run_dir.name, sensitivity=sensitivity, reading=_reading_html(render_reading(report) + "\n" + render_verdict(verdict, report)
-                                                                           + ("\n" + stable if stable else "")),
+                                                                           + ("\n" + stable if stable else "")
+                                                                           + ("\n" + poison.reading if poison else "")),
             incomplete=render_incomplete_line(verdict) or None,
             cases=pending.result() if pending is not None else None,
         )

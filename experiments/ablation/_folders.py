@@ -1,0 +1,97 @@
+"""The run folders of an ablation grid, listed once: the main run, the shuffled Type 2 pass, the
+stability re-runs and the poison shares. Every check that walks the grid (fingerprints, what is
+left to run, the outcome of "nothing to do") walks this list, so a new kind of sub-run cannot be
+left out of one of them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from medmis.defenses._base import create_defender
+from medmis.experiments.analysis._poison import share_dir
+from medmis.experiments.benchmark._protocols import build_cases
+from medmis.experiments.benchmark._types import Case, ProtocolName
+
+from ._config import AblationConfig
+from ._preflight import pending_cases
+
+STABILITY_DIR = "stability"  # as medmis.experiments.reporting._stability reads it
+
+__all__ = ["STABILITY_DIR", "GridRun", "finished_outcome", "grid_runs", "nothing_to_do", "poison_protocols"]
+
+
+@dataclass(frozen=True)
+class GridRun:
+    """One run folder of the grid and how its run differs from the main one."""
+
+    folder: Path
+    shuffled: bool = False
+    examinee_seed: int | None = None
+    share: float | None = None
+
+    def how(self) -> dict[str, Any]:
+        """The keyword arguments that make this run's ``RunConfig`` from the ablation's."""
+        return {"shuffled": self.shuffled, "examinee_seed": self.examinee_seed, "share": self.share}
+
+
+def poison_protocols(config: AblationConfig) -> list[ProtocolName]:
+    """A share run's protocols: Type 2 gets no poison, so only clean (ASR's pairing) and Type 1."""
+    return [p for p in config.protocols if p != "type2"]
+
+
+def grid_runs(config: AblationConfig, out: Path) -> list[GridRun]:
+    """Every run folder of the grid under ``out``, the main one first."""
+    runs = [GridRun(out)]
+    if config.delivery.type2_shuffled and "type2" in config.protocols:
+        runs.append(GridRun(out / "type2_shuffled", shuffled=True))
+    runs += [GridRun(out / STABILITY_DIR / f"seed-{s}", examinee_seed=s) for s in config.examinee_seeds()]
+    runs += [GridRun(share_dir(out, s), share=s) for s in (config.poison.shares if config.poison else [])]
+    return runs
+
+
+def run_cases(config: AblationConfig, items: Sequence[Any], run: GridRun) -> list[Case]:
+    """The cases of one run of the grid."""
+    if run.shuffled:
+        return build_cases(items, ["clean", "type2"], seed=config.seed, shuffle_type2=True,
+                           prompt=config.prompt)
+    protocols = poison_protocols(config) if run.share is not None else config.protocols
+    return build_cases(items, protocols, seed=config.seed, type1_targets=config.type1_targets,
+                       prompt=config.prompt)
+
+
+def nothing_to_do(config: AblationConfig, out: Path, items: Sequence[Any]) -> bool:
+    """Every case of every run of the grid is recorded already."""
+    if not (out / "records.jsonl").exists():
+        return False
+    models = [m.name for m in config.models]
+    labels = [create_defender(d.name, d.options).label for d in config.defender_configs()]
+    return sum(pending_cases(run.folder, models, labels, run_cases(config, items, run))
+               for run in grid_runs(config, out)) == 0
+
+
+def finished_outcome(runs: Sequence[GridRun], notice: Callable[[str], None]) -> int:
+    """Say "nothing to do" for a complete grid; the exit status counts the errors left in every
+    run folder of it."""
+    from medmis.experiments.harness._outcome import outcome_of
+    from medmis.experiments.harness._plan import describe_outside, outside_plan
+    from medmis.experiments.harness._resume import error_texts
+
+    n, errors = 0, []
+    for run in runs:
+        if not (run.folder / "records.jsonl").exists():
+            continue
+        outside = outside_plan(run.folder)
+        if outside.count:
+            notice(describe_outside(run.folder / "records.jsonl", outside))
+        k, texts = error_texts(run.folder / "records.jsonl")  # keys and error texts, read columnar
+        n += k
+        errors += [e for e in texts if e]
+    where = f" and its {len(runs) - 1} other run folder(s)" if len(runs) > 1 else ""
+    print(f"nothing to do: {n} records complete in {runs[0].folder}{where}")
+    outcome = outcome_of(n, errors, stopped=None)
+    if outcome.message:
+        notice(outcome.message)
+    return outcome.code
