@@ -23,7 +23,7 @@ import pytest
 from conftest import interrupt_run
 
 from medmis.agents._limiter import AdaptiveLimiter
-from medmis.experiments._fake_openai import serve_in_processes
+from medmis.experiments.bench._fake_openai import serve_in_processes
 from medmis.experiments.harness import _caseloop
 from medmis.experiments.harness._caseloop import (
     connection_shares,

@@ -17,7 +17,7 @@ from conftest import clear_provider_env
 
 from medmis.experiments._cli_flags import base_url_list
 from medmis.experiments._errors import CliError
-from medmis.experiments._fake_openai import FakeOpenAIServer
+from medmis.experiments.bench._fake_openai import FakeOpenAIServer
 from medmis.experiments.cli import main
 from medmis.experiments.harness._io import read_records
 
