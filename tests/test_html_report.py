@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from medmis.experiments import Record
-from medmis.experiments.analysis._metrics import compute_metrics
+from medmis.experiments.analysis import compute_metrics
 from medmis.experiments.harness._io import append_records
 from medmis.experiments.reporting._cases import case_data, parse_question
 from medmis.experiments.reporting._html import write_html

@@ -12,7 +12,7 @@ from ._cluster import (
     clustered_proportion,
     tango_interval,
 )
-from ._columnar import run_metrics
+from ._columnar import compare_defenders, compute_metrics, run_metrics
 from ._metrics import (
     PAIRWISE_METRICS,
     Cost,
@@ -20,9 +20,7 @@ from ._metrics import (
     MetricsReport,
     PairedComparison,
     UnitOutcomes,
-    compare_defenders,
     compare_paired,
-    compute_metrics,
     cost_of,
     item_tags,
 )
