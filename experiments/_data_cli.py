@@ -82,7 +82,7 @@ def run_data(args: argparse.Namespace) -> int:
     """Handle ``medmis data validate|subset``; returns the exit status."""
     if args.data_command == "subset":
         return run_subset(args)
-    from medmis.experiments.benchmark._data import validate_command
+    from medmis.experiments.benchmark import validate_command
 
     return validate_command(args.path, subset=args.subset, hub_repo=args.hub_repo)
 

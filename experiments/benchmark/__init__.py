@@ -54,6 +54,7 @@ from ._types import (
     Usage,
     as_view,
 )
+from ._validate import validate_command
 
 __all__ = [
     "CONTENT_TYPES",
@@ -98,4 +99,5 @@ __all__ = [
     "render_user_prompt",
     "stable_rng",
     "type1_target",
+    "validate_command",
 ]
