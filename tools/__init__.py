@@ -121,6 +121,7 @@ __all__ = [
     "extract_html",
     "fetch_page",
     "focus_text",
+    "lazy_exports",
     "load_corpus",
     "make_tools",
     "mark_cache",
