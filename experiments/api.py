@@ -29,7 +29,7 @@ def run(config: RunConfig) -> RunResult:
     ``medmis run`` does; ``RunResult.report`` maps their names to paths. Call it outside a
     running event loop (inside one, ``await run_experiment(config)`` instead).
     """
-    from medmis.experiments.harness._runner import run_experiment
+    from medmis.experiments.harness import run_experiment
     from medmis.experiments.reporting._report import write_report
 
     result = asyncio.run(run_experiment(config, argv=["medmis.experiments.run"]))

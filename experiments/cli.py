@@ -203,7 +203,7 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
 def _run_command(args: argparse.Namespace, argv: Sequence[str], worker: Any) -> int:
     from medmis.agents._registry import ModelOptions
-    from medmis.experiments.harness._runner import DefenderConfig, RunConfig, run_experiment
+    from medmis.experiments.harness import DefenderConfig, RunConfig, run_experiment
 
     protocols = split([args.protocol])
     bad = [p for p in protocols if p not in ("clean", "type1", "type2")]

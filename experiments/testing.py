@@ -87,7 +87,7 @@ class Replay:
         """Run :meth:`config` (``fields``) to completion; call it from a plain (sync) test."""
         import asyncio
 
-        from medmis.experiments.harness._runner import run_experiment
+        from medmis.experiments.harness import run_experiment
 
         return asyncio.run(run_experiment(self.config(**fields), argv=["medmis_replay"]))
 

@@ -15,8 +15,8 @@ import asyncio
 import time
 from pathlib import Path
 
+from medmis.experiments.harness import run_experiment
 from medmis.experiments.harness._config import DefenderConfig, RunConfig
-from medmis.experiments.harness._runner import run_experiment
 from medmis.experiments.reporting._stability import named_better
 
 ROOT = Path(__file__).resolve().parents[1]

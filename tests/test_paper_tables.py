@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 from medmis.experiments.cli import main
+from medmis.experiments.harness import run_experiment
 from medmis.experiments.harness._config import DefenderConfig, RunConfig
-from medmis.experiments.harness._runner import run_experiment
 from medmis.experiments.reporting._report import write_report
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -30,12 +30,9 @@ from medmis.experiments._errors import CliError
 from medmis.experiments.benchmark._prompts import render_prompt
 from medmis.experiments.benchmark._protocols import build_cases
 from medmis.experiments.benchmark._types import Case
+from medmis.experiments.harness import run_experiment
 from medmis.experiments.harness._config import ModelVariant
-from medmis.experiments.harness._runner import (
-    RunConfig,
-    RunStats,
-    run_experiment,
-)
+from medmis.experiments.harness._runner import RunConfig, RunStats
 
 from ._config import (
     ROOT,

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from medmis.tools._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from ._experiment import run_experiment
     from ._io import append_records, read_records, repair_torn_tail
     from ._runner import (
         DefenderConfig,
@@ -19,7 +20,6 @@ if TYPE_CHECKING:
         RunSetupError,
         RunStats,
         package_versions,
-        run_experiment,
         scrub_argv,
     )
 
@@ -28,7 +28,8 @@ if TYPE_CHECKING:
 _HOME = {
     **dict.fromkeys(("append_records", "read_records", "repair_torn_tail"), "_io"),
     **dict.fromkeys(("DefenderConfig", "Harness", "RunConfig", "RunResult", "RunSetupError", "RunStats",
-                     "package_versions", "run_experiment", "scrub_argv"), "_runner"),
+                     "package_versions", "scrub_argv"), "_runner"),
+    "run_experiment": "_experiment",
 }
 __getattr__ = lazy_exports(__name__, _HOME, globals())
 

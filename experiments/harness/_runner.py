@@ -60,7 +60,7 @@ from ._resume import CasePlan, ResumeState, jobs_for_missing, resume_state
 __all__ = [
     "INVALID_ROWS_FILE", "CacheMode", "DefenderConfig", "Harness", "RunConfig", "RunResult",
     "RunSetupError", "RunStats", "SearchBackendName", "VisitBackendName",
-    "is_simulated", "package_versions", "run_experiment", "scrub_argv",
+    "is_simulated", "package_versions", "scrub_argv",
 ]
 
 
@@ -69,7 +69,7 @@ def _safe_name(text: str) -> str:
 
 
 class Harness:
-    """Runs one configuration. Build with :func:`run_experiment` unless you need the parts."""
+    """Runs one configuration. Build with :func:`._experiment.run_experiment` unless you need the parts."""
 
     def __init__(
         self,
@@ -435,16 +435,3 @@ class Harness:
         n, self.outcome = record_outcome(self.out, records_path, self.stats.stopped_reason,
                                          scrub_argv(self.argv), limiter, tally=tally)
         return n
-
-
-async def run_experiment(config: RunConfig, *, batch_cancel: bool = False, **kwargs: Any) -> RunResult:
-    """Run (or resume) a configuration; the caller writes the report (``medmis.experiments.reporting``).
-
-    ``config.batch`` runs it through provider batch jobs (``._batch``); ``batch_cancel``
-    then cancels the folder's unfinished jobs instead.
-    """
-    if config.batch:
-        from ._batch import BatchHarness
-
-        return await BatchHarness(config, cancel=batch_cancel, **kwargs).run()
-    return await Harness(config, **kwargs).run()
