@@ -139,7 +139,7 @@ def test_baseline_first_then_sorted() -> None:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the forked helper is Linux only")
 def test_a_forked_helper_draws_the_same_bytes(tmp_path: Path) -> None:
-    from medmis.experiments.reporting._plot_helper import ForkedPlotter
+    from medmis.experiments.reporting._forked import ForkedPlotter
 
     helper = ForkedPlotter.start()
     assert helper is not None

@@ -25,11 +25,13 @@ import json
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
 from medmis.tools._switch import switched_on
+
+from ._lines import serve_paths
 
 ENV_VARIABLE = "MEDMIS_REPORT_WORKER"
 
@@ -144,19 +146,6 @@ _WARM = ("duckdb", "pyarrow", "threadpoolctl", "matplotlib.figure", "matplotlib.
          "medmis.defenses")  # the verdict asks the defender registry which defenders are controls
 
 
-def serve_paths(requests: IO[str], answers: IO[str], handle: Callable[[dict[str, Any]], dict[str, Path]]) -> None:
-    """Answer JSON requests, one per line, until ``requests`` ends: ``{"paths": {name: path}}``
-    with what ``handle`` wrote, or ``{"error": "Type: message"}`` for the asker to redo itself."""
-    for line in requests:
-        try:
-            paths = handle(json.loads(line))
-            answer: dict[str, Any] = {"paths": {name: str(path) for name, path in paths.items()}}
-        except Exception as exc:  # reported to the asker, which redoes the work in-process
-            answer = {"error": f"{type(exc).__name__}: {exc}"}
-        answers.write(json.dumps(answer) + "\n")
-        answers.flush()
-
-
 def _serve(requests: IO[str], answers: IO[str]) -> None:
     import contextlib
     import gc
@@ -175,7 +164,7 @@ def _serve(requests: IO[str], answers: IO[str]) -> None:
 
     registry.warn_broken_plugins = False  # the run that started this worker names a broken plug-in
     collect_from_here()
-    from ._plot_helper import ForkedPlotter
+    from ._forked import ForkedPlotter
 
     plotter = ForkedPlotter.start()
     def handle(request: dict[str, Any]) -> dict[str, Path]:
