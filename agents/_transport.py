@@ -35,7 +35,7 @@ import httpx
 
 from medmis.tools._bounded import DEFAULT_MAX_RESPONSE_BYTES, BoundedAsyncClient
 
-from ._registry import HTTP_LIMITS
+from ._options import HTTP_LIMITS
 
 ENV_VARIABLE = "MEDMIS_HTTP_TRANSPORT"
 CHOICES = ("aiohttp", "httpx")
