@@ -237,7 +237,7 @@ def _models(cfg: GenerateConfig, store: Any) -> tuple[Any, Any]:
         opts = ModelOptions(temperature=temperature, base_url=cfg.base_url, seed=None)
         chat = load_model(cfg.generator, opts)
         if store is not None:
-            from medmis.tools._store import attach_cache
+            from medmis.tools import attach_cache
 
             chat = attach_cache(chat, store)
         models.append(chat)

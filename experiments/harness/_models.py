@@ -86,7 +86,7 @@ class ModelPool:
             chat = self.raw(spec)
             store = self.store()
             if store is not None:
-                from medmis.tools._store import attach_cache
+                from medmis.tools import attach_cache
 
                 chat = attach_cache(chat, store)
             self._models[spec] = chat
