@@ -12,7 +12,8 @@ from ._cluster import (
     clustered_proportion,
     tango_interval,
 )
-from ._columnar import compare_defenders, compute_metrics, run_metrics
+from ._columnar import run_metrics
+from ._compute import compare_defenders, compute_metrics
 from ._metrics import (
     PAIRWISE_METRICS,
     Cost,
