@@ -13,7 +13,8 @@
 * :mod:`medmis.experiments.reporting` -- markdown, HTML and plots.
 * :mod:`medmis.experiments.ablation` -- TOML-configured grids, dry-run estimates, budget cap.
 * :mod:`medmis.experiments.api` -- the public API: ``run``, ``load_run``, ``compare`` (below).
-* :mod:`medmis.experiments.testing` -- the pytest plug-in (entry point ``pytest11``).
+* :mod:`medmis.experiments.testing` -- the pytest plug-in's fixtures, registered as
+  ``medmis.testing`` (entry point ``pytest11``).
 
 The names below are re-exported lazily: importing ``medmis.experiments.benchmark`` (as the
 graphs and defenders do) must not pull in the harness, which imports the defenders.

@@ -1,4 +1,5 @@
-"""medmis's pytest plug-in (entry point ``pytest11``: ``medmis``): fixtures for your own tests.
+"""medmis's pytest plug-in, registered as ``medmis.testing`` (entry point ``pytest11``: ``medmis``):
+fixtures for your own tests. This module is their one home; ``medmis.testing`` re-exports them.
 
 Installing medmis registers these fixtures in every pytest session of that environment, so
 this module imports nothing heavy at load time (no LangChain, no DuckDB): each fixture imports
