@@ -11,7 +11,7 @@ from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 
-from medmis.tools._redact import remember_url
+from medmis.tools import remember_url
 
 from ._decoding import resolve
 from ._options import (

@@ -33,7 +33,7 @@ from typing import Any
 
 import httpx
 
-from medmis.tools._bounded import DEFAULT_MAX_RESPONSE_BYTES, BoundedAsyncClient
+from medmis.tools import DEFAULT_MAX_RESPONSE_BYTES, BoundedAsyncClient
 
 from ._options import HTTP_LIMITS
 

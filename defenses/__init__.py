@@ -8,8 +8,8 @@ file's through ``load_plugins`` (``--plugin FILE``). ``view`` is a
 ``CaseView`` (re-exported here): question, options and context sentences, nothing more.
 """
 
-from medmis.experiments.benchmark._types import CaseView
-from medmis.graphs._context import (
+from medmis.experiments.benchmark import CaseView
+from medmis.graphs import (
     DefenderContext,
     DefenderOptions,
     SolveFn,

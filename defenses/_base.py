@@ -25,12 +25,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from medmis.experiments.benchmark._types import Answer, Case, CaseView, as_view
-from medmis.graphs._context import (
-    DefenderContext,
-    DefenderOptions,
-    SolveFn,
-)
+from medmis.experiments.benchmark import Answer, Case, CaseView, as_view
+from medmis.graphs import DefenderContext, DefenderOptions, SolveFn
 
 ENTRY_POINT_GROUP = "medmis.defenders"
 

@@ -53,6 +53,7 @@ _EXPORTS: dict[str, str] = {
     **dict.fromkeys(("RunFolder", "compare", "load_run", "run"), "api"),
     # ablation
     **dict.fromkeys(("AblationConfig", "load_config", "run_ablation"), "ablation"),
+    "CliError": "_errors",
 }
 
 

@@ -94,7 +94,7 @@ def draw_subset(items: Sequence[Item], counts: Mapping[str, int], seed: int) -> 
     Raises:
         CliError: A subset is missing or has fewer items than asked for.
     """
-    from medmis.experiments.generate._release import stratified_sample
+    from medmis.experiments.generate import stratified_sample
 
     by_subset: dict[str, list[Item]] = {}
     for item in items:

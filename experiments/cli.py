@@ -37,7 +37,7 @@ from medmis.experiments._cli_flags import (
     thinking_budget,
 )
 from medmis.experiments._errors import CliError, error_lines
-from medmis.tools._exit import exit_now, sigterm_as_interrupt
+from medmis.tools import exit_now, sigterm_as_interrupt
 
 EXIT_CONFIG = 2
 
@@ -153,7 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_plugin_flag(sub.add_parser("defenders", help="list registered defenders with their options"))
 
-    from medmis.experiments.generate._cli import add_parsers as _add_generate_parsers
+    from medmis.experiments.generate import add_parsers as _add_generate_parsers
 
     _add_generate_parsers(sub)
 
@@ -170,13 +170,13 @@ def build_parser() -> argparse.ArgumentParser:
                     help="clip the page text to this many characters (default 6000)")
     add_cache_flags(tv, search=False)
 
-    from medmis.tools._cache_cli import add_cache_parser
+    from medmis.tools import add_cache_parser
 
     add_cache_parser(sub)
     from medmis.experiments.view import add_parser as add_view_parser
 
     add_view_parser(sub)
-    from medmis.experiments.export._cli import add_export_parser
+    from medmis.experiments.export import add_export_parser
 
     add_export_parser(sub)
     return parser
@@ -202,7 +202,7 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
 
 def _run_command(args: argparse.Namespace, argv: Sequence[str], worker: Any) -> int:
-    from medmis.agents._registry import ModelOptions
+    from medmis.agents import ModelOptions
     from medmis.experiments.harness import DefenderConfig, RunConfig, run_experiment
 
     protocols = split([args.protocol])
@@ -252,13 +252,13 @@ def _run_command(args: argparse.Namespace, argv: Sequence[str], worker: Any) -> 
         progress=not args.no_progress,
         accept_changes=accept_change_fields(args.accept_change),
     )
-    from medmis.experiments.benchmark._dataset import DataError
+    from medmis.experiments.benchmark import DataError
 
     if args.batch_cancel and not args.batch:
         raise CliError("--batch-cancel goes with --batch (and the run's other flags)")
     extra: dict[str, Any] = {"batch_cancel": True} if args.batch_cancel else {}
     if args.max_usd is not None or args.max_calls is not None:
-        from medmis.experiments.harness._budget import budget_stop
+        from medmis.experiments.harness import budget_stop
 
         if args.batch:
             raise CliError("--max-usd / --max-calls do not apply to --batch (its jobs are submitted at once)")
@@ -292,12 +292,12 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from medmis.experiments._defenders_cmd import load_run_plugins
-    from medmis.experiments.reporting._report import write_report
+    from medmis.experiments.reporting import write_report
 
     run_dir = Path(args.dir)
     if not (run_dir / "records.jsonl").exists():
         raise CliError(f"{run_dir}: no records.jsonl here")
-    from medmis.experiments.harness._checks import check_baseline
+    from medmis.experiments.harness import check_baseline
 
     baseline = check_baseline(run_dir / "records.jsonl", args.baseline)
     load_run_plugins(run_dir, _notice)
@@ -327,7 +327,7 @@ def _tool_flags(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _cmd_tools(args: argparse.Namespace) -> int:
-    from medmis.tools._cli import tools_search, tools_visit
+    from medmis.tools import tools_search, tools_visit
 
     if args.tools_command == "search":
         text = asyncio.run(tools_search(args.query, max_results=args.max_results, **_tool_flags(args)))
@@ -339,13 +339,13 @@ def _cmd_tools(args: argparse.Namespace) -> int:
 
 
 def _cmd_cache(args: argparse.Namespace) -> int:
-    from medmis.tools._cache_cli import one_line, run_cache
+    from medmis.tools import one_line, run_cache
 
     return one_line(lambda: run_cache(args), CliError)
 
 
 def _cmd_ablate(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    from medmis.experiments.ablation._ablate import ablate_command
+    from medmis.experiments.ablation import ablate_command
 
     overrides = list(args.overrides)
     if args.data is not None:
@@ -382,7 +382,7 @@ def _dispatch(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
         return review_cli.run(args)
     if args.command == "export":
-        from medmis.experiments.export._cli import run_export
+        from medmis.experiments.export import run_export
 
         return run_export(args)
     if args.command == "view":
@@ -393,17 +393,16 @@ def _dispatch(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
 
 def _config_errors() -> tuple[type[BaseException], ...]:
-    from medmis.agents._errors import MissingKeyError, ModelConfigError
-    from medmis.defenses._base import DefenderConfigError
-    from medmis.experiments.harness._io import RecordsFileError, WriteFailed
-    from medmis.experiments.harness._runner import RunSetupError
+    from medmis.agents import MissingKeyError, ModelConfigError
+    from medmis.defenses import DefenderConfigError
+    from medmis.experiments.harness import RecordsFileError, RunSetupError, WriteFailed
 
     errors: list[type[BaseException]] = [
         CliError, MissingKeyError, ModelConfigError, DefenderConfigError, RunSetupError,
         OSError, RecordsFileError, WriteFailed,  # WriteFailed: 2 or 3 (its exit_code)
     ]
     try:
-        from medmis.experiments.benchmark._data import DataError
+        from medmis.experiments.benchmark import DataError
 
         errors.append(DataError)
     except ImportError:  # pragma: no cover - data module always present in a release

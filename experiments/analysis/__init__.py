@@ -28,6 +28,7 @@ from ._metrics import (
 from ._same_answers import same_answers
 from ._stats import mcnemar_exact, p50, p95, paired_bootstrap_diff, percentile, wilson
 from ._units import (
+    ERRORS_AS_FAILURES,
     FAILURE_METRICS,
     INDICATOR_METRICS,
     METRICS,
@@ -44,22 +45,31 @@ from ._units import (
     metric_block,
 )
 from ._verdict import (
+    ALPHA,
+    CLEAN_DROP_TOLERANCE,
     DEFAULT_SETTINGS,
+    OVERCORRECT_DROP,
     Finding,
     Guard,
     LikeControl,
     ModelVerdict,
     Pairwise,
+    Prices,
     Verdict,
     VerdictSettings,
     decide,
+    usd,
 )
 
 __all__ = [
+    "ALPHA",
+    "CLEAN_DROP_TOLERANCE",
     "DEFAULT_SETTINGS",
+    "ERRORS_AS_FAILURES",
     "FAILURE_METRICS",
     "INDICATOR_METRICS",
     "METRICS",
+    "OVERCORRECT_DROP",
     "PAIRED_METRICS",
     "PAIRWISE_METRICS",
     "PROTOCOL_METRICS",
@@ -75,6 +85,7 @@ __all__ = [
     "ModelVerdict",
     "PairedComparison",
     "Pairwise",
+    "Prices",
     "Proportion",
     "UnitOutcomes",
     "Verdict",
@@ -101,5 +112,6 @@ __all__ = [
     "run_metrics",
     "same_answers",
     "tango_interval",
+    "usd",
     "wilson",
 ]

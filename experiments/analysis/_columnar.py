@@ -26,13 +26,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from medmis.experiments.benchmark._types import (
-    CONTENT_TYPES,
-    PROTOCOLS,
-    PROVENANCES,
-    SUBSETS,
-    Record,
-)
+from medmis.experiments.benchmark import CONTENT_TYPES, PROTOCOLS, PROVENANCES, SUBSETS, Record
 
 from ._cluster import clustered_from_totals
 from ._failures import add_failure_units
@@ -396,7 +390,7 @@ def records_into(con: duckdb.DuckDBPyConnection, records: Iterable[Record], name
     """A ``records`` view over in-memory records (for callers that hold ``Record`` objects)."""
     import pyarrow as pa
 
-    from medmis.experiments.harness._scan import RECORD_COLUMNS
+    from medmis.experiments.harness import RECORD_COLUMNS
 
     rows = []
     for r in records:
@@ -420,8 +414,7 @@ def run_metrics(run_dir: str | Path, *, baseline: str = "none", n_boot: int = 20
                 seed: int = 0) -> MetricsReport:
     """The metrics of a run folder's ``records.jsonl``, scanned (and compacted) by DuckDB;
     records outside the folder's plan (``plan.json``) are left out."""
-    from medmis.experiments.harness._plan import planned_records_view
-    from medmis.experiments.harness._scan import connect
+    from medmis.experiments.harness import connect, planned_records_view
 
     with tempfile.TemporaryDirectory(prefix="medmis-metrics-") as tmp:
         # a database file, so that intermediate tables can leave memory under the limit

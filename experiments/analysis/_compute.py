@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from medmis.experiments.benchmark._types import Record
+from medmis.experiments.benchmark import Record
 
 from ._columnar import _compare_all, metrics_from_view, records_into
 from ._metrics import PAIRWISE_METRICS, MetricsReport, PairedComparison, UnitOutcomes
@@ -63,7 +63,7 @@ def compute_metrics(
     Returns:
         The ``MetricsReport``; ``report.to_json_dict()`` is the ``metrics.json`` content.
     """
-    from medmis.experiments.harness._scan import connect
+    from medmis.experiments.harness import connect
 
     con = connect()
     try:

@@ -12,9 +12,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from pydantic import BaseModel, PrivateAttr
 
-from medmis.experiments.benchmark._types import (
-    Record,
-)
+from medmis.experiments.benchmark import Record
 
 from ._cluster import cluster_sign_test, clustered_paired_diff
 from ._stats import p50, p95

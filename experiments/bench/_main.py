@@ -37,13 +37,13 @@ import time
 from pathlib import Path
 from typing import Any, Literal
 
-from medmis.agents._mock import ScriptedChatModel, cycle
+from medmis.agents import ScriptedChatModel, cycle
 
 from ._items import write_items
 
 
 async def bench_harness(n_items: int = 1000) -> dict[str, Any]:
-    from medmis.experiments.harness._runner import DefenderConfig, Harness, RunConfig
+    from medmis.experiments.harness import DefenderConfig, Harness, RunConfig
 
     with tempfile.TemporaryDirectory() as tmp:
         model = ScriptedChatModel(outputs=cycle(["Step by step.\nFinal answer: A"]))
@@ -64,7 +64,7 @@ async def bench_harness(n_items: int = 1000) -> dict[str, Any]:
         start = time.perf_counter()
         result = await timed.run()
         wall = time.perf_counter() - start
-        from medmis.experiments.reporting._report import write_report
+        from medmis.experiments.reporting import write_report
 
         start = time.perf_counter()
         write_report(Path(tmp) / "run")
@@ -82,8 +82,8 @@ async def bench_harness(n_items: int = 1000) -> dict[str, Any]:
 
 async def _concurrency_run(calls: int, connections: int, latency: float,
                            processes: int | Literal["auto"]) -> dict[str, Any]:
-    from medmis.agents._registry import ModelOptions
-    from medmis.experiments.harness._runner import DefenderConfig, Harness, RunConfig
+    from medmis.agents import ModelOptions
+    from medmis.experiments.harness import DefenderConfig, Harness, RunConfig
 
     from ._fake_openai import serve_in_processes
     from ._throughput import run_processes
@@ -159,7 +159,7 @@ def bench_concurrency(calls: int = 1200, connections: int = 32, latency: float =
 
 
 async def bench_store(n: int = 2000) -> dict[str, Any]:
-    from medmis.tools._store import RecordStore
+    from medmis.tools import RecordStore
 
     with tempfile.TemporaryDirectory() as tmp:
         store = RecordStore(Path(tmp) / "store", "record")

@@ -57,8 +57,8 @@ async def _lean(urls: list[str], calls: int, connections: int) -> float:
 
 
 async def _harness(urls: list[str], calls: int, connections: int, tmp: Path) -> dict[str, Any]:
-    from medmis.agents._registry import ModelOptions, load_model
-    from medmis.experiments.harness._runner import DefenderConfig, Harness, RunConfig
+    from medmis.agents import ModelOptions, load_model
+    from medmis.experiments.harness import DefenderConfig, Harness, RunConfig
 
     data = tmp / f"items-{len(urls)}.jsonl"
     write_items(data, calls // 3)

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
         load_dataset,
     )
     from ._extract import Extraction, extract_answer
+    from ._hub import is_hub_address
     from ._prompts import (
         PRESETS,
         PROMPT_NAMES,
@@ -32,9 +33,11 @@ if TYPE_CHECKING:
     from ._protocols import (
         CONTEXT_HEADING,
         SYSTEM_PROMPT,
+        Type1Targets,
         answer_instruction,
         build_cases,
         cases_for_item,
+        plan_cases,
         render_context,
         render_options,
         render_question,
@@ -106,6 +109,8 @@ _HOME = {
         ),
         "_validate",
     ),
+    **dict.fromkeys(("is_hub_address",), "_hub"),
+    **dict.fromkeys(("Type1Targets", "plan_cases"), "_protocols"),
 }
 __getattr__ = lazy_exports(__name__, _HOME, globals())
 
@@ -134,6 +139,7 @@ __all__ = [
     "Record",
     "RowIssue",
     "TraceStep",
+    "Type1Targets",
     "Usage",
     "answer_instruction",
     "as_view",
@@ -143,7 +149,9 @@ __all__ = [
     "canonical_subset",
     "cases_for_item",
     "extract_answer",
+    "is_hub_address",
     "load_dataset",
+    "plan_cases",
     "prompt_preset",
     "render_context",
     "render_options",

@@ -7,7 +7,7 @@ call, seeded provenance sampling, rows in the released schema, and the sensitivi
 (generator swap, cyclic provenance reassignment, stratified subset, paired comparison).
 """
 
-from medmis.tools._lazy import lazy_exports
+from medmis.tools import lazy_exports
 
 # Loaded on first use: `medmis --help` builds this package's parsers and must stay light
 # (the comparison pulls in the statistics stack).
@@ -34,6 +34,7 @@ _HOME = {
     "release_row": "_release",
     "sample_provenance": "_pipeline",
     "stratified_sample": "_release",
+    **dict.fromkeys(("add_parsers",), "_cli"),
 }
 
 
@@ -51,6 +52,7 @@ __all__ = [
     "Outcome",
     "Pipeline",
     "SourceItem",
+    "add_parsers",
     "build_jobs",
     "compare_command",
     "compare_records",

@@ -18,9 +18,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from medmis.experiments._errors import CliError
-from medmis.experiments.harness._io import repair_torn_tail
-from medmis.tools._redact import redact_json, redact_obj, scrub_url
+from medmis.experiments import CliError
+from medmis.experiments.harness import repair_torn_tail
+from medmis.tools import redact_json, redact_obj, scrub_url
 
 from . import _prompts as P
 from ._pipeline import FINAL_STATUSES, Job, Outcome, Pipeline, Stages, sample_provenance
@@ -126,8 +126,8 @@ def fingerprint(cfg: GenerateConfig, mode: str) -> dict[str, Any]:
 def _endpoint(cfg: GenerateConfig) -> str | None:
     """The server the generator talks to: ``--base-url`` or its provider's environment
     variable (``OPENAI_BASE_URL`` …), credentials stripped."""
-    from medmis.agents._registry import ModelOptions, effective_base_url
-    from medmis.experiments.harness._identity import bare_url
+    from medmis.agents import ModelOptions, effective_base_url
+    from medmis.experiments.harness import bare_url
 
     try:
         return bare_url(effective_base_url(cfg.generator, ModelOptions(base_url=cfg.base_url)))
@@ -285,7 +285,7 @@ def generate(cfg: GenerateConfig) -> int:
     fp = fingerprint(cfg, mode)
     store = None
     if cfg.cache != "live":
-        from medmis.tools._store import RecordStore
+        from medmis.tools import RecordStore
 
         store = RecordStore(cfg.cache_dir or cfg.side(".cache"), cfg.cache)
     model, extract_model = _models(cfg, store)  # before any file: a missing key creates nothing
@@ -337,7 +337,7 @@ def _write_manifest(cfg: GenerateConfig, fp: dict[str, Any], previous: dict[str,
     totals.update(calls=sum(o["calls"] for o in every), input_tokens=tin, output_tokens=tout,
                   usd=_usd(cfg.price, tin, tout))
     now = datetime.now(UTC).isoformat(timespec="seconds")
-    from medmis.experiments.harness._manifest import package_versions, scrub_argv
+    from medmis.experiments.harness import package_versions, scrub_argv
 
     manifest = {
         "fingerprint": fp,

@@ -11,8 +11,8 @@ from typing import Any, BinaryIO
 
 from pydantic import ValidationError
 
-from medmis.experiments.benchmark._types import Record
-from medmis.tools._redact import configured_secrets, json_needs_redaction, redact_obj
+from medmis.experiments.benchmark import Record
+from medmis.tools import configured_secrets, json_needs_redaction, redact_obj
 
 
 def scrub_lines(record: Record, trace: dict[str, Any],

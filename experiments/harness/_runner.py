@@ -23,16 +23,19 @@ from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 
-from medmis.agents._limiter import AdaptiveLimiter
-from medmis.agents._retry import RetryPolicy
-from medmis.agents._transport import aclose_transports
-from medmis.defenses._base import Defender, DefenderContext, create_defender
-from medmis.defenses._plugins import load_plugins
-from medmis.experiments.benchmark._prompts import prompt_preset
-from medmis.experiments.benchmark._protocols import build_cases, plan_cases
-from medmis.experiments.benchmark._types import Answer, Case, Item, ProtocolName, Record
-from medmis.tools._exit import collect_from_here
-from medmis.tools._redact import redact
+from medmis.agents import AdaptiveLimiter, RetryPolicy, aclose_transports
+from medmis.defenses import Defender, DefenderContext, create_defender, load_plugins
+from medmis.experiments.benchmark import (
+    Answer,
+    Case,
+    Item,
+    ProtocolName,
+    Record,
+    build_cases,
+    plan_cases,
+    prompt_preset,
+)
+from medmis.tools import collect_from_here, redact
 
 from ._caseloop import CaseLoop, fork_blocker, resolve_processes
 from ._config import (
@@ -144,8 +147,7 @@ class Harness:
         if not self._tools_built:
             self._tools_built = True
             if any(d.uses_tools for d in self.defenders):
-                from medmis.tools._types import ToolError
-                from medmis.tools._web import make_tools
+                from medmis.tools import ToolError, make_tools
 
                 try:
                     self._tools = make_tools(
@@ -192,7 +194,7 @@ class Harness:
     # -- run ---------------------------------------------------------------------------------
     def load_dataset(self) -> Any:
         """The run's items (strict or skipping invalid rows, as configured)."""
-        from medmis.experiments.benchmark._data import DataError, load_dataset
+        from medmis.experiments.benchmark import DataError, load_dataset
 
         dataset = load_dataset(
             self.config.data,

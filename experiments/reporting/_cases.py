@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from medmis.agents._text import content_text
+from medmis.agents import content_text
 
 RAW_LIMIT = 4000
 TEXT_LIMIT = 600  # claims, quotes, queries, URLs
@@ -216,8 +216,7 @@ def sample_items(run_dir: Path, max_items: int) -> tuple[list[str], int] | None:
     Reads ``records.jsonl`` through DuckDB (None when the run has none): a case is flipped
     when an injected case is answered wrongly by a (model, defender) that was right on clean.
     """
-    from medmis.experiments.harness._plan import planned_records_view
-    from medmis.experiments.harness._scan import connect
+    from medmis.experiments.harness import connect, planned_records_view
 
     records = run_dir / "records.jsonl"
     if not records.exists() or records.stat().st_size == 0:

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from medmis.tools._redact import redact_json
+from medmis.tools import redact_json
 
 from ._cases import MAX_ITEMS, case_data
 from ._cells import html_table, pct, pct_n

@@ -22,9 +22,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from medmis.experiments.analysis import ERRORS_AS_FAILURES, Proportion
 from medmis.experiments.analysis._metrics import MetricsReport, _canonical_order
-from medmis.experiments.analysis._units import ERRORS_AS_FAILURES, Proportion
-from medmis.experiments.benchmark._types import SUBSETS
+from medmis.experiments.benchmark import SUBSETS
 
 from ._format import md_table
 from ._run import RunData

@@ -8,9 +8,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from medmis.experiments.benchmark._types import Record
-from medmis.experiments.harness._io import read_records
-from medmis.experiments.harness._plan import Outside
+from medmis.experiments.benchmark import Record
+from medmis.experiments.harness import Outside, read_records
 
 from ._simulated import SIMULATED_PREFIX
 
@@ -32,8 +31,7 @@ class RecordFacts:
 
 def record_facts(records_path: Path) -> RecordFacts:
     """Record count, models (first-seen order) and prompt presets, by a columnar scan."""
-    from medmis.experiments.harness._plan import planned_records_view
-    from medmis.experiments.harness._scan import connect
+    from medmis.experiments.harness import connect, planned_records_view
 
     if records_path.stat().st_size == 0:
         return RecordFacts()

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from medmis.tools._switch import switched_on
+from medmis.tools import switched_on
 
 from ._lines import serve_paths
 
@@ -122,7 +122,7 @@ class ReportWorker:
     def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
         try:
             if isinstance(exc, KeyboardInterrupt):
-                from medmis.experiments.harness._outcome import RunInterrupted
+                from medmis.experiments.harness import RunInterrupted
 
                 # Ctrl-C or SIGTERM stopped the run: its report at once, marked incomplete
                 if isinstance(exc, RunInterrupted):
@@ -151,7 +151,7 @@ def _serve(requests: IO[str], answers: IO[str]) -> None:
     import gc
     import importlib
 
-    from medmis.tools._exit import collect_from_here
+    from medmis.tools import collect_from_here
 
     gc.disable()  # the imports' objects live as long as the process: frozen below
     from ._report import write_report  # the import this process exists to do early
@@ -181,7 +181,7 @@ def main() -> None:
     _serve(sys.stdin, answers)
     # every answer is written: skip the teardown of the reporting stack, which would keep a
     # parent that reads this process's stderr (a captured `medmis run`) waiting a second more
-    from medmis.tools._exit import exit_now
+    from medmis.tools import exit_now
 
     exit_now(0)
 

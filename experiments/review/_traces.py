@@ -14,9 +14,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from medmis.agents._text import content_text
+from medmis.agents import content_text
 from medmis.experiments.benchmark import DataError, load_dataset
-from medmis.experiments.reporting._cases import question_from_trace
+from medmis.experiments.reporting import question_from_trace
 
 from ._pack import ReviewError, TraceLine
 
