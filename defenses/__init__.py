@@ -31,6 +31,7 @@ from ._base import (
     get_spec,
     is_control,
     list_defenders,
+    quiet_broken_plugins,
 )
 from ._plugins import load_plugins
 
@@ -52,4 +53,5 @@ __all__ = [
     "list_defenders",
     "load_plugins",
     "message_to_dict",
+    "quiet_broken_plugins",
 ]

@@ -124,6 +124,13 @@ _BROKEN: dict[str, str] = {}  # entry-point name -> why its import failed
 warn_broken_plugins = True
 
 
+def quiet_broken_plugins() -> None:
+    """Stop announcing broken entry points on stderr (for a helper process whose parent, the
+    ``medmis`` command, announces them already)."""
+    global warn_broken_plugins
+    warn_broken_plugins = False
+
+
 def _load_entry_points() -> None:
     global _entry_points_loaded
     if _entry_points_loaded:

@@ -147,9 +147,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_data_parsers(sub)
 
-    from medmis.experiments.review import _cli as review_cli
+    from medmis.experiments.review import add_parser as add_review_parser
 
-    review_cli.add_parser(sub)
+    add_review_parser(sub)
 
     add_plugin_flag(sub.add_parser("defenders", help="list registered defenders with their options"))
 
@@ -190,11 +190,11 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     # collector would only scan them again and again; the harness freezes them and turns it
     # back on when the cases begin (medmis.tools._exit.collect_from_here)
     gc.disable()
-    from medmis.experiments.reporting import _worker
+    from medmis.experiments.reporting import ReportWorker, worker_enabled
 
     # the reporting stack loads in a second process from the start, on the core our imports leave idle
     try:
-        with _worker.ReportWorker.start() if _worker.enabled() else _worker.ReportWorker(None) as worker:
+        with ReportWorker.start() if worker_enabled() else ReportWorker(None) as worker:
             return _run_command(args, argv, worker)
     finally:
         gc.unfreeze()  # a caller of main() in this process gets its collector back as it was
@@ -372,15 +372,15 @@ def _dispatch(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if args.command == "defenders":
         return _cmd_defenders(args.plugin)
     if args.command in ("generate", "compare"):
-        from medmis.experiments.generate import _cli as gen_cli
+        from medmis.experiments.generate import run_compare, run_generate
 
-        return gen_cli.run_generate(args, argv) if args.command == "generate" else gen_cli.run_compare(args)
+        return run_generate(args, argv) if args.command == "generate" else run_compare(args)
     if args.command == "tools":
         return _cmd_tools(args)
     if args.command == "review":
-        from medmis.experiments.review import _cli as review_cli
+        from medmis.experiments.review import run_review
 
-        return review_cli.run(args)
+        return run_review(args)
     if args.command == "export":
         from medmis.experiments.export import run_export
 

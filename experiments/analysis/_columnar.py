@@ -37,7 +37,7 @@ from ._metrics import (
     MetricsReport,
     PairedComparison,
     UnitOutcomes,
-    _canonical_order,
+    canonical_order,
     compare_arrays,
 )
 from ._stats import p50, p95
@@ -212,7 +212,7 @@ def _strata(blocks: dict[tuple[str, str, str, str], MetricBlock], model: str, de
 
 def _label_orders(con: duckdb.DuckDBPyConnection) -> dict[str, list[str]]:
     canon = {"subset": SUBSETS, "content_type": CONTENT_TYPES, "provenance": PROVENANCES}
-    return {f: _canonical_order((v for (v,) in con.execute(f"SELECT DISTINCT {f} FROM tags").fetchall()),
+    return {f: canonical_order((v for (v,) in con.execute(f"SELECT DISTINCT {f} FROM tags").fetchall()),
                                 canon[f]) for f in canon}
 
 

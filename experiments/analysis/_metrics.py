@@ -169,8 +169,9 @@ def item_tags(records: Iterable[Record]) -> ItemTags:
     return tags
 
 
-def _canonical_order(values: Iterable[str], canon: Sequence[str]) -> list[str]:
-    # Known labels in the paper's order, then anything else alphabetically.
+def canonical_order(values: Iterable[str], canon: Sequence[str]) -> list[str]:
+    """``values`` with the known labels first in ``canon``'s (the paper's) order, then anything
+    else alphabetically."""
     present = set(values)
     return [v for v in canon if v in present] + sorted(present - set(canon))
 

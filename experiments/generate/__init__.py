@@ -31,6 +31,8 @@ _HOME = {
     "estimate": "_run",
     "generate": "_run",
     "read_source": "_sources",
+    "run_compare": "_cli",
+    "run_generate": "_cli",
     "release_row": "_release",
     "sample_provenance": "_pipeline",
     "stratified_sample": "_release",
@@ -62,6 +64,8 @@ __all__ = [
     "generate",
     "read_source",
     "release_row",
+    "run_compare",
+    "run_generate",
     "sample_provenance",
     "stratified_sample",
 ]

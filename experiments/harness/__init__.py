@@ -37,7 +37,14 @@ if TYPE_CHECKING:
         package_versions,
         scrub_argv,
     )
-    from ._scan import RECORD_COLUMNS, compact_records, connect, load_records_table, records_view
+    from ._scan import (
+        RECORD_COLUMNS,
+        compact_records,
+        connect,
+        load_records_table,
+        records_view,
+        scan_jsonl,
+    )
 
 # Exports load on first use: the report reads records through ``._io`` without importing the
 # runner (and with it LangChain's model stack) into the report worker.
@@ -69,7 +76,8 @@ _HOME = {
     **dict.fromkeys(("error_texts",), "_resume"),
     **dict.fromkeys(
         (
-            "RECORD_COLUMNS", "compact_records", "connect", "load_records_table", "records_view"
+            "RECORD_COLUMNS", "compact_records", "connect", "load_records_table",
+            "records_view", "scan_jsonl"
         ),
         "_scan",
     ),
@@ -114,6 +122,7 @@ __all__ = [
     "records_view",
     "repair_torn_tail",
     "run_experiment",
+    "scan_jsonl",
     "scrub_argv",
     "spent_usd",
 ]

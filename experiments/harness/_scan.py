@@ -125,6 +125,15 @@ def _scan_sql(path: Path, columns: dict[str, str]) -> str:
     return f"read_json({_sql_str(str(path))}, format='newline_delimited', columns={spec})"
 
 
+@contextmanager
+def scan_jsonl(path: Path, columns: dict[str, str]) -> Iterator[str]:
+    """A DuckDB ``read_json`` expression over ``path``'s complete lines (a torn last line left
+    out), reading only ``columns`` (name -> DuckDB type): for fields the compacted Parquet
+    does not keep."""
+    with _complete_lines(path) as readable:
+        yield _scan_sql(readable, columns)
+
+
 def _python_rows(path: Path) -> Any:
     """The exact (slow) reader: ``read_records`` as an Arrow table in file order."""
     import pyarrow as pa

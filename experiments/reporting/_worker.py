@@ -36,7 +36,7 @@ from ._lines import serve_paths
 ENV_VARIABLE = "MEDMIS_REPORT_WORKER"
 
 
-def enabled() -> bool:
+def worker_enabled() -> bool:
     """Whether ``medmis run`` should start a worker (``MEDMIS_REPORT_WORKER`` is not ``0``)."""
     return switched_on(ENV_VARIABLE)
 
@@ -159,16 +159,15 @@ def _serve(requests: IO[str], answers: IO[str]) -> None:
     for name in _WARM:
         with contextlib.suppress(ImportError):  # a missing one fails loudly where it is used
             importlib.import_module(name)
-    from medmis.defenses import _base as registry
-    from medmis.defenses import _plugins as registry_plugins
+    from medmis.defenses import load_plugins, quiet_broken_plugins
 
-    registry.warn_broken_plugins = False  # the run that started this worker names a broken plug-in
+    quiet_broken_plugins()  # the run that started this worker names a broken plug-in
     collect_from_here()
     from ._forked import ForkedPlotter
 
     plotter = ForkedPlotter.start()
     def handle(request: dict[str, Any]) -> dict[str, Path]:
-        registry_plugins.load_plugins(request.get("plugins") or ())
+        load_plugins(request.get("plugins") or ())
         return write_report(request["run_dir"], plot_helper=plotter)
 
     serve_paths(requests, answers, handle)
