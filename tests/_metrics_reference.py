@@ -27,13 +27,7 @@ from medmis.experiments.analysis._units import (
     item_key,
     metric_block,
 )
-from medmis.experiments.benchmark._types import (
-    CONTENT_TYPES,
-    PROTOCOLS,
-    PROVENANCES,
-    SUBSETS,
-    Record,
-)
+from medmis.experiments.benchmark import CONTENT_TYPES, PROTOCOLS, PROVENANCES, SUBSETS, Record
 
 ItemTags = dict[str, dict[str, str]]
 

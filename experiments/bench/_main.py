@@ -122,7 +122,7 @@ async def _concurrency_run(calls: int, connections: int, latency: float,
 
 _CONCURRENCY_CHILD = r"""
 import asyncio, json, sys
-from medmis.agents._registry import ModelOptions, load_model
+from medmis.agents import ModelOptions, load_model
 from medmis.experiments.bench._main import _concurrency_run
 
 load_model("openai/bench", ModelOptions(base_url="http://127.0.0.1:9/v1"))  # the SDK's imports, untimed

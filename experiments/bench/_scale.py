@@ -30,12 +30,12 @@ if what == "reference":
     extra["records"] = con.execute("SELECT count(*) FROM read_json(?, format='newline_delimited', "
                                    "columns={'model': 'VARCHAR'})", [str(run_dir / "records.jsonl")]).fetchone()[0]
 elif what in ("report_cold", "report_warm"):
-    from medmis.experiments.reporting._report import write_report
+    from medmis.experiments.reporting import write_report
     write_report(run_dir)
 elif what == "resume":
     import asyncio
-    from medmis.agents._mock import ScriptedChatModel, cycle
-    from medmis.experiments.harness._runner import DefenderConfig, Harness, RunConfig
+    from medmis.agents import ScriptedChatModel, cycle
+    from medmis.experiments.harness import DefenderConfig, Harness, RunConfig
     m = json.loads((run_dir / "manifest.json").read_text())
     config = RunConfig(data=m["config"]["data"], models=m["models"], out=str(run_dir),
                        defenders=[DefenderConfig(name=d["name"]) for d in m["defenders"]],
