@@ -8,9 +8,21 @@ the simulated examinee). SDKs are imported only when their provider is used.
 
 from typing import TYPE_CHECKING
 
-from medmis.tools._lazy import lazy_exports
+from medmis.tools import lazy_exports
 
 if TYPE_CHECKING:
+    from ._capabilities import (
+        CALL_SETTINGS_KWARG,
+        GOOGLE_FAMILIES,
+        STRUCTURED_OUTPUT_KWARG,
+        CallSettings,
+        StructuredOutput,
+        accepts_call_settings,
+        accepts_structured_output,
+        provider_family,
+    )
+    from ._decoding import decoding_fingerprint, decoding_record, decoding_table
+    from ._direct import ainvoke_chat
     from ._errors import (
         BlockedResponseError,
         MalformedResponseError,
@@ -19,9 +31,18 @@ if TYPE_CHECKING:
         ModelError,
         TransientModelError,
     )
+    from ._limiter import AdaptiveLimiter, LimiterState
     from ._mock import ScriptedChatModel, cycle, estimate_tokens, message_text
-    from ._registry import PROVIDERS, REASONING_EFFORTS, ModelOptions, load_model, parse_spec
+    from ._registry import (
+        PROVIDERS,
+        REASONING_EFFORTS,
+        ModelOptions,
+        effective_base_url,
+        load_model,
+        parse_spec,
+    )
     from ._retry import RetryPolicy, classify, retry_async
+    from ._text import content_text
     from ._transport import aclose_transports
 
 # Exports load on first use: a module that needs one adapter piece (the report's prompt
@@ -30,16 +51,40 @@ _HOME = {
     **dict.fromkeys(("BlockedResponseError", "MalformedResponseError", "MissingKeyError", "ModelConfigError",
                      "ModelError", "TransientModelError"), "_errors"),
     **dict.fromkeys(("ScriptedChatModel", "cycle", "estimate_tokens", "message_text"), "_mock"),
-    **dict.fromkeys(("PROVIDERS", "REASONING_EFFORTS", "ModelOptions", "load_model", "parse_spec"), "_registry"),
+    **dict.fromkeys(
+        (
+            "PROVIDERS", "REASONING_EFFORTS", "ModelOptions", "load_model", "parse_spec"
+        ),
+        "_registry",
+    ),
     **dict.fromkeys(("RetryPolicy", "classify", "retry_async"), "_retry"),
     "aclose_transports": "_transport",
+    **dict.fromkeys(
+        (
+            "CALL_SETTINGS_KWARG", "CallSettings", "GOOGLE_FAMILIES", "STRUCTURED_OUTPUT_KWARG",
+            "StructuredOutput", "accepts_call_settings", "accepts_structured_output",
+            "provider_family"
+        ),
+        "_capabilities",
+    ),
+    **dict.fromkeys(("decoding_fingerprint", "decoding_record", "decoding_table"), "_decoding"),
+    **dict.fromkeys(("ainvoke_chat",), "_direct"),
+    **dict.fromkeys(("AdaptiveLimiter", "LimiterState"), "_limiter"),
+    **dict.fromkeys(("effective_base_url",), "_registry"),
+    **dict.fromkeys(("content_text",), "_text"),
 }
 __getattr__ = lazy_exports(__name__, _HOME, globals())
 
 __all__ = [
+    "CALL_SETTINGS_KWARG",
+    "GOOGLE_FAMILIES",
     "PROVIDERS",
     "REASONING_EFFORTS",
+    "STRUCTURED_OUTPUT_KWARG",
+    "AdaptiveLimiter",
     "BlockedResponseError",
+    "CallSettings",
+    "LimiterState",
     "MalformedResponseError",
     "MissingKeyError",
     "ModelConfigError",
@@ -47,13 +92,23 @@ __all__ = [
     "ModelOptions",
     "RetryPolicy",
     "ScriptedChatModel",
+    "StructuredOutput",
     "TransientModelError",
+    "accepts_call_settings",
+    "accepts_structured_output",
     "aclose_transports",
+    "ainvoke_chat",
     "classify",
+    "content_text",
     "cycle",
+    "decoding_fingerprint",
+    "decoding_record",
+    "decoding_table",
+    "effective_base_url",
     "estimate_tokens",
     "load_model",
     "message_text",
     "parse_spec",
+    "provider_family",
     "retry_async",
 ]

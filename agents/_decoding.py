@@ -40,7 +40,7 @@ import os
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from ._registry import ModelOptions, parse_spec
+from ._options import OPENAI_BASE_URL_VARIABLE, ModelOptions, is_openai_host, parse_spec
 
 Decoding = Literal["paper", "reference"]
 DECODING_PRESETS: tuple[str, ...] = ("paper", "reference")
@@ -81,9 +81,7 @@ def _reference(provider: str, model_id: str, base_url: str | None) -> tuple[dict
             extra["thinking_config"] = {"thinking_level": REFERENCE_GEMINI_EFFORT.upper(), "include_thoughts": False}
         return {"temperature": REFERENCE_TEMPERATURE}, extra
     if provider == "openai":
-        from ._openai import BASE_URL_VARIABLE, is_openai_host
-
-        url = base_url or os.environ.get(BASE_URL_VARIABLE) or None
+        url = base_url or os.environ.get(OPENAI_BASE_URL_VARIABLE) or None
         if is_openai_host(url):
             if model_id.startswith(OPENAI_REASONING_PREFIXES):
                 return {"temperature": None, "max_output_tokens": REFERENCE_MAX_OUTPUT_TOKENS,

@@ -28,7 +28,7 @@ from typing import Any
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage
 
-from medmis.tools._switch import switched_on
+from medmis.tools import switched_on
 
 ENV_VARIABLE = "MEDMIS_DIRECT_CALLS"
 

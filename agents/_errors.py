@@ -47,7 +47,7 @@ def raise_size_cap(exc: BaseException) -> None:
     and reading only "Connection error."); a reply over the size cap is neither transient nor
     a connection failure, so the call fails with the cap's own error instead.
     """
-    from medmis.tools._bounded import ResponseTooLargeError
+    from medmis.tools import ResponseTooLargeError
 
     seen = 0
     cause = exc.__cause__ or exc.__context__

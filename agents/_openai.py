@@ -30,7 +30,6 @@ from __future__ import annotations
 import json
 import os
 from typing import Any, ClassVar
-from urllib.parse import urlparse
 
 import openai
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
@@ -54,11 +53,12 @@ from ._errors import (
     ModelConfigError,
     raise_size_cap,
 )
+from ._options import OPENAI_BASE_URL_VARIABLE, is_openai_host
 from ._registry import ModelOptions
 from ._transport import async_client, sync_client
 
 KEY_VARIABLE = "OPENAI_API_KEY"
-BASE_URL_VARIABLE = "OPENAI_BASE_URL"
+BASE_URL_VARIABLE = OPENAI_BASE_URL_VARIABLE
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 # ``none`` (GPT-5.1 and later; the paper's GPT-5.4 setting) … ``xhigh``; Claude's ``max`` is not one.
 EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
@@ -70,14 +70,6 @@ _PARSE_ERRORS = (KeyError, TypeError, ValueError, AttributeError, IndexError)
 # What the SDK raises earlier, while decoding a 2xx body labelled JSON (nothing in request
 # building decodes JSON, so these can only come from the response).
 _BODY_ERRORS = (json.JSONDecodeError, openai.APIResponseValidationError)
-
-
-def is_openai_host(base_url: str | None) -> bool:
-    """Whether ``base_url`` points at OpenAI's own API (the default when unset)."""
-    if not base_url:
-        return True
-    host = (urlparse(base_url).hostname or "").lower()
-    return host == "api.openai.com" or host.endswith(".openai.com")
 
 
 def response_format(structured_output: StructuredOutput, base_url: str | None) -> dict[str, Any]:

@@ -37,7 +37,7 @@ from langchain_core.outputs import ChatResult
 from langchain_core.runnables import RunnableBinding
 from pydantic import ConfigDict, PrivateAttr, model_validator
 
-from medmis.tools._redact import scrub_url
+from medmis.tools import scrub_url
 
 from ._capabilities import accepts_call_settings, accepts_structured_output, provider_family
 from ._errors import ModelConfigError

@@ -25,7 +25,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage
 
-from medmis.tools._types import SEARCH_TOOL_NAME, VISIT_TOOL_NAME
+from medmis.tools import SEARCH_TOOL_NAME, VISIT_TOOL_NAME
 
 from ._calibration import Decision
 from ._reading import Prompt, anchor, first_url, first_words, snip

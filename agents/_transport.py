@@ -33,9 +33,9 @@ from typing import Any
 
 import httpx
 
-from medmis.tools._bounded import DEFAULT_MAX_RESPONSE_BYTES, BoundedAsyncClient
+from medmis.tools import DEFAULT_MAX_RESPONSE_BYTES, BoundedAsyncClient
 
-from ._registry import HTTP_LIMITS
+from ._options import HTTP_LIMITS
 
 ENV_VARIABLE = "MEDMIS_HTTP_TRANSPORT"
 CHOICES = ("aiohttp", "httpx")

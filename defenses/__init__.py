@@ -8,8 +8,8 @@ file's through ``load_plugins`` (``--plugin FILE``). ``view`` is a
 ``CaseView`` (re-exported here): question, options and context sentences, nothing more.
 """
 
-from medmis.experiments.benchmark._types import CaseView
-from medmis.graphs._context import (
+from medmis.experiments.benchmark import CaseView
+from medmis.graphs import (
     DefenderContext,
     DefenderOptions,
     SolveFn,
@@ -32,6 +32,7 @@ from ._base import (
     get_spec,
     is_control,
     list_defenders,
+    quiet_broken_plugins,
 )
 from ._plugins import load_plugins
 
@@ -54,4 +55,5 @@ __all__ = [
     "list_defenders",
     "load_plugins",
     "message_to_dict",
+    "quiet_broken_plugins",
 ]

@@ -25,13 +25,16 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from medmis.experiments.benchmark._prompts import render_prompt
-from medmis.experiments.benchmark._types import Answer, CaseView
+from medmis.experiments.benchmark import Answer, CaseView, render_prompt
 from medmis.graphs import (
     ClaimVerifyOptions,
+    DefenderContext,
+    DefenderOptions,
     IsolateVoteOptions,
     PriorReconcileOptions,
     SearchAgentOptions,
+    SolveFn,
+    answer_from_reply,
     claim_verify_prompts,
     claim_verify_solver,
     escalate_solver,
@@ -41,12 +44,6 @@ from medmis.graphs import (
     prior_reconcile_solver,
     search_agent_prompts,
     search_agent_solver,
-)
-from medmis.graphs._context import (
-    DefenderContext,
-    DefenderOptions,
-    SolveFn,
-    answer_from_reply,
 )
 
 from ._base import defender

@@ -25,12 +25,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from medmis.experiments.benchmark._types import Answer, Case, CaseView, as_view
-from medmis.graphs._context import (
-    DefenderContext,
-    DefenderOptions,
-    SolveFn,
-)
+from medmis.experiments.benchmark import Answer, Case, CaseView, as_view
+from medmis.graphs import DefenderContext, DefenderOptions, SolveFn
 
 ENTRY_POINT_GROUP = "medmis.defenders"
 
@@ -133,6 +129,13 @@ _BROKEN: dict[str, str] = {}  # entry-point name -> why its import failed
 # whether a broken entry point is announced on stderr: off in helper processes whose parent
 # (the `medmis` command) announces it already, so the user sees one line
 warn_broken_plugins = True
+
+
+def quiet_broken_plugins() -> None:
+    """Stop announcing broken entry points on stderr (for a helper process whose parent, the
+    ``medmis`` command, announces them already)."""
+    global warn_broken_plugins
+    warn_broken_plugins = False
 
 
 def _load_entry_points() -> None:

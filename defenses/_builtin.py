@@ -2,14 +2,8 @@
 
 from __future__ import annotations
 
-from medmis.experiments.benchmark._prompts import render_prompt
-from medmis.experiments.benchmark._types import Answer, CaseView
-from medmis.graphs._context import (
-    DefenderContext,
-    DefenderOptions,
-    SolveFn,
-    answer_from_reply,
-)
+from medmis.experiments.benchmark import Answer, CaseView, render_prompt
+from medmis.graphs import DefenderContext, DefenderOptions, SolveFn, answer_from_reply
 
 from ._base import defender
 

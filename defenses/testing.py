@@ -28,10 +28,9 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
-from medmis.agents._errors import BlockedResponseError
-from medmis.agents._mock import ScriptedChatModel, message_text
-from medmis.experiments.benchmark._types import Answer, Case, CaseView, ContextSentence, Item
-from medmis.tools._types import Page, SearchResult, ToolError
+from medmis.agents import BlockedResponseError, ScriptedChatModel, message_text
+from medmis.experiments.benchmark import Answer, Case, CaseView, ContextSentence, Item
+from medmis.tools import Page, SearchResult, ToolError
 
 from ._base import DefenderContext, create_defender, get_spec
 

@@ -13,7 +13,8 @@
 * :mod:`medmis.experiments.reporting` -- markdown, HTML and plots.
 * :mod:`medmis.experiments.ablation` -- TOML-configured grids, dry-run estimates, budget cap.
 * :mod:`medmis.experiments.api` -- the public API: ``run``, ``load_run``, ``compare`` (below).
-* :mod:`medmis.experiments.testing` -- the pytest plug-in (entry point ``pytest11``).
+* :mod:`medmis.experiments.testing` -- the pytest plug-in's fixtures, registered as
+  ``medmis.testing`` (entry point ``pytest11``).
 
 The names below are re-exported lazily: importing ``medmis.experiments.benchmark`` (as the
 graphs and defenders do) must not pull in the harness, which imports the defenders.
@@ -52,6 +53,7 @@ _EXPORTS: dict[str, str] = {
     **dict.fromkeys(("RunFolder", "compare", "load_run", "run"), "api"),
     # ablation
     **dict.fromkeys(("AblationConfig", "load_config", "run_ablation"), "ablation"),
+    "CliError": "_errors",
 }
 
 

@@ -73,7 +73,7 @@ def accept_change_fields(values: Sequence[str]) -> list[str]:
     Raises:
         CliError: An unknown field name.
     """
-    from medmis.experiments.harness._fingerprint import ACCEPTABLE_CHANGES
+    from medmis.experiments.harness import ACCEPTABLE_CHANGES
 
     fields = [v.strip() for value in values for v in value.split(",") if v.strip()]
     bad = [f for f in fields if f not in ACCEPTABLE_CHANGES]

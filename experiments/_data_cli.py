@@ -82,7 +82,7 @@ def run_data(args: argparse.Namespace) -> int:
     """Handle ``medmis data validate|subset``; returns the exit status."""
     if args.data_command == "subset":
         return run_subset(args)
-    from medmis.experiments.benchmark._data import validate_command
+    from medmis.experiments.benchmark import validate_command
 
     return validate_command(args.path, subset=args.subset, hub_repo=args.hub_repo)
 
@@ -94,7 +94,7 @@ def draw_subset(items: Sequence[Item], counts: Mapping[str, int], seed: int) -> 
     Raises:
         CliError: A subset is missing or has fewer items than asked for.
     """
-    from medmis.experiments.generate._release import stratified_sample
+    from medmis.experiments.generate import stratified_sample
 
     by_subset: dict[str, list[Item]] = {}
     for item in items:

@@ -15,8 +15,8 @@ def error_lines(exc: BaseException) -> list[str]:
     ``medmis data validate`` or ``--on-invalid skip``'s invalid_rows.txt is for). A provider's
     message may echo a key or a Basic credential.
     """
-    from medmis.experiments.benchmark._dataset import DataError
-    from medmis.tools._redact import redact
+    from medmis.experiments.benchmark import DataError
+    from medmis.tools import redact
 
     text = [exc.summary()] if isinstance(exc, DataError) else str(exc).strip().splitlines()
     return [redact(line) for line in text]

@@ -29,8 +29,8 @@ def run(config: RunConfig) -> RunResult:
     ``medmis run`` does; ``RunResult.report`` maps their names to paths. Call it outside a
     running event loop (inside one, ``await run_experiment(config)`` instead).
     """
-    from medmis.experiments.harness._runner import run_experiment
-    from medmis.experiments.reporting._report import write_report
+    from medmis.experiments.harness import run_experiment
+    from medmis.experiments.reporting import write_report
 
     result = asyncio.run(run_experiment(config, argv=["medmis.experiments.run"]))
     if config.write_report and not (result.nothing_to_do and (result.out / "report.md").exists()):
@@ -91,8 +91,7 @@ def load_run(run_dir: str | Path) -> RunFolder:
     Raises:
         FileNotFoundError: If ``run_dir/records.jsonl`` does not exist.
     """
-    from medmis.experiments.harness._plan import planned_records_view
-    from medmis.experiments.harness._scan import connect
+    from medmis.experiments.harness import connect, planned_records_view
 
     d = Path(run_dir)
     if not (d / "records.jsonl").exists():
@@ -110,9 +109,8 @@ def load_run(run_dir: str | Path) -> RunFolder:
 def compare(run_a: str | Path, run_b: str | Path, *, seed: int = 0) -> list[CompareRow]:
     """Paired differences (B - A) per model, defender and metric on the units both runs graded
     (the table of ``medmis compare RUN_A RUN_B``); empty when they share no model/defender."""
-    from medmis.experiments.generate._compare import compare_records
-    from medmis.experiments.harness._io import read_records
-    from medmis.experiments.harness._plan import keep_planned
+    from medmis.experiments.generate import compare_records
+    from medmis.experiments.harness import keep_planned, read_records
 
     def planned(run_dir: str | Path) -> list[Any]:
         path = Path(run_dir) / "records.jsonl"

@@ -39,7 +39,7 @@ from medmis.experiments._cli_flags import (
     thinking_budget,
 )
 from medmis.experiments._errors import CliError, error_lines
-from medmis.tools._exit import exit_now, sigterm_as_interrupt
+from medmis.tools import exit_now, sigterm_as_interrupt
 
 EXIT_CONFIG = 2
 
@@ -153,13 +153,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_data_parsers(sub)
 
-    from medmis.experiments.review import _cli as review_cli
+    from medmis.experiments.review import add_parser as add_review_parser
 
-    review_cli.add_parser(sub)
+    add_review_parser(sub)
 
     add_plugin_flag(sub.add_parser("defenders", help="list registered defenders with their options"))
 
-    from medmis.experiments.generate._cli import add_parsers as _add_generate_parsers
+    from medmis.experiments.generate import add_parsers as _add_generate_parsers
 
     _add_generate_parsers(sub)
 
@@ -176,13 +176,13 @@ def build_parser() -> argparse.ArgumentParser:
                     help="clip the page text to this many characters (default 6000)")
     add_cache_flags(tv, search=False)
 
-    from medmis.tools._cache_cli import add_cache_parser
+    from medmis.tools import add_cache_parser
 
     add_cache_parser(sub)
     from medmis.experiments.view import add_parser as add_view_parser
 
     add_view_parser(sub)
-    from medmis.experiments.export._cli import add_export_parser
+    from medmis.experiments.export import add_export_parser
 
     add_export_parser(sub)
     return parser
@@ -196,11 +196,11 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     # collector would only scan them again and again; the harness freezes them and turns it
     # back on when the cases begin (medmis.tools._exit.collect_from_here)
     gc.disable()
-    from medmis.experiments.reporting import _worker
+    from medmis.experiments.reporting import ReportWorker, worker_enabled
 
     # the reporting stack loads in a second process from the start, on the core our imports leave idle
     try:
-        with _worker.ReportWorker.start() if _worker.enabled() else _worker.ReportWorker(None) as worker:
+        with ReportWorker.start() if worker_enabled() else ReportWorker(None) as worker:
             return _run_command(args, argv, worker)
     finally:
         gc.unfreeze()  # a caller of main() in this process gets its collector back as it was
@@ -208,8 +208,8 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
 
 def _run_command(args: argparse.Namespace, argv: Sequence[str], worker: Any) -> int:
-    from medmis.agents._registry import ModelOptions
-    from medmis.experiments.harness._runner import DefenderConfig, RunConfig, run_experiment
+    from medmis.agents import ModelOptions
+    from medmis.experiments.harness import DefenderConfig, RunConfig, run_experiment
 
     protocols = split([args.protocol])
     bad = [p for p in protocols if p not in ("clean", "type1", "type2")]
@@ -261,13 +261,13 @@ def _run_command(args: argparse.Namespace, argv: Sequence[str], worker: Any) -> 
         progress=not args.no_progress,
         accept_changes=accept_change_fields(args.accept_change),
     )
-    from medmis.experiments.benchmark._dataset import DataError
+    from medmis.experiments.benchmark import DataError
 
     if args.batch_cancel and not args.batch:
         raise CliError("--batch-cancel goes with --batch (and the run's other flags)")
     extra: dict[str, Any] = {"batch_cancel": True} if args.batch_cancel else {}
     if args.max_usd is not None or args.max_calls is not None:
-        from medmis.experiments.harness._budget import budget_stop
+        from medmis.experiments.harness import budget_stop
 
         if args.batch:
             raise CliError("--max-usd / --max-calls do not apply to --batch (its jobs are submitted at once)")
@@ -301,12 +301,12 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from medmis.experiments._defenders_cmd import load_run_plugins
-    from medmis.experiments.reporting._report import write_report
+    from medmis.experiments.reporting import write_report
 
     run_dir = Path(args.dir)
     if not (run_dir / "records.jsonl").exists():
         raise CliError(f"{run_dir}: no records.jsonl here")
-    from medmis.experiments.harness._checks import check_baseline
+    from medmis.experiments.harness import check_baseline
 
     baseline = check_baseline(run_dir / "records.jsonl", args.baseline)
     load_run_plugins(run_dir, _notice)
@@ -336,7 +336,7 @@ def _tool_flags(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _cmd_tools(args: argparse.Namespace) -> int:
-    from medmis.tools._cli import tools_search, tools_visit
+    from medmis.tools import tools_search, tools_visit
 
     if args.tools_command == "search":
         text = asyncio.run(tools_search(args.query, max_results=args.max_results, **_tool_flags(args)))
@@ -348,13 +348,13 @@ def _cmd_tools(args: argparse.Namespace) -> int:
 
 
 def _cmd_cache(args: argparse.Namespace) -> int:
-    from medmis.tools._cache_cli import one_line, run_cache
+    from medmis.tools import one_line, run_cache
 
     return one_line(lambda: run_cache(args), CliError)
 
 
 def _cmd_ablate(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    from medmis.experiments.ablation._ablate import ablate_command
+    from medmis.experiments.ablation import ablate_command
 
     overrides = list(args.overrides)
     if args.data is not None:
@@ -381,17 +381,17 @@ def _dispatch(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if args.command == "defenders":
         return _cmd_defenders(args.plugin)
     if args.command in ("generate", "compare"):
-        from medmis.experiments.generate import _cli as gen_cli
+        from medmis.experiments.generate import run_compare, run_generate
 
-        return gen_cli.run_generate(args, argv) if args.command == "generate" else gen_cli.run_compare(args)
+        return run_generate(args, argv) if args.command == "generate" else run_compare(args)
     if args.command == "tools":
         return _cmd_tools(args)
     if args.command == "review":
-        from medmis.experiments.review import _cli as review_cli
+        from medmis.experiments.review import run_review
 
-        return review_cli.run(args)
+        return run_review(args)
     if args.command == "export":
-        from medmis.experiments.export._cli import run_export
+        from medmis.experiments.export import run_export
 
         return run_export(args)
     if args.command == "view":
@@ -402,17 +402,16 @@ def _dispatch(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
 
 def _config_errors() -> tuple[type[BaseException], ...]:
-    from medmis.agents._errors import MissingKeyError, ModelConfigError
-    from medmis.defenses._base import DefenderConfigError
-    from medmis.experiments.harness._io import RecordsFileError, WriteFailed
-    from medmis.experiments.harness._runner import RunSetupError
+    from medmis.agents import MissingKeyError, ModelConfigError
+    from medmis.defenses import DefenderConfigError
+    from medmis.experiments.harness import RecordsFileError, RunSetupError, WriteFailed
 
     errors: list[type[BaseException]] = [
         CliError, MissingKeyError, ModelConfigError, DefenderConfigError, RunSetupError,
         OSError, RecordsFileError, WriteFailed,  # WriteFailed: 2 or 3 (its exit_code)
     ]
     try:
-        from medmis.experiments.benchmark._data import DataError
+        from medmis.experiments.benchmark import DataError
 
         errors.append(DataError)
     except ImportError:  # pragma: no cover - data module always present in a release

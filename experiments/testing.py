@@ -1,4 +1,5 @@
-"""medmis's pytest plug-in (entry point ``pytest11``: ``medmis``): fixtures for your own tests.
+"""medmis's pytest plug-in, registered as ``medmis.testing`` (entry point ``pytest11``: ``medmis``):
+fixtures for your own tests. This module is their one home; ``medmis.testing`` re-exports them.
 
 Installing medmis registers these fixtures in every pytest session of that environment, so
 this module imports nothing heavy at load time (no LangChain, no DuckDB): each fixture imports
@@ -75,7 +76,7 @@ class Replay:
         ``models`` and ``defenders`` at least; a defender may be given by name); ``out``
         defaults to a fresh folder under the test's ``tmp_path``, progress and report are off,
         and a failed call is not retried."""
-        from medmis.experiments.harness._config import DefenderConfig, RunConfig
+        from medmis.experiments.harness import DefenderConfig, RunConfig
 
         fields["defenders"] = [DefenderConfig(name=d) if isinstance(d, str) else d
                                for d in fields.get("defenders", [])]
@@ -87,7 +88,7 @@ class Replay:
         """Run :meth:`config` (``fields``) to completion; call it from a plain (sync) test."""
         import asyncio
 
-        from medmis.experiments.harness._runner import run_experiment
+        from medmis.experiments.harness import run_experiment
 
         return asyncio.run(run_experiment(self.config(**fields), argv=["medmis_replay"]))
 
@@ -98,8 +99,7 @@ def medmis_replay(tmp_path: Path) -> Callable[[str | Path], Replay]:
     made: list[int] = []
 
     def replay(cassette: str | Path) -> Replay:
-        from medmis.tools._cassette import import_cassette
-        from medmis.tools._store import RecordStore
+        from medmis.tools import RecordStore, import_cassette
 
         path = Path(cassette)
         if not path.is_file():
@@ -198,7 +198,7 @@ def medmis_case_view() -> Callable[..., CaseView]:
               question: str | None = None, options: Mapping[str, str] | None = None,
               context: Sequence[str] = ()) -> CaseView:
         from medmis.defenses.testing import toy_item, toy_view
-        from medmis.experiments.benchmark._types import CaseView
+        from medmis.experiments.benchmark import CaseView
 
         if question is not None or options is not None:
             if question is None or not options:
@@ -214,7 +214,7 @@ def medmis_scripted_model() -> Callable[..., ScriptedChatModel]:
     """``medmis_scripted_model(outputs=None, *, item=None, **examinee)`` -> ``ScriptedChatModel``."""
 
     def build(outputs: Any = None, *, item: Item | None = None, **examinee: Any) -> ScriptedChatModel:
-        from medmis.agents._mock import ScriptedChatModel
+        from medmis.agents import ScriptedChatModel
         from medmis.defenses.testing import FakeExaminee, toy_item
 
         if outputs is None:

@@ -10,6 +10,14 @@ the context, which traces, counts, caches and retries them.
 from ._citations import cited_urls_in, verify_citations
 from ._claim_verify import ClaimVerifyOptions, build_claim_verify_graph, claim_verify_solver
 from ._common import GraphDeps, deps, parse_json_object, run_config, sentences_supporting
+from ._context import (
+    DefenderContext,
+    DefenderOptions,
+    SolveFn,
+    answer_from_reply,
+    answer_from_text,
+    message_to_dict,
+)
 from ._escalate import build_escalate_graph, escalate_solver
 from ._isolate_vote import (
     IsolateVoteOptions,
@@ -33,11 +41,16 @@ from ._shown import (
 
 __all__ = [
     "ClaimVerifyOptions",
+    "DefenderContext",
+    "DefenderOptions",
     "GraphDeps",
     "IsolateVoteOptions",
     "PriorReconcileOptions",
     "SearchAgentOptions",
+    "SolveFn",
     "VoteResult",
+    "answer_from_reply",
+    "answer_from_text",
     "build_claim_verify_graph",
     "build_escalate_graph",
     "build_isolate_vote_graph",
@@ -51,6 +64,7 @@ __all__ = [
     "escalate_solver",
     "isolate_vote_prompts",
     "isolate_vote_solver",
+    "message_to_dict",
     "parse_json_object",
     "prior_reconcile_prompts",
     "prior_reconcile_solver",

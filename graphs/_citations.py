@@ -25,8 +25,7 @@ import unicodedata
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from medmis.tools._corpus import url_key
-from medmis.tools._text import split_sentences
+from medmis.tools import split_sentences, url_key
 
 Verdict = Literal["no_answer", "uncited", "not_visited", "supported", "quoted", "unsupported"]
 

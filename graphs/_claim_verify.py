@@ -17,10 +17,9 @@ from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from langchain_core.runnables import RunnableConfig
 from pydantic import Field
 
-from medmis.agents._mock import message_text
-from medmis.experiments.benchmark._prompts import render_prompt
-from medmis.experiments.benchmark._types import Answer, CaseView
-from medmis.tools._types import ToolError
+from medmis.agents import message_text
+from medmis.experiments.benchmark import Answer, CaseView, render_prompt
+from medmis.tools import ToolError
 
 from . import _credibility as cred
 from ._common import (

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from langchain_core.runnables import RunnableConfig
 
-from medmis.experiments.benchmark._types import Answer, CaseView
+from medmis.experiments.benchmark import Answer, CaseView
 
 from ._context import DefenderContext, SolveFn
 

@@ -20,31 +20,39 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from pydantic import BaseModel, ConfigDict
 
-from medmis.agents._capabilities import (
+from medmis.agents import (
     CALL_SETTINGS_KWARG,
     STRUCTURED_OUTPUT_KWARG,
+    AdaptiveLimiter,
     CallSettings,
+    RetryPolicy,
     StructuredOutput,
     accepts_call_settings,
     accepts_structured_output,
+    ainvoke_chat,
+    message_text,
     provider_family,
+    retry_async,
 )
-from medmis.agents._direct import ainvoke_chat
-from medmis.agents._limiter import AdaptiveLimiter
-from medmis.agents._mock import message_text
-from medmis.agents._retry import RetryPolicy, retry_async
-from medmis.experiments.benchmark._extract import extract_answer
-from medmis.experiments.benchmark._prompts import PromptMessages
-from medmis.experiments.benchmark._types import Answer, Case, CaseView, TraceStep, Usage, as_view
-from medmis.tools._probe import cache_probe
-from medmis.tools._redact import redact
-from medmis.tools._types import (
+from medmis.experiments.benchmark import (
+    Answer,
+    Case,
+    CaseView,
+    PromptMessages,
+    TraceStep,
+    Usage,
+    as_view,
+    extract_answer,
+)
+from medmis.tools import (
     Page,
     SearchResponse,
     SearchResult,
     SerpResult,
     ToolError,
     Toolset,
+    cache_probe,
+    redact,
 )
 
 

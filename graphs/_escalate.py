@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 from langchain_core.runnables import RunnableConfig
 
-from medmis.experiments.benchmark._types import Answer, CaseView
+from medmis.experiments.benchmark import Answer, CaseView
 
 from ._claim_verify import RECURSION_LIMIT as VERIFY_LIMIT
 from ._claim_verify import (

@@ -23,11 +23,14 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, TypedDict
 from langchain_core.runnables import RunnableConfig
 from pydantic import BaseModel, Field
 
-from medmis.agents._mock import message_text
-from medmis.experiments.benchmark._extract import extract_answer
-from medmis.experiments.benchmark._prompts import render_prompt
-from medmis.experiments.benchmark._protocols import answer_instruction
-from medmis.experiments.benchmark._types import Answer, CaseView
+from medmis.agents import message_text
+from medmis.experiments.benchmark import (
+    Answer,
+    CaseView,
+    answer_instruction,
+    extract_answer,
+    render_prompt,
+)
 
 from ._common import deps, graph_solver
 from ._context import DefenderContext, DefenderOptions, SolveFn

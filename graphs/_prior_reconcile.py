@@ -12,10 +12,8 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 from langchain_core.runnables import RunnableConfig
 
-from medmis.agents._mock import message_text
-from medmis.experiments.benchmark._extract import extract_answer
-from medmis.experiments.benchmark._prompts import render_prompt
-from medmis.experiments.benchmark._types import Answer, CaseView
+from medmis.agents import message_text
+from medmis.experiments.benchmark import Answer, CaseView, extract_answer, render_prompt
 
 from ._common import UNVERIFIED_PREFACE, deps, graph_solver
 from ._context import DefenderContext, DefenderOptions, SolveFn, answer_from_text

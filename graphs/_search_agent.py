@@ -32,16 +32,17 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langchain_core.runnables import RunnableConfig
 from pydantic import Field, model_validator
 
-from medmis.agents._mock import message_text
-from medmis.experiments.benchmark._extract import extract_answer
-from medmis.experiments.benchmark._prompts import render_prompt
-from medmis.experiments.benchmark._protocols import (
+from medmis.agents import message_text
+from medmis.experiments.benchmark import (
     SYSTEM_PROMPT,
+    Answer,
+    CaseView,
+    extract_answer,
     render_context,
+    render_prompt,
     render_user_prompt,
 )
-from medmis.experiments.benchmark._types import Answer, CaseView
-from medmis.tools._types import tool_schemas
+from medmis.tools import tool_schemas
 
 from . import _search_paper as paper
 from ._citations import cited_urls_in, verify_citations

@@ -25,7 +25,7 @@ from typing import Any
 from langchain_core.messages import ToolMessage
 
 from medmis.graphs._context import DefenderContext
-from medmis.tools._types import (
+from medmis.tools import (
     SEARCH_TOOL_NAME,
     VISIT_TOOL_NAME,
     SearchResult,

@@ -29,12 +29,9 @@ from typing import TYPE_CHECKING, Any
 
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
-from medmis.agents._capabilities import accepts_call_settings
-from medmis.agents._errors import MissingKeyError, ModelConfigError
-from medmis.agents._mock import message_text
-from medmis.experiments.benchmark._types import CaseView
-from medmis.tools._redact import redact
-from medmis.tools._types import Page, ReplayMissError, SearchResponse, ToolError
+from medmis.agents import MissingKeyError, ModelConfigError, accepts_call_settings, message_text
+from medmis.experiments.benchmark import CaseView
+from medmis.tools import Page, ReplayMissError, SearchResponse, ToolError, redact
 
 if TYPE_CHECKING:
     from ._context import DefenderContext

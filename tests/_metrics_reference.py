@@ -12,7 +12,7 @@ from medmis.experiments.analysis._metrics import (
     MetricsReport,
     PairedComparison,
     Strata,
-    _canonical_order,
+    canonical_order,
     compare_paired,
     cost_of,
     item_tags,
@@ -27,13 +27,7 @@ from medmis.experiments.analysis._units import (
     item_key,
     metric_block,
 )
-from medmis.experiments.benchmark._types import (
-    CONTENT_TYPES,
-    PROTOCOLS,
-    PROVENANCES,
-    SUBSETS,
-    Record,
-)
+from medmis.experiments.benchmark import CONTENT_TYPES, PROTOCOLS, PROVENANCES, SUBSETS, Record
 
 ItemTags = dict[str, dict[str, str]]
 
@@ -41,9 +35,9 @@ ItemTags = dict[str, dict[str, str]]
 def _label_orders(tags: ItemTags) -> dict[str, list[str]]:
     values = tags.values()
     return {
-        "subset": _canonical_order((t["subset"] for t in values), SUBSETS),
-        "content_type": _canonical_order((t["content_type"] for t in values), CONTENT_TYPES),
-        "provenance": _canonical_order((t["provenance"] for t in values), PROVENANCES),
+        "subset": canonical_order((t["subset"] for t in values), SUBSETS),
+        "content_type": canonical_order((t["content_type"] for t in values), CONTENT_TYPES),
+        "provenance": canonical_order((t["provenance"] for t in values), PROVENANCES),
     }
 
 

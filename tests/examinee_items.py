@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 
-from medmis.experiments.benchmark._types import Item
+from medmis.experiments.benchmark import Item
 
 _DRUGS = ["velorin", "castamide", "prodexil", "lumaferon", "tizarbine", "oxanolol", "quenitrol",
           "belapraz", "doravex", "semitane", "ulvorex", "carbazide", "mirentol", "zafolin"]

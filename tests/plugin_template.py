@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 
 from medmis.defenses import DefenderContext, create_defender, get_spec
-from medmis.experiments.testing import check_defender
+from medmis.testing import check_defender
 
 DEFENDER = "second_opinion"  # the name you passed to @defender(...)
 OPTIONS: dict[str, object] = {}  # options to test with (defaults when empty)

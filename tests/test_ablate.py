@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from medmis.experiments.ablation._ablate import AblationConfig, DefenderEntry, load_config
+from medmis.experiments.ablation import AblationConfig, DefenderEntry, load_config
 from medmis.experiments.cli import main
-from medmis.experiments.harness._io import read_records
+from medmis.experiments.harness import read_records
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "fixtures" / "medmisbench_sample.jsonl"
@@ -147,9 +147,8 @@ def test_paper_search_config_dry_runs_without_keys(
     assert "total: 24 cases" in text  # 2 items x 3 protocols x 2 models x 2 defenders
     assert not out.exists()
     # clean questions are estimated through the tool loop too (the toolkit agent skips it)
-    from medmis.experiments.ablation._ablate import estimate
-    from medmis.experiments.benchmark._data import load_dataset
-    from medmis.experiments.benchmark._protocols import build_cases
+    from medmis.experiments.ablation import estimate
+    from medmis.experiments.benchmark import build_cases, load_dataset
 
     clean = build_cases(load_dataset(str(SAMPLE), limit=2).items, ["clean"])
     config = load_config(PAPER_CONFIG)
@@ -171,8 +170,8 @@ def test_paper_search_config_names_every_missing_key(
 
 
 def test_key_check_knows_anthropic_and_langchain_specs(monkeypatch: pytest.MonkeyPatch) -> None:
+    from medmis.experiments.ablation import ModelEntry
     from medmis.experiments.ablation._ablate import _check_keys
-    from medmis.experiments.ablation._config import ModelEntry
 
     for var in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "OPENAI_BASE_URL", "GOOGLE_API_KEY", "GEMINI_API_KEY"):
         monkeypatch.delenv(var, raising=False)

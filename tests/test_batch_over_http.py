@@ -497,8 +497,7 @@ def plugin_defenders() -> Any:
     """Two plug-in defenders declared single-call: one honest, one that calls twice."""
     from medmis.defenses import answer_from_reply, defender
     from medmis.defenses._base import _REGISTRY
-    from medmis.experiments.benchmark._prompts import render_prompt
-    from medmis.experiments.benchmark._types import Answer
+    from medmis.experiments.benchmark import Answer, render_prompt
 
     @defender("batch_test_once", single_call=True)
     def once(opts: Any) -> Any:

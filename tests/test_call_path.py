@@ -33,11 +33,11 @@ from raw_http import RawServer
 from medmis.agents import ModelOptions, aclose_transports, load_model
 from medmis.agents._direct import ainvoke_chat, direct_target
 from medmis.agents._transport import async_client
-from medmis.experiments.benchmark._types import Record
+from medmis.experiments.benchmark import Record
 from medmis.experiments.harness._io import scrub_lines
 from medmis.experiments.harness._outcome import record_outcome
 from medmis.experiments.harness._resume import CasePlan, resume_state
-from medmis.tools._redact import json_needs_redaction, redact_json, redact_obj
+from medmis.tools import json_needs_redaction, redact_json, redact_obj
 
 _PIECES = ["sk-", "sk-proj-", "AIza", "tvly-", "jina_", "Bearer ", "BEARER\t", "apı_key=", "APİ-KEY: ",
            "x-api-key", "Authorization: ", "?key=", "&token=", "https://", "user:pw@", "@", "=", "K", "ſ",
@@ -177,8 +177,7 @@ def test_a_direct_call_returns_what_ainvoke_returns(monkeypatch: pytest.MonkeyPa
 def test_anything_that_would_notice_takes_the_long_way(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("MEDMIS_HTTP_TRANSPORT", raising=False)
     monkeypatch.delenv("MEDMIS_DIRECT_CALLS", raising=False)
-    from medmis.tools._llm_cache import StoreCache
-    from medmis.tools._store import RecordStore
+    from medmis.tools import RecordStore, StoreCache
 
     async def go(tmp: Path) -> None:
         async with _fixed_server(_COMPLETION) as root:
@@ -304,7 +303,7 @@ def test_scrub_lines_handles_httpx_objects_in_a_trace() -> None:
 
 
 def test_a_type1_record_that_overtakes_its_clean_one_is_paired_when_it_arrives() -> None:
-    from medmis.experiments.harness._config import RunStats
+    from medmis.experiments.harness import RunStats
 
     def rec(protocol: str, item: str, correct: bool) -> Record:
         return _record(protocol=protocol, item_id=item, target="B" if protocol == "type1" else None,

@@ -39,7 +39,7 @@ from medmis.experiments.benchmark import (
     build_cases,
     render_prompt,
 )
-from medmis.experiments.harness._runner import DefenderConfig, Harness, RunConfig
+from medmis.experiments.harness import DefenderConfig, Harness, RunConfig
 
 FORBIDDEN_TYPES = (Case, Item, ContextSentence, Record, Harness, RunConfig)
 PRIMITIVES = (str, bytes, int, float, complex, bool, type(None))
@@ -304,8 +304,8 @@ def test_the_simulated_examinee_carries_no_answer_key_a_defender_could_walk_to()
     # answered (its answer key loaded), nothing reachable from it may hold the key's answers.
     from langchain_core.messages import HumanMessage
 
+    from medmis.agents import ModelOptions, load_model
     from medmis.agents._knowledge import Knowledge, Known
-    from medmis.agents._registry import ModelOptions, load_model
 
     model = load_model("mock/examinee", ModelOptions())
     model.invoke([HumanMessage("Question:\nWhich drug reverses opioid overdose?\n\nOptions:\n"

@@ -148,9 +148,14 @@ def test_the_project_points_to_nothing_outside_it() -> None:
 
 
 def test_the_contracts_page_lists_every_field_the_code_writes() -> None:
-    from medmis.experiments.analysis._metrics import Cost, PairedComparison
-    from medmis.experiments.analysis._units import METRICS, STRATUM_KINDS, Proportion
-    from medmis.experiments.benchmark._types import Record
+    from medmis.experiments.analysis import (
+        METRICS,
+        STRATUM_KINDS,
+        Cost,
+        PairedComparison,
+        Proportion,
+    )
+    from medmis.experiments.benchmark import Record
     from medmis.experiments.reporting._format import CSV_COLUMNS
 
     page = (ROOT / "docs" / "contracts.md").read_text(encoding="utf-8")

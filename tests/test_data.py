@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from medmis.experiments import CONTENT_TYPES, PROVENANCES, SUBSETS
-from medmis.experiments.benchmark._data import (
+from medmis.experiments.benchmark import (
     DataError,
     Dataset,
     RowIssue,

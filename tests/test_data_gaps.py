@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from medmis.experiments.benchmark._data import DataError, load_dataset
+from medmis.experiments.benchmark import DataError, load_dataset
 from medmis.experiments.cli import main
 from medmis.experiments.reporting._format import md_cell, md_table
 

@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 from medmis.experiments._data_cli import PAPER_SUBSET, draw_subset
-from medmis.experiments.benchmark import load_dataset
-from medmis.experiments.benchmark._types import CONTENT_TYPES, PROVENANCES
+from medmis.experiments.benchmark import CONTENT_TYPES, PROVENANCES, load_dataset
 from medmis.experiments.cli import main
 
 SIZES = {"MEDMISQA": 3112, "MEDMISMCQA": 3986, "MEDMISXPERTQA": 1544, "MEDMISJOURNEY": 2197,

@@ -330,7 +330,7 @@ def test_a_models_own_options_go_through_the_preset(monkeypatch: pytest.MonkeyPa
     model: its own options win, the preset decides the rest (merging them must not turn the
     run's defaults into explicit values)."""
     from medmis.experiments import RunConfig
-    from medmis.experiments.harness._config import DefenderConfig, ModelVariant
+    from medmis.experiments.harness import DefenderConfig, ModelVariant
     from medmis.experiments.harness._fingerprint import run_fingerprint
 
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)

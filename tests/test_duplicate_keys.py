@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from medmis.experiments.benchmark._data import DataError, load_dataset
+from medmis.experiments.benchmark import DataError, load_dataset
 from medmis.experiments.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]

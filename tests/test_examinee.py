@@ -14,21 +14,22 @@ import pytest
 from examinee_items import synthetic_items
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
-from medmis.agents._errors import TransientModelError
+from medmis.agents import (
+    ModelOptions,
+    RetryPolicy,
+    TransientModelError,
+    load_model,
+    message_text,
+    retry_async,
+)
 from medmis.agents._examinee import SimulatedExaminee, build
-from medmis.agents._mock import message_text
-from medmis.agents._registry import ModelOptions, load_model
-from medmis.agents._retry import RetryPolicy, retry_async
 from medmis.defenses import create_defender
 from medmis.defenses._agentic import SpotlightOptions, spotlight_context, spotlight_instruction
 from medmis.defenses._builtin import DEFAULT_WARNING
-from medmis.experiments.benchmark._extract import extract_answer
-from medmis.experiments.benchmark._prompts import render_prompt
-from medmis.experiments.benchmark._protocols import cases_for_item
-from medmis.experiments.benchmark._types import Case, Item
-from medmis.graphs._context import DefenderContext
+from medmis.experiments.benchmark import Case, Item, cases_for_item, extract_answer, render_prompt
+from medmis.graphs import DefenderContext
 from medmis.graphs._search_paper import question_prompt
-from medmis.tools._types import Page, SearchResult, render_page, render_search_results, tool_schemas
+from medmis.tools import Page, SearchResult, render_page, render_search_results, tool_schemas
 
 ROOT = Path(__file__).resolve().parents[1]
 ITEMS = synthetic_items(240, seed=3, prefix="beh")

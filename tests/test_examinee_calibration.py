@@ -12,13 +12,10 @@ from collections.abc import Iterable
 import pytest
 from examinee_items import synthetic_items
 
+from medmis.agents import message_text
 from medmis.agents._calibration import PAPER_TYPE1_ASR, PAPER_TYPE1_TASR, PAPER_TYPE2_ASR
 from medmis.agents._examinee import SimulatedExaminee
-from medmis.agents._mock import message_text
-from medmis.experiments.benchmark._extract import extract_answer
-from medmis.experiments.benchmark._prompts import render_prompt
-from medmis.experiments.benchmark._protocols import build_cases
-from medmis.experiments.benchmark._types import Case, Item
+from medmis.experiments.benchmark import Case, Item, build_cases, extract_answer, render_prompt
 
 ITEMS = synthetic_items(300)
 

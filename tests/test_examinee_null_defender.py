@@ -15,8 +15,7 @@ import asyncio
 import time
 from pathlib import Path
 
-from medmis.experiments.harness._config import DefenderConfig, RunConfig
-from medmis.experiments.harness._runner import run_experiment
+from medmis.experiments.harness import DefenderConfig, RunConfig, run_experiment
 from medmis.experiments.reporting._stability import named_better
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,7 +26,7 @@ SEEDS = range(20)
 
 
 def _run(out: Path, seed: int, defenders: list[DefenderConfig]) -> dict[str, list[str]]:
-    from medmis.agents._registry import ModelOptions
+    from medmis.agents import ModelOptions
 
     config = RunConfig(
         data=str(SAMPLE), models=["mock/examinee"], model_options=ModelOptions(seed=seed),

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from medmis.experiments.benchmark._extract import Extraction, extract_answer
+from medmis.experiments.benchmark import Extraction, extract_answer
 
 SCURVY = {"A": "Vitamin A", "B": "Vitamin C", "C": "Vitamin D", "D": "Vitamin K"}
 MI = {

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from medmis.experiments.benchmark._extract import extract_answer
+from medmis.experiments.benchmark import extract_answer
 
 # MedMisBench-style items: lettered options, and the digit-keyed options of rows whose gold
 # answer is a digit (MEDMISHLE / MEDMISJOURNEY in the release).

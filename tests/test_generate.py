@@ -14,8 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from medmis.agents import ScriptedChatModel, load_model
-from medmis.experiments.benchmark import load_dataset
-from medmis.experiments.benchmark._types import PROVENANCES
+from medmis.experiments.benchmark import PROVENANCES, load_dataset
 from medmis.experiments.cli import main
 from medmis.experiments.generate import (
     Job,

@@ -15,9 +15,8 @@ from langchain_core.messages import AIMessage, ToolMessage
 from langgraph.graph.state import CompiledStateGraph
 
 from medmis.agents import ScriptedChatModel, message_text
-from medmis.defenses import DefenderContext, create_defender
+from medmis.defenses import DefenderContext, DefenderOptions, create_defender
 from medmis.defenses._agentic import DELIMITERS
-from medmis.defenses._base import DefenderOptions
 from medmis.defenses._builtin import WarningOptions, context_blind_defender, warning_defender
 from medmis.experiments import Answer, Item
 from medmis.graphs import (
@@ -33,9 +32,9 @@ from medmis.graphs import (
     decide_vote,
     parse_json_object,
     sentences_supporting,
+    verify_citations,
 )
 from medmis.graphs import _search_paper as paper
-from medmis.graphs._citations import verify_citations
 from medmis.graphs._isolate_vote import Ballot
 from medmis.tools import PAPER_SEARCH_TOOL, PAPER_VISIT_TOOL, SearchResult, ToolError
 

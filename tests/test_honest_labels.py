@@ -12,7 +12,7 @@ import pytest
 from medmis.experiments import Record
 from medmis.experiments.analysis import compute_metrics
 from medmis.experiments.analysis._cluster import _sign_flip_exact, cluster_sign_test
-from medmis.experiments.generate._compare import compare_records
+from medmis.experiments.generate import compare_records
 
 
 def _recs(model: str, unparsed_t1: set[int]) -> list[Record]:
@@ -61,8 +61,8 @@ def test_every_report_plot_and_the_compare_plot_carry_the_mark(tmp_path: Path,
 
 
 def test_view_facets_carry_the_statement(tmp_path: Path) -> None:
-    from medmis.experiments.harness._io import append_records
-    from medmis.experiments.view._engine import RunView
+    from medmis.experiments.harness import append_records
+    from medmis.experiments.view import RunView
 
     for model, simulated in (("mock/examinee", True), ("openai/x", False)):
         run = tmp_path / model.replace("/", "_")

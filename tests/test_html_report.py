@@ -17,11 +17,10 @@ from typing import Any
 import pytest
 
 from medmis.experiments import Record
-from medmis.experiments.analysis._metrics import compute_metrics
-from medmis.experiments.harness._io import append_records
+from medmis.experiments.analysis import compute_metrics
+from medmis.experiments.harness import append_records
+from medmis.experiments.reporting import write_html, write_plots
 from medmis.experiments.reporting._cases import case_data, parse_question
-from medmis.experiments.reporting._html import write_html
-from medmis.experiments.reporting._plots import write_plots
 from medmis.experiments.reporting._sensitivity import delivery_sensitivity, sensitivity_markdown
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -197,7 +196,7 @@ def test_question_parsing_ignores_a_spoofed_question_in_context() -> None:
 
 
 def _metrics_with_t2(k: int, n: int) -> dict[str, Any]:
-    from medmis.experiments.analysis._stats import wilson
+    from medmis.experiments.analysis import wilson
 
     lo, hi = wilson(k, n) or (None, None)
     t2 = {"value": k / n, "k": k, "n": n, "lo": lo, "hi": hi}

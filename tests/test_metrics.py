@@ -23,8 +23,8 @@ from medmis.experiments.analysis import (
     indicator_maps,
     is_correct,
     item_tags,
+    wilson,
 )
-from medmis.experiments.analysis._stats import wilson
 
 CUE, SPUR, EXC = "Cue Remapping", "Spurious Anchoring", "Exception Poisoning"
 NEUTRAL = "Neutral False Statement"

@@ -13,11 +13,10 @@ import pytest
 from conftest import clear_provider_env
 
 from medmis.agents import ModelOptions
-from medmis.experiments._errors import CliError
-from medmis.experiments.ablation._config import load_config
+from medmis.experiments import CliError
+from medmis.experiments.ablation import load_config
 from medmis.experiments.cli import main
-from medmis.experiments.harness import Harness, RunConfig, read_records
-from medmis.experiments.harness._config import ModelVariant
+from medmis.experiments.harness import Harness, ModelVariant, RunConfig, read_records
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "fixtures" / "medmisbench_sample.jsonl"

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from medmis.experiments.cli import main
+from medmis.tools import SerperSearch
 from medmis.tools._llm_cache import normalize_llm_string
-from medmis.tools._serper import SerperSearch
 
 # not key-shaped on purpose: only redaction by configured value can catch it
 KEY = "zq-localgateway-7f3a9c1e5b2d4a6f"
@@ -163,7 +163,7 @@ async def test_a_search_backend_401_echoing_its_key_reaches_the_model_redacted(
 ) -> None:
     import httpx
 
-    from medmis.tools._types import ToolError
+    from medmis.tools import ToolError
 
     key = "serper-0f1e2d3c4b5a69788796"
     monkeypatch.setenv("SERPER_API_KEY", key)

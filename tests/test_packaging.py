@@ -45,14 +45,17 @@ def test_wheel_adds_only_the_medmis_import_name(wheel: Path) -> None:
     # every folder of the design card is inside it, the subpackages and the configs too
     for folder in FOLDERS:
         assert f"medmis/{folder}/__init__.py" in names
-    for sub in ("benchmark", "harness", "analysis", "reporting", "ablation"):
+    for sub in ("benchmark", "harness", "analysis", "reporting", "ablation", "bench"):
         assert f"medmis/experiments/{sub}/__init__.py" in names
+    # the pytest plug-in's public name is a package of its own; its folder is not installed twice
+    assert "medmis/testing/__init__.py" in names
+    assert not any(n.startswith("medmis/experiments/_pytest_plugin/") for n in names)
     assert "medmis/experiments/configs/demo.toml" in names
     with zipfile.ZipFile(wheel) as zf:
         meta = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
         entry_points = zf.read(meta).decode()
     assert "medmis = medmis.experiments.cli:console" in entry_points
-    assert "[pytest11]\nmedmis = medmis.experiments.testing" in entry_points
+    assert "[pytest11]\nmedmis = medmis.testing" in entry_points
 
 
 def _dependency_folders() -> list[str]:
@@ -80,7 +83,7 @@ def test_installed_wheel_imports_from_outside_the_checkout(wheel: Path, tmp_path
     )
     probe = (
         "import importlib.util, sys\n"
-        "import medmis.experiments, medmis.defenses, medmis.experiments.testing\n"
+        "import medmis.experiments, medmis.defenses, medmis.testing\n"
         "print(medmis.experiments.__file__)\n"
         "print([n for n in ('agents', 'tools', 'graphs', 'defenses', 'experiments')"
         " if importlib.util.find_spec(n) is not None])\n"

@@ -12,7 +12,7 @@ import pytest
 from conftest import clear_provider_env
 
 from medmis.defenses import create_defender
-from medmis.experiments.ablation._config import load_config
+from medmis.experiments.ablation import load_config
 from medmis.experiments.cli import main
 from medmis.experiments.harness import read_records
 

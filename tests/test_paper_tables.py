@@ -20,9 +20,8 @@ from typing import Any
 import pytest
 
 from medmis.experiments.cli import main
-from medmis.experiments.harness._config import DefenderConfig, RunConfig
-from medmis.experiments.harness._runner import run_experiment
-from medmis.experiments.reporting._report import write_report
+from medmis.experiments.harness import DefenderConfig, RunConfig, run_experiment
+from medmis.experiments.reporting import write_report
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "fixtures" / "medmisbench_sample.jsonl"
@@ -248,7 +247,7 @@ def test_paper_tables_equal_hand_counts_with_errors(tmp_path: Path) -> None:
 
 def test_paper_tables_of_a_fixture_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A real run of the simulated examinee whose first attempts fail at random (no retries)."""
-    from medmis.agents._registry import ModelOptions
+    from medmis.agents import ModelOptions
 
     run = tmp_path / "run"
     config = RunConfig(
@@ -273,7 +272,7 @@ def test_paper_tables_of_a_fixture_run(tmp_path: Path, capsys: pytest.CaptureFix
 
 
 def test_readme_documents_the_flag_and_the_reading() -> None:
-    from medmis.experiments.analysis._units import FAILURE_METRICS
+    from medmis.experiments.analysis import FAILURE_METRICS
 
     readme = (ROOT / "README.md").read_text("utf-8")
     metric_table = readme.split("## What is measured", 1)[1].split("\n## ", 1)[0]

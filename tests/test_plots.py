@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from medmis.experiments.analysis._stats import wilson
+from medmis.experiments.analysis import wilson
 from medmis.experiments.reporting._plots import (
     HELPER_KEYS,
     PLOT_FILES,
@@ -139,7 +139,7 @@ def test_baseline_first_then_sorted() -> None:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the forked helper is Linux only")
 def test_a_forked_helper_draws_the_same_bytes(tmp_path: Path) -> None:
-    from medmis.experiments.reporting._plot_helper import ForkedPlotter
+    from medmis.experiments.reporting._forked import ForkedPlotter
 
     helper = ForkedPlotter.start()
     assert helper is not None
@@ -190,9 +190,9 @@ def _crowded_metrics(n: int) -> dict[str, Any]:
 def test_tradeoff_labels_never_overlap_each_other_nor_the_titles(n: int) -> None:
     from matplotlib.text import Annotation, Text
 
+    from medmis.experiments.reporting import mark_simulated
     from medmis.experiments.reporting._labels import place_labels
     from medmis.experiments.reporting._plots import _robustness_tradeoff
-    from medmis.experiments.reporting._simulated import mark_simulated
 
     metrics = _crowded_metrics(n)
     fig = _robustness_tradeoff(metrics, ["openai/gpt-x"], "none")

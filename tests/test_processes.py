@@ -22,15 +22,14 @@ from typing import Any
 import pytest
 from conftest import interrupt_run
 
-from medmis.agents._limiter import AdaptiveLimiter
-from medmis.experiments._fake_openai import serve_in_processes
-from medmis.experiments.harness import _caseloop
+from medmis.agents import AdaptiveLimiter
+from medmis.experiments.bench._fake_openai import serve_in_processes
+from medmis.experiments.harness import DefenderConfig, Harness, RunConfig, _caseloop
 from medmis.experiments.harness._caseloop import (
     connection_shares,
     merge_limiter_summaries,
     resolve_processes,
 )
-from medmis.experiments.harness._runner import DefenderConfig, Harness, RunConfig
 
 SAMPLE = Path(__file__).resolve().parents[1] / "fixtures" / "medmisbench_sample.jsonl"
 CASES = 90  # 30 sample items x clean, type1, type2
@@ -112,8 +111,8 @@ def test_a_resume_with_two_processes_runs_only_what_is_missing(tmp_path: Path, u
 
 DRIVER = textwrap.dedent("""
     import asyncio, json, os, sys
-    from medmis.agents._registry import ModelOptions
-    from medmis.experiments.harness._runner import DefenderConfig, Harness, RunConfig
+    from medmis.agents import ModelOptions
+    from medmis.experiments.harness import DefenderConfig, Harness, RunConfig
 
     data, url, out, mode = sys.argv[1:5]
     parent = os.getpid()

@@ -21,14 +21,15 @@ from medmis.defenses.testing import FakeExaminee, toy_item
 from medmis.experiments import Case, Item
 from medmis.experiments.benchmark import (
     PRESETS,
+    SYSTEM_PROMPT,
     PromptMessages,
     build_cases,
+    cases_for_item,
     load_dataset,
     prompt_preset,
     render_prompt,
     render_user_prompt,
 )
-from medmis.experiments.benchmark._protocols import SYSTEM_PROMPT, cases_for_item
 
 ROOT = Path(__file__).resolve().parents[1]
 

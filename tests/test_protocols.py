@@ -10,6 +10,7 @@ from langchain_core.messages import HumanMessage, SystemMessage
 
 from medmis.defenses.testing import toy_item
 from medmis.experiments import Item
+from medmis.experiments.benchmark import render_prompt
 from medmis.experiments.benchmark._protocols import (
     CONTEXT_HEADING,
     SYSTEM_PROMPT,
@@ -17,7 +18,6 @@ from medmis.experiments.benchmark._protocols import (
     case_keys_for_item,
     cases_for_item,
     plan_cases,
-    render_prompt,
     render_user_prompt,
     type1_target,
 )
@@ -285,7 +285,7 @@ def test_render_prompt_messages(toy_item: Item) -> None:
 
 def test_undeliverable_protocols_raise_consistently() -> None:
     from medmis.experiments import Item
-    from medmis.experiments.benchmark._protocols import cases_for_item
+    from medmis.experiments.benchmark import cases_for_item
 
     bare = Item(id="bare", subset="MEDMISQA", question="Q?", options={"A": "a", "B": "b"}, gold="A")
     for kwargs in ({"type1_targets": "sampled"}, {"type1_targets": "all"}):

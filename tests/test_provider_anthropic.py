@@ -28,13 +28,13 @@ from medmis.agents import (
     classify,
     load_model,
     message_text,
+    provider_family,
     retry_async,
 )
 from medmis.agents._anthropic import AnthropicChat
-from medmis.agents._capabilities import provider_family
-from medmis.defenses._base import DefenderContext
+from medmis.defenses import DefenderContext
 from medmis.experiments.benchmark._prompts import PAPER_STRUCTURED_OUTPUT
-from medmis.tools._types import tool_schemas
+from medmis.tools import tool_schemas
 
 pytestmark = pytest.mark.sdk_http
 

@@ -27,12 +27,12 @@ from medmis.agents import (
     RetryPolicy,
     classify,
     load_model,
+    provider_family,
     retry_async,
 )
-from medmis.agents._capabilities import provider_family
-from medmis.defenses._base import DefenderContext
+from medmis.defenses import DefenderContext
 from medmis.experiments.cli import main
-from medmis.tools._types import tool_schemas
+from medmis.tools import tool_schemas
 
 QUESTION = [SystemMessage("You are a physician taking a board exam."), HumanMessage("Scurvy?")]
 Json = dict[str, Any]

@@ -28,8 +28,8 @@ from medmis.agents import (
     retry_async,
 )
 from medmis.agents._openai import PLACEHOLDER_KEY, OpenAIChat
-from medmis.defenses._base import DefenderContext
-from medmis.tools._types import tool_schemas
+from medmis.defenses import DefenderContext
+from medmis.tools import tool_schemas
 
 pytestmark = pytest.mark.sdk_http
 

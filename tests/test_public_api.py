@@ -12,12 +12,13 @@ import re
 import subprocess
 import sys
 import textwrap
+from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
 
 from medmis.experiments import RunFolder, compare, load_run, run
-from medmis.experiments.testing import check_defender
+from medmis.testing import check_defender
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -69,9 +70,21 @@ def test_public_names_are_the_ones_in_use() -> None:
     assert all(not name.startswith("_") for name in medmis.experiments.__all__)
 
 
+def test_plugin_public_name_holds_the_home_objects() -> None:
+    # medmis.testing (the pytest11 entry point) re-exports the plug-in's one home: the same
+    # fixture functions and classes, not a second copy of them
+    import medmis.experiments.testing as home
+    import medmis.testing
+
+    for name in ("Replay", "NetworkBlocked", "check_defender", "pytest_configure", "medmis_replay",
+                 "medmis_no_network", "medmis_case_view", "medmis_scripted_model"):
+        assert getattr(medmis.testing, name) is getattr(home, name), name
+    assert [ep.value for ep in entry_points(group="pytest11") if ep.name == "medmis"] == ["medmis.testing"]
+
+
 def test_plugin_module_loads_without_langchain() -> None:
     probe = ("import sys, time; t = time.perf_counter(); import pytest; t0 = time.perf_counter();"
-             "import medmis.experiments.testing; t1 = time.perf_counter();"
+             "import medmis.testing; t1 = time.perf_counter();"
              "print(sorted({m.split('.')[0] for m in sys.modules} & {'langchain_core', 'langgraph', "
              "'duckdb', 'pyarrow', 'numpy', 'openai'}), round(t1 - t0, 3))")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
@@ -88,7 +101,7 @@ import threading
 
 import pytest
 
-from medmis.experiments.testing import NetworkBlocked
+from medmis.testing import NetworkBlocked
 
 REACHED: list[object] = []
 
@@ -154,7 +167,7 @@ def test_case_view_and_scripted_model(medmis_case_view, medmis_scripted_model):
 
 def test_readme_check_defender_import():
     from medmis.defenses.testing import check_defender as where_it_was
-    from medmis.experiments.testing import check_defender
+    from medmis.testing import check_defender
 
     assert check_defender is where_it_was
 '''

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from medmis.tools._redact import configured_secrets, redact, redact_obj, scrub_url
+from medmis.tools import configured_secrets, redact, redact_obj, scrub_url
 
 
 @pytest.mark.parametrize(

@@ -13,13 +13,10 @@ import pytest
 from conftest import clear_provider_env
 from langchain_core.messages import HumanMessage
 
-from medmis.agents import ModelOptions, load_model
-from medmis.agents._limiter import AdaptiveLimiter
+from medmis.agents import AdaptiveLimiter, ModelOptions, load_model
 from medmis.agents._replicas import ReplicaChatModel, replica_failure
-from medmis.experiments._fake_openai import FakeOpenAIServer
-from medmis.tools._llm_cache import attach_cache
-from medmis.tools._store import RecordStore
-from medmis.tools._types import ReplayMissError
+from medmis.experiments.bench._fake_openai import FakeOpenAIServer
+from medmis.tools import RecordStore, ReplayMissError, attach_cache
 
 
 @pytest.fixture(autouse=True)

@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 from conftest import clear_provider_env
 
+from medmis.experiments import CliError
 from medmis.experiments._cli_flags import base_url_list
-from medmis.experiments._errors import CliError
-from medmis.experiments._fake_openai import FakeOpenAIServer
+from medmis.experiments.bench._fake_openai import FakeOpenAIServer
 from medmis.experiments.cli import main
-from medmis.experiments.harness._io import read_records
+from medmis.experiments.harness import read_records
 
 SAMPLE = Path(__file__).resolve().parents[1] / "fixtures" / "medmisbench_sample.jsonl"
 
@@ -143,7 +143,7 @@ def test_synchronous_calls_fail_over_too() -> None:
 
 def test_an_ablation_config_takes_a_list_of_base_urls(tmp_path: Path) -> None:
     from medmis.agents import ModelOptions
-    from medmis.experiments.ablation._config import load_config
+    from medmis.experiments.ablation import load_config
 
     config = tmp_path / "grid.toml"
     config.write_text(

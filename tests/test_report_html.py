@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from medmis.experiments.harness._runner import DefenderConfig, Harness, RunConfig
-from medmis.experiments.reporting._report import write_report
+from medmis.experiments.harness import DefenderConfig, Harness, RunConfig
+from medmis.experiments.reporting import write_report
 
 ROOT = Path(__file__).resolve().parents[1]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

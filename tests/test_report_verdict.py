@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from medmis.experiments import Record
-from medmis.experiments.harness._io import append_records
-from medmis.experiments.reporting._report import write_report
+from medmis.experiments.harness import append_records
+from medmis.experiments.reporting import write_report
 
 MODEL = "openai/gpt-test"
 N_ITEMS = 40

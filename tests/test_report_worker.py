@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from medmis.experiments.cli import main
-from medmis.experiments.reporting._worker import ReportWorker, enabled
+from medmis.experiments.reporting import ReportWorker, worker_enabled
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "fixtures" / "medmisbench_sample.jsonl"
@@ -40,7 +40,7 @@ def _comparable(run: Path) -> tuple[str, Any]:
 
 
 def test_the_worker_writes_the_report_the_process_would(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    assert enabled()
+    assert worker_enabled()
     spawned: list[Any] = []
     real_start = ReportWorker.start.__func__  # type: ignore[attr-defined]
 
@@ -54,7 +54,7 @@ def test_the_worker_writes_the_report_the_process_would(tmp_path: Path, monkeypa
     assert len(spawned) == 1 and spawned[0].wait(timeout=30) == 0  # started, answered, ended
 
     monkeypatch.setenv("MEDMIS_REPORT_WORKER", "0")
-    assert not enabled()
+    assert not worker_enabled()
     assert _run(tmp_path / "inproc") == 0
     assert len(spawned) == 1
     assert _comparable(tmp_path / "worker") == _comparable(tmp_path / "inproc")

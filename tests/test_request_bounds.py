@@ -130,14 +130,14 @@ def test_model_options_refuse_a_cap_of_zero() -> None:
 
 def _backend(kind: str, url: str) -> Any:
     if kind == "serper":
-        from medmis.tools._serper import SerperSearch
+        from medmis.tools import SerperSearch
 
         return SerperSearch("serper-test-key", base_url=url, timeout=1.0)
     if kind == "jina":
-        from medmis.tools._jina import JinaReader
+        from medmis.tools import JinaReader
 
         return JinaReader("jina-test-key", base_url=url, timeout=1.0)
-    from medmis.tools._tavily import TavilySearch
+    from medmis.tools import TavilySearch
 
     return TavilySearch("tvly-test-key", base_url=url, timeout=1.0)
 

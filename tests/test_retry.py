@@ -15,12 +15,12 @@ import openai
 import pytest
 from google.genai import errors as genai_errors
 
-from medmis.agents import _retry
-from medmis.agents._errors import (
+from medmis.agents import (
     BlockedResponseError,
     MalformedResponseError,
     MissingKeyError,
     TransientModelError,
+    _retry,
 )
 from medmis.agents._retry import (
     RETRY_STATUS,

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from medmis.experiments.cli import main
-from medmis.experiments.harness._runner import DefenderConfig, Harness, RunConfig
+from medmis.experiments.harness import DefenderConfig, Harness, RunConfig
 from medmis.experiments.review import (
     ReviewError,
     analyze_pack,

@@ -13,8 +13,8 @@ import pytest
 from conftest import interrupt_run
 
 from medmis.experiments.cli import main
+from medmis.experiments.harness import read_records
 from medmis.experiments.harness._fingerprint import compare_fingerprints
-from medmis.experiments.harness._io import read_records
 from medmis.experiments.harness._lock import RunLock
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -14,9 +14,8 @@ import pytest
 from langchain_core.messages import BaseMessage
 
 from medmis.agents import ModelOptions, ScriptedChatModel, TransientModelError, load_model
-from medmis.experiments._fake_openai import FakeOpenAIServer
-from medmis.experiments.harness._io import read_records
-from medmis.experiments.harness._runner import DefenderConfig, Harness, RunConfig, scrub_argv
+from medmis.experiments.bench._fake_openai import FakeOpenAIServer
+from medmis.experiments.harness import DefenderConfig, Harness, RunConfig, read_records, scrub_argv
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from medmis.tools._safety import AllowedHost, Blocklist, UrlPolicy, address_problem
-from medmis.tools._types import SearchResult, ToolError
+from medmis.tools import AllowedHost, Blocklist, SearchResult, ToolError, UrlPolicy, address_problem
 
 PUBLIC = "93.184.216.34"
 

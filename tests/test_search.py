@@ -9,11 +9,15 @@ import httpx
 import pytest
 import respx
 
-from medmis.tools._corpus import CorpusDocument, LocalSearch, load_corpus
-from medmis.tools._search import SearchBackend
-from medmis.tools._tavily import TavilySearch
+from medmis.tools import (
+    CorpusDocument,
+    LocalSearch,
+    SearchBackend,
+    TavilySearch,
+    ToolError,
+    load_corpus,
+)
 from medmis.tools._text import tokenize
-from medmis.tools._types import ToolError
 
 TAVILY_URL = "https://api.tavily.com/search"
 

@@ -20,7 +20,7 @@ import pytest
 from test_no_secrets_on_disk import ITEMS, JsonHandler
 
 from medmis.experiments.cli import main
-from medmis.tools._redact import configured_secrets, json_needs_redaction, redact
+from medmis.tools import configured_secrets, json_needs_redaction, redact
 
 ROOT = Path(__file__).resolve().parents[1]
 KEY = "zq-echoing-gateway-5e1d9c3b7a"

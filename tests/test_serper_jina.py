@@ -19,11 +19,15 @@ import httpx
 import pytest
 import respx
 
-from medmis.tools._cli import tools_search, tools_visit
-from medmis.tools._jina import JinaReader
+from medmis.tools import (
+    JinaReader,
+    ReplayMissError,
+    ToolError,
+    make_tools,
+    tools_search,
+    tools_visit,
+)
 from medmis.tools._serper import SerperSearch, read_response
-from medmis.tools._types import ReplayMissError, ToolError
-from medmis.tools._web import make_tools
 
 SERPER = "https://google.serper.dev/search"
 JINA = "https://r.jina.ai/"

@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from medmis.experiments.analysis import _stats
-from medmis.experiments.analysis._stats import (
+from medmis.experiments.analysis import (
+    _stats,
     mcnemar_exact,
     p50,
     p95,

@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 
-from medmis.agents._mock import ScriptedChatModel
-from medmis.defenses._base import DefenderContext
+from medmis.agents import ScriptedChatModel
+from medmis.defenses import DefenderContext
+from medmis.tools import ReplayMissError, cache_probe
 from medmis.tools._cassette import (
     cache_export,
     cache_import,
@@ -31,9 +32,7 @@ from medmis.tools._llm_cache import (
     model_cache_key,
     normalize_llm_string,
 )
-from medmis.tools._probe import cache_probe
 from medmis.tools._store import RecordStore, canonical_json, key_digest
-from medmis.tools._types import ReplayMissError
 
 
 class Producer:

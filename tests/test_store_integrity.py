@@ -11,10 +11,9 @@ from typing import Any
 import pytest
 
 from medmis.experiments.cli import main
+from medmis.tools import RecordStore, ReplayMissError, StoreCorruptError
 from medmis.tools._cassette import CassetteError, cache_verify, export_cassette, import_cassette
 from medmis.tools._entry import canonical_json, key_digest
-from medmis.tools._store import RecordStore
-from medmis.tools._types import ReplayMissError, StoreCorruptError
 
 # diskcache keeps text under 32 KiB inside SQLite and longer text in a value file of its own;
 # the values are shaped as recorded pages and search responses both (the shape is checked on
@@ -293,8 +292,8 @@ def _edit_small_one(cache_dir: Path, disk_key: str) -> None:
 async def test_an_edited_model_reply_is_never_replayed(tmp_path: Path) -> None:
     from langchain_core.messages import AIMessage, HumanMessage
 
-    from medmis.agents._mock import ScriptedChatModel
-    from medmis.tools._llm_cache import attach_cache
+    from medmis.agents import ScriptedChatModel
+    from medmis.tools import attach_cache
 
     cache_dir = tmp_path / "cache"
     prompt = [HumanMessage("Which vitamin prevents scurvy? A or B")]

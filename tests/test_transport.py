@@ -24,7 +24,7 @@ from raw_http import RawServer
 from medmis.agents import ModelOptions, aclose_transports, classify, load_model
 from medmis.agents._openai import _wire_body
 from medmis.agents._transport import LoopLocalAiohttpTransport, async_client, transport_kind
-from medmis.experiments._fake_openai import FakeOpenAIServer
+from medmis.experiments.bench._fake_openai import FakeOpenAIServer
 
 
 def _transport(client: httpx.AsyncClient) -> Any:

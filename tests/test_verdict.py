@@ -10,9 +10,14 @@ import re
 import pytest
 
 from medmis.experiments import Record, Usage
-from medmis.experiments.analysis import compute_metrics
-from medmis.experiments.analysis._same_answers import same_answers
-from medmis.experiments.analysis._verdict import Verdict, VerdictSettings, decide, usd
+from medmis.experiments.analysis import (
+    Verdict,
+    VerdictSettings,
+    compute_metrics,
+    decide,
+    same_answers,
+    usd,
+)
 from medmis.experiments.reporting._verdict_text import render_verdict
 
 

@@ -20,7 +20,7 @@ from urllib.parse import urlencode
 
 import pytest
 
-from medmis.experiments._scale import generate_run_fast
+from medmis.experiments.bench._scale_run import generate_run_fast
 from medmis.experiments.view import RunView, serve_in_thread
 
 

@@ -12,9 +12,7 @@ import httpx
 import pytest
 import respx
 
-from medmis.tools._corpus import CorpusDocument
-from medmis.tools._safety import UrlPolicy
-from medmis.tools._types import ToolError
+from medmis.tools import CorpusDocument, ToolError, UrlPolicy
 from medmis.tools._visit import (
     MAX_REDIRECTS,
     extract_html,

@@ -12,12 +12,21 @@ import httpx
 import pytest
 import respx
 
-from medmis.tools._cli import tools_search, tools_visit
-from medmis.tools._corpus import CorpusDocument, LocalSearch
-from medmis.tools._probe import cache_probe
-from medmis.tools._safety import Blocklist
-from medmis.tools._types import Page, ReplayMissError, SearchResult, ToolError, Toolset
-from medmis.tools._web import WebTools, make_tools
+from medmis.tools import (
+    Blocklist,
+    CorpusDocument,
+    LocalSearch,
+    Page,
+    ReplayMissError,
+    SearchResult,
+    ToolError,
+    Toolset,
+    WebTools,
+    cache_probe,
+    make_tools,
+    tools_search,
+    tools_visit,
+)
 
 PAGES = Path(__file__).resolve().parents[1] / "fixtures" / "pages"
 ARTICLE = (PAGES / "article_scurvy.html").read_bytes()

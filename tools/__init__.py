@@ -6,8 +6,18 @@ from typing import TYPE_CHECKING
 from ._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from ._bounded import (
+        DEFAULT_MAX_RESPONSE_BYTES,
+        BoundedAsyncClient,
+        ResponseTooLargeError,
+        bulk_transfers,
+    )
+    from ._cache_cli import add_cache_parser, one_line, run_cache
+    from ._cassette import import_cassette
+    from ._cli import tools_search, tools_visit
     from ._corpus import CorpusDocument, LocalSearch, load_corpus, url_key
-    from ._jina import JinaReader
+    from ._exit import collect_from_here, exit_now, sigterm_as_interrupt
+    from ._jina import JINA_DEFAULT_BASE_URL, JinaReader
     from ._llm_cache import StoreCache, attach_cache
     from ._poison_types import (
         DEFAULT_PAGES,
@@ -21,11 +31,24 @@ if TYPE_CHECKING:
     )
     from ._poisoned_web import PoisonedWeb, PoisonTally
     from ._probe import CacheProbe, cache_probe, mark_cache
+    from ._redact import (
+        configured_secrets,
+        is_secret_name,
+        json_needs_redaction,
+        redact,
+        redact_file_text,
+        redact_json,
+        redact_obj,
+        remember_url,
+        scrub_url,
+    )
     from ._safety import DEFAULT_BLOCKLIST, AllowedHost, Blocklist, UrlPolicy, address_problem
     from ._search import SearchBackend
-    from ._serper import SerperSearch
+    from ._serper import SERPER_DEFAULT_BASE_URL, SerperSearch
     from ._store import CacheMode, RecordStore
-    from ._tavily import TavilySearch
+    from ._switch import switched_on
+    from ._tavily import TAVILY_DEFAULT_BASE_URL, TavilySearch
+    from ._text import split_sentences
     from ._types import (
         PAPER_SEARCH_TOOL,
         PAPER_VISIT_TOOL,
@@ -97,19 +120,48 @@ _HOME = {
     "render_page": "_types",
     "render_search_results": "_types",
     "tool_schemas": "_types",
+    **dict.fromkeys(
+        (
+            "BoundedAsyncClient", "DEFAULT_MAX_RESPONSE_BYTES", "ResponseTooLargeError",
+            "bulk_transfers"
+        ),
+        "_bounded",
+    ),
+    **dict.fromkeys(("add_cache_parser", "one_line", "run_cache"), "_cache_cli"),
+    **dict.fromkeys(("import_cassette",), "_cassette"),
+    **dict.fromkeys(("tools_search", "tools_visit"), "_cli"),
+    **dict.fromkeys(("url_key",), "_corpus"),
+    **dict.fromkeys(("collect_from_here", "exit_now", "sigterm_as_interrupt"), "_exit"),
+    **dict.fromkeys(("JINA_DEFAULT_BASE_URL",), "_jina"),
+    **dict.fromkeys(
+        (
+            "configured_secrets", "is_secret_name", "json_needs_redaction", "redact",
+            "redact_file_text", "redact_json", "redact_obj", "remember_url", "scrub_url"
+        ),
+        "_redact",
+    ),
+    **dict.fromkeys(("SERPER_DEFAULT_BASE_URL",), "_serper"),
+    **dict.fromkeys(("switched_on",), "_switch"),
+    **dict.fromkeys(("TAVILY_DEFAULT_BASE_URL",), "_tavily"),
+    **dict.fromkeys(("split_sentences",), "_text"),
 }
 __getattr__ = lazy_exports(__name__, _HOME, globals())
 
 __all__ = [
     "DEFAULT_BLOCKLIST",
+    "DEFAULT_MAX_RESPONSE_BYTES",
     "DEFAULT_PAGES",
+    "JINA_DEFAULT_BASE_URL",
     "PAGE_STYLES",
     "PAPER_SEARCH_TOOL",
     "PAPER_VISIT_TOOL",
     "SEARCH_TOOL_NAME",
+    "SERPER_DEFAULT_BASE_URL",
+    "TAVILY_DEFAULT_BASE_URL",
     "VISIT_TOOL_NAME",
     "AllowedHost",
     "Blocklist",
+    "BoundedAsyncClient",
     "CacheMode",
     "CacheProbe",
     "CorpusDocument",
@@ -124,6 +176,7 @@ __all__ = [
     "PoisonedWeb",
     "RecordStore",
     "ReplayMissError",
+    "ResponseTooLargeError",
     "SearchArgs",
     "SearchBackend",
     "SearchResponse",
@@ -138,20 +191,42 @@ __all__ = [
     "UrlPolicy",
     "VisitArgs",
     "WebTools",
+    "add_cache_parser",
     "address_problem",
     "attach_cache",
+    "bulk_transfers",
     "cache_probe",
     "case_key",
+    "collect_from_here",
+    "configured_secrets",
+    "exit_now",
     "extract_html",
     "fetch_page",
     "focus_text",
+    "import_cassette",
+    "is_secret_name",
+    "json_needs_redaction",
+    "lazy_exports",
     "load_corpus",
     "load_pages",
     "make_tools",
     "mark_cache",
+    "one_line",
     "pages_digest",
+    "redact",
+    "redact_file_text",
+    "redact_json",
+    "redact_obj",
+    "remember_url",
     "render_page",
     "render_search_results",
+    "run_cache",
+    "scrub_url",
+    "sigterm_as_interrupt",
+    "split_sentences",
+    "switched_on",
     "tool_schemas",
+    "tools_search",
+    "tools_visit",
     "url_key",
 ]

@@ -14,16 +14,16 @@ import json
 import re
 from typing import Any
 
-from langchain_core._api import suppress_langchain_beta_warning
 from langchain_core.caches import RETURN_VAL_TYPE, BaseCache
 from langchain_core.language_models import BaseChatModel
-from langchain_core.load import Serializable, dumps, load
-from langchain_core.messages import AIMessage, AIMessageChunk
-from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, Generation, GenerationChunk
+from langchain_core.load import dumps
+from langchain_core.outputs import Generation
 
 from medmis.tools._redact import MASK, is_secret_name, redact, scrub_url
 from medmis.tools._store import _RECORD_HINT, MODEL_KIND, RecordStore, key_digest
 from medmis.tools._types import ReplayMissError
+
+from ._generations import load_generations
 
 # Call parameters that never change what the model says; everything else stays in the key
 # (a denylist, so an unknown new parameter costs a cache miss rather than a wrong hit).
@@ -77,14 +77,6 @@ _CHUNK_TYPES = {
 }
 _ADDRESS_RE = re.compile(r" at 0x[0-9a-fA-F]+")
 _URL_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://")
-_GENERATION_CLASSES: list[type[Serializable]] = [
-    Generation,
-    GenerationChunk,
-    ChatGeneration,
-    ChatGenerationChunk,
-    AIMessage,
-    AIMessageChunk,
-]
 
 
 def _is_empty(value: Any) -> bool:
@@ -241,12 +233,6 @@ def _strip_message_id(generation: Generation) -> Generation:
     if message is not None and getattr(message, "id", None) is not None:
         return generation.model_copy(update={"message": message.model_copy(update={"id": None})})
     return generation
-
-
-def load_generations(value: dict[str, Any]) -> list[Any]:
-    """The LangChain generations of a stored model value (``{"generations": [...]}``)."""
-    with suppress_langchain_beta_warning():
-        return [load(g, allowed_objects=_GENERATION_CLASSES) for g in value["generations"]]
 
 
 class StoreCache(BaseCache):

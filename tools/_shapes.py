@@ -51,7 +51,7 @@ def _search(value: Any) -> None:
 def _model(value: Any) -> None:
     from langchain_core.outputs import Generation
 
-    from medmis.tools._llm_cache import load_generations
+    from ._generations import load_generations
 
     if not isinstance(value, dict) or not isinstance(value.get("generations"), list):
         raise TypeError(f"expected an object with a 'generations' list, got {_type(value)}")

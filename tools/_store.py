@@ -321,19 +321,3 @@ class RecordStore(DiskStore):
                 with self._guard(disk_key):
                     removed += int(bool(self.cache.delete(disk_key)))
         return removed
-
-
-# The LangChain adapter lives in medmis.tools._llm_cache; these names were once defined here and
-# are still imported from here by code outside this package (the harness runner), so resolve them
-# lazily: an eager import would be circular, since the adapter module imports this one.
-_MOVED_TO_LLM_CACHE = frozenset(
-    {"StoreCache", "attach_cache", "model_cache_key", "normalize_llm_string", "normalize_prompt"}
-)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _MOVED_TO_LLM_CACHE:
-        from medmis.tools import _llm_cache
-
-        return getattr(_llm_cache, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

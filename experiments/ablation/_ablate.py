@@ -26,20 +26,12 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from medmis.agents._registry import ModelOptions
-from medmis.defenses._base import create_defender
-from medmis.defenses._plugins import load_plugins
-from medmis.experiments._errors import CliError
+from medmis.agents import ModelOptions
+from medmis.defenses import create_defender, load_plugins
+from medmis.experiments import CliError
 from medmis.experiments.analysis._poison import share_dir, share_label, write_plan
-from medmis.experiments.benchmark._prompts import render_prompt
-from medmis.experiments.benchmark._protocols import build_cases
-from medmis.experiments.benchmark._types import Case
-from medmis.experiments.harness._config import ModelVariant
-from medmis.experiments.harness._runner import (
-    RunConfig,
-    RunStats,
-    run_experiment,
-)
+from medmis.experiments.benchmark import Case, build_cases, render_prompt
+from medmis.experiments.harness import ModelVariant, RunConfig, RunStats, run_experiment
 
 from ._config import (
     AblationConfig,
@@ -97,7 +89,7 @@ class CellEstimate(BaseModel):
 def _calibration(out: Path) -> dict[tuple[str, str, str], tuple[float, float, float, float]]:
     """Mean (llm calls, tool calls, tokens in, tokens out) per case from earlier records
     (those without an error), summed by DuckDB over the records' columns."""
-    from medmis.experiments.harness._scan import connect, load_records_table
+    from medmis.experiments.harness import connect, load_records_table
 
     path = out / "records.jsonl"
     if not path.exists() or path.stat().st_size == 0:
@@ -118,7 +110,7 @@ def _calibration(out: Path) -> dict[tuple[str, str, str], tuple[float, float, fl
 
 def estimate(config: AblationConfig, cases: Sequence[Case], out: Path) -> list[CellEstimate]:
     """Expected calls, tokens and cost per model x defender cell."""
-    from medmis.agents._mock import estimate_tokens
+    from medmis.agents import estimate_tokens
 
     calib = _calibration(out)
     base_tokens = {c.key: sum(estimate_tokens(str(m.content)) for m in render_prompt(c)) for c in cases}
@@ -180,7 +172,7 @@ def _billed_share(config: AblationConfig) -> float:
 
 def spent_usd(stats: RunStats, prices: dict[str, ModelEntry], share: float = 1.0) -> float:
     """Dollars so far, counted as ``medmis run --max-usd`` counts them."""
-    from medmis.experiments.harness._budget import spent_usd as run_spent_usd
+    from medmis.experiments.harness import spent_usd as run_spent_usd
 
     return run_spent_usd(stats, {s: (m.price_in_per_mtok, m.price_out_per_mtok) for s, m in prices.items()}, share)
 
@@ -308,8 +300,8 @@ async def run_ablation(config: AblationConfig, *, out: Path, progress: bool = Tr
     outcome = worst_outcome(outcomes)
     summary["exit_code"] = outcome.code
     summary["outcome"] = outcome.message
-    from medmis.experiments.analysis._verdict import VerdictSettings
-    from medmis.experiments.reporting._report import write_report
+    from medmis.experiments.analysis import VerdictSettings
+    from medmis.experiments.reporting import write_report
 
     settings = VerdictSettings.from_mapping(config.verdict.model_dump())
     if "type2_shuffled" in summary:
@@ -343,7 +335,7 @@ def ablate_command(path: str, *, out: str | None = None, dry_run: bool = False, 
             raise CliError(problem)
     out_dir = Path(out or config.out)
     run_cfg = _run_config(config, out_dir, progress=progress, shuffled=False, accept_changes=accept_changes)
-    from medmis.experiments.benchmark._data import load_dataset
+    from medmis.experiments.benchmark import load_dataset
 
     dataset = load_dataset(
         run_cfg.data, subset=config.subset, limit=config.limit, hub_repo=config.data_hub_repo
@@ -384,14 +376,13 @@ def ablate_command(path: str, *, out: str | None = None, dry_run: bool = False, 
         print(f"budget cap: ${config.budget_usd:.2f}")
     if dry_run:
         return 0
-    from medmis.experiments.harness._outcome import RunInterrupted
+    from medmis.experiments.harness import RunInterrupted
 
     try:
         summary = asyncio.run(run_ablation(config, out=out_dir, progress=progress, argv=argv,
                                            accept_changes=accept_changes))
     except RunInterrupted:  # Ctrl-C or SIGTERM: the report at once, saying it is incomplete
-        from medmis.experiments.reporting._interrupted import report_interrupted
-        from medmis.experiments.reporting._report import write_report
+        from medmis.experiments.reporting import report_interrupted, write_report
 
         report_interrupted(lambda d: write_report(d, baseline=config.baseline), out_dir, _notice)
         raise
@@ -415,7 +406,7 @@ def _check_folders(config: AblationConfig, out: Path, dataset: Any, accept_chang
     Raises:
         RunSetupError: A folder holds another run (a change not accepted).
     """
-    from medmis.experiments.harness._runner import Harness
+    from medmis.experiments.harness import Harness
 
     accepted = False
     for run in grid_runs(config, out):

@@ -20,14 +20,17 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from medmis.agents._registry import ModelOptions
-from medmis.experiments._errors import CliError
-from medmis.experiments.benchmark._hub import is_hub_address
-from medmis.experiments.benchmark._prompts import PromptName
-from medmis.experiments.benchmark._protocols import Type1Targets
-from medmis.experiments.benchmark._types import PROTOCOLS, ProtocolName
-from medmis.experiments.harness._config import CacheMode, DefenderConfig
-from medmis.tools._poison_types import PAGE_STYLES, PoisonRank, PoisonSettings
+from medmis.agents import ModelOptions
+from medmis.experiments import CliError
+from medmis.experiments.benchmark import (
+    PROTOCOLS,
+    PromptName,
+    ProtocolName,
+    Type1Targets,
+    is_hub_address,
+)
+from medmis.experiments.harness import CacheMode, DefenderConfig
+from medmis.tools import PAGE_STYLES, PoisonRank, PoisonSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 

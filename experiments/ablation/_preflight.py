@@ -10,13 +10,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from medmis.agents._registry import ModelOptions, parse_spec
-from medmis.defenses._base import create_defender, get_spec
-from medmis.experiments._errors import CliError
-from medmis.experiments.benchmark._types import Case
-from medmis.experiments.harness._config import merge_options
-from medmis.experiments.harness._io import read_records
-from medmis.experiments.harness._outcome import EXIT_CASE_ERRORS, EXIT_OK, EXIT_STOPPED, Outcome
+from medmis.agents import ModelOptions, parse_spec
+from medmis.defenses import create_defender, get_spec
+from medmis.experiments import CliError
+from medmis.experiments.benchmark import Case
+from medmis.experiments.harness import (
+    EXIT_CASE_ERRORS,
+    EXIT_OK,
+    EXIT_STOPPED,
+    Outcome,
+    merge_options,
+    read_records,
+)
 
 from ._config import ROOT, AblationConfig
 

@@ -13,6 +13,7 @@ from ._cluster import (
     tango_interval,
 )
 from ._columnar import run_metrics
+from ._compute import compare_defenders, compute_metrics
 from ._metrics import (
     PAIRWISE_METRICS,
     Cost,
@@ -20,15 +21,15 @@ from ._metrics import (
     MetricsReport,
     PairedComparison,
     UnitOutcomes,
-    compare_defenders,
+    canonical_order,
     compare_paired,
-    compute_metrics,
     cost_of,
     item_tags,
 )
 from ._same_answers import same_answers
 from ._stats import mcnemar_exact, p50, p95, paired_bootstrap_diff, percentile, wilson
 from ._units import (
+    ERRORS_AS_FAILURES,
     FAILURE_METRICS,
     INDICATOR_METRICS,
     METRICS,
@@ -45,22 +46,31 @@ from ._units import (
     metric_block,
 )
 from ._verdict import (
+    ALPHA,
+    CLEAN_DROP_TOLERANCE,
     DEFAULT_SETTINGS,
+    OVERCORRECT_DROP,
     Finding,
     Guard,
     LikeControl,
     ModelVerdict,
     Pairwise,
+    Prices,
     Verdict,
     VerdictSettings,
     decide,
+    usd,
 )
 
 __all__ = [
+    "ALPHA",
+    "CLEAN_DROP_TOLERANCE",
     "DEFAULT_SETTINGS",
+    "ERRORS_AS_FAILURES",
     "FAILURE_METRICS",
     "INDICATOR_METRICS",
     "METRICS",
+    "OVERCORRECT_DROP",
     "PAIRED_METRICS",
     "PAIRWISE_METRICS",
     "PROTOCOL_METRICS",
@@ -76,10 +86,12 @@ __all__ = [
     "ModelVerdict",
     "PairedComparison",
     "Pairwise",
+    "Prices",
     "Proportion",
     "UnitOutcomes",
     "Verdict",
     "VerdictSettings",
+    "canonical_order",
     "cluster_sign_test",
     "clustered_paired_diff",
     "clustered_proportion",
@@ -102,5 +114,6 @@ __all__ = [
     "run_metrics",
     "same_answers",
     "tango_interval",
+    "usd",
     "wilson",
 ]

@@ -26,13 +26,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from medmis.experiments.benchmark._types import (
-    CONTENT_TYPES,
-    PROTOCOLS,
-    PROVENANCES,
-    SUBSETS,
-    Record,
-)
+from medmis.experiments.benchmark import CONTENT_TYPES, PROTOCOLS, PROVENANCES, SUBSETS, Record
 
 from ._cluster import clustered_from_totals
 from ._failures import add_failure_units
@@ -43,7 +37,8 @@ from ._metrics import (
     MetricsReport,
     PairedComparison,
     UnitOutcomes,
-    _canonical_order,
+    canonical_order,
+    compare_arrays,
 )
 from ._stats import p50, p95
 from ._units import (
@@ -217,7 +212,7 @@ def _strata(blocks: dict[tuple[str, str, str, str], MetricBlock], model: str, de
 
 def _label_orders(con: duckdb.DuckDBPyConnection) -> dict[str, list[str]]:
     canon = {"subset": SUBSETS, "content_type": CONTENT_TYPES, "provenance": PROVENANCES}
-    return {f: _canonical_order((v for (v,) in con.execute(f"SELECT DISTINCT {f} FROM tags").fetchall()),
+    return {f: canonical_order((v for (v,) in con.execute(f"SELECT DISTINCT {f} FROM tags").fetchall()),
                                 canon[f]) for f in canon}
 
 
@@ -293,8 +288,6 @@ def _compare_all(jobs: list[tuple[np.ndarray, np.ndarray, list[str]]], baseline:
     by side.
     """
     from concurrent.futures import ThreadPoolExecutor
-
-    from ._metrics import compare_arrays
 
     def one(job: tuple[np.ndarray, np.ndarray, list[str]]) -> PairedComparison:
         xs, ys, items = job
@@ -397,7 +390,7 @@ def records_into(con: duckdb.DuckDBPyConnection, records: Iterable[Record], name
     """A ``records`` view over in-memory records (for callers that hold ``Record`` objects)."""
     import pyarrow as pa
 
-    from medmis.experiments.harness._scan import RECORD_COLUMNS
+    from medmis.experiments.harness import RECORD_COLUMNS
 
     rows = []
     for r in records:
@@ -421,8 +414,7 @@ def run_metrics(run_dir: str | Path, *, baseline: str = "none", n_boot: int = 20
                 seed: int = 0) -> MetricsReport:
     """The metrics of a run folder's ``records.jsonl``, scanned (and compacted) by DuckDB;
     records outside the folder's plan (``plan.json``) are left out."""
-    from medmis.experiments.harness._plan import planned_records_view
-    from medmis.experiments.harness._scan import connect
+    from medmis.experiments.harness import connect, planned_records_view
 
     with tempfile.TemporaryDirectory(prefix="medmis-metrics-") as tmp:
         # a database file, so that intermediate tables can leave memory under the limit

@@ -12,9 +12,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from pydantic import BaseModel, PrivateAttr
 
-from medmis.experiments.benchmark._types import (
-    Record,
-)
+from medmis.experiments.benchmark import Record
 
 from ._cluster import cluster_sign_test, clustered_paired_diff
 from ._stats import p50, p95
@@ -171,8 +169,9 @@ def item_tags(records: Iterable[Record]) -> ItemTags:
     return tags
 
 
-def _canonical_order(values: Iterable[str], canon: Sequence[str]) -> list[str]:
-    # Known labels in the paper's order, then anything else alphabetically.
+def canonical_order(values: Iterable[str], canon: Sequence[str]) -> list[str]:
+    """``values`` with the known labels first in ``canon``'s (the paper's) order, then anything
+    else alphabetically."""
     present = set(values)
     return [v for v in canon if v in present] + sorted(present - set(canon))
 
@@ -245,67 +244,3 @@ def compare_arrays(x: Sequence[bool | int] | np.ndarray, y: Sequence[bool | int]
         p_value=p_value, unit=unit, clusters=pd.clusters, interval=pd.method,
         test="mcnemar_exact" if unit == "item" else test,
     )
-
-
-def compare_defenders(report: MetricsReport, model: str, pairs: Sequence[tuple[str, str]], *,
-                      metric: str = "type1_asr") -> list[PairedComparison]:
-    """Paired comparisons of defender ``a`` with defender ``b`` of one model, for each pair.
-
-    Same units, interval and test as each defender's comparison with the baseline
-    (:func:`compare_arrays`): ``diff = value(a) - value(b)`` on the units both define, the
-    comparison's ``baseline`` field naming ``b``. Unit ids are sorted, so pairing is one
-    vectorised intersection.
-
-    Raises:
-        ValueError: When the report keeps no per-unit outcomes of ``metric`` (it was not made
-            by :func:`compute_metrics` / ``run_metrics``).
-    """
-    from ._columnar import _compare_all
-
-    if metric not in PAIRWISE_METRICS:
-        raise ValueError(f"per-unit outcomes are kept for {', '.join(PAIRWISE_METRICS)} only")
-    empty = UnitOutcomes(np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64))
-    jobs, names = [], []
-    for a, b in pairs:
-        if (model, a) not in report._cells or (model, b) not in report._cells:
-            raise ValueError(f"no per-unit outcomes for {model} x {a} or {b}")
-        ua = report._units.get((model, a, metric), empty)
-        ub = report._units.get((model, b, metric), empty)
-        _, ia, ib = np.intersect1d(ua.units, ub.units, assume_unique=True, return_indices=True)
-        jobs.append((ua.outcomes[ia], ub.outcomes[ib], list(ua.items[ia])))
-        names.append(b)
-    out = []
-    for name, job in zip(names, jobs, strict=True):
-        out.extend(_compare_all([job], name, report.n_boot, report.seed))
-    return out
-
-
-def compute_metrics(
-    records: Iterable[Record], *, baseline: str = "none", n_boot: int = 2000, seed: int = 0
-) -> MetricsReport:
-    """Compute every metric, stratum, cost figure and paired comparison of a run.
-
-    The records go into DuckDB and the same columnar engine as ``medmis report`` computes
-    the figures (:mod:`._columnar`); for a run folder use :func:`run_metrics`, which scans
-    ``records.jsonl`` without making a Python object per record.
-
-    Args:
-        records: All records of a run (deduplicated, e.g. from ``read_records``).
-        baseline: Defender every other defender of the same model is compared against; when a
-            model has no records for it, its defenders get no paired comparisons.
-        n_boot: Bootstrap replicates for paired CIs.
-        seed: Seed of the paired bootstrap.
-
-    Returns:
-        The ``MetricsReport``; ``report.to_json_dict()`` is the ``metrics.json`` content.
-    """
-    from medmis.experiments.harness._scan import connect
-
-    from ._columnar import metrics_from_view, records_into
-
-    con = connect()
-    try:
-        records_into(con, records)
-        return metrics_from_view(con, baseline=baseline, n_boot=n_boot, seed=seed)
-    finally:
-        con.close()

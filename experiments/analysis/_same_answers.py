@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from medmis.experiments.benchmark._types import Record
+from medmis.experiments.benchmark import Record
 
 from ._units import Proportion, item_key
 

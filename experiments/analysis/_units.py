@@ -42,7 +42,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from medmis.experiments.benchmark._types import Record
+from medmis.experiments.benchmark import Record
 
 from ._cluster import clustered_proportion
 from ._stats import wilson

@@ -30,7 +30,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from ._metrics import Cost, DefenderMetrics, MetricsReport, PairedComparison, compare_defenders
+from ._compute import compare_defenders
+from ._metrics import Cost, DefenderMetrics, MetricsReport, PairedComparison
 from ._units import Proportion
 
 ALPHA = 0.05

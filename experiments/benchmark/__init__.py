@@ -5,55 +5,114 @@ MedMisBench schema, the delivery protocols (clean / Type 1 / Type 2), the prompt
 (``paper``: the reference evaluation's wording; ``toolkit``) and answer extraction. Nothing here imports a model provider, a defender or the harness.
 """
 
-from ._data import (
-    DataError,
-    Dataset,
-    RowIssue,
-    canonical_content,
-    canonical_provenance,
-    canonical_subset,
-    load_dataset,
-)
-from ._extract import Extraction, extract_answer
-from ._prompts import (
-    PRESETS,
-    PROMPT_NAMES,
-    PromptMessages,
-    PromptName,
-    PromptPreset,
-    prompt_preset,
-    render_prompt,
-)
-from ._protocols import (
-    CONTEXT_HEADING,
-    SYSTEM_PROMPT,
-    answer_instruction,
-    build_cases,
-    cases_for_item,
-    render_context,
-    render_options,
-    render_question,
-    render_user_prompt,
-    stable_rng,
-    type1_target,
-)
-from ._types import (
-    CONTENT_TYPES,
-    DEFAULT_PROMPT,
-    PROTOCOLS,
-    PROVENANCES,
-    SUBSETS,
-    Answer,
-    Case,
-    CaseView,
-    ContextSentence,
-    Item,
-    ProtocolName,
-    Record,
-    TraceStep,
-    Usage,
-    as_view,
-)
+from typing import TYPE_CHECKING
+
+from medmis.tools import lazy_exports
+
+if TYPE_CHECKING:
+    from ._data import (
+        DataError,
+        Dataset,
+        RowIssue,
+        canonical_content,
+        canonical_provenance,
+        canonical_subset,
+        load_dataset,
+    )
+    from ._extract import Extraction, extract_answer
+    from ._hub import is_hub_address
+    from ._prompts import (
+        PRESETS,
+        PROMPT_NAMES,
+        PromptMessages,
+        PromptName,
+        PromptPreset,
+        prompt_preset,
+        render_prompt,
+    )
+    from ._protocols import (
+        CONTEXT_HEADING,
+        SYSTEM_PROMPT,
+        Type1Targets,
+        answer_instruction,
+        build_cases,
+        cases_for_item,
+        plan_cases,
+        render_context,
+        render_options,
+        render_question,
+        render_user_prompt,
+        stable_rng,
+        type1_target,
+    )
+    from ._types import (
+        CONTENT_TYPES,
+        DEFAULT_PROMPT,
+        PROTOCOLS,
+        PROVENANCES,
+        SUBSETS,
+        Answer,
+        Case,
+        CaseView,
+        ContextSentence,
+        Item,
+        ProtocolName,
+        Record,
+        TraceStep,
+        Usage,
+        as_view,
+    )
+    from ._validate import validate_command
+
+# Loaded on first use: a module that needs one core type (``Record`` for the records file, the
+# columnar scan) does not pay for the prompt presets and LangChain's message types.
+_HOME = {
+    **dict.fromkeys(
+        (
+            "DataError", "Dataset", "RowIssue", "canonical_content", "canonical_provenance",
+            "canonical_subset", "load_dataset"
+        ),
+        "_data",
+    ),
+    **dict.fromkeys(
+        (
+            "Extraction", "extract_answer"
+        ),
+        "_extract",
+    ),
+    **dict.fromkeys(
+        (
+            "PRESETS", "PROMPT_NAMES", "PromptMessages", "PromptName", "PromptPreset",
+            "prompt_preset", "render_prompt"
+        ),
+        "_prompts",
+    ),
+    **dict.fromkeys(
+        (
+            "CONTEXT_HEADING", "SYSTEM_PROMPT", "answer_instruction", "build_cases",
+            "cases_for_item", "render_context", "render_options", "render_question",
+            "render_user_prompt", "stable_rng", "type1_target"
+        ),
+        "_protocols",
+    ),
+    **dict.fromkeys(
+        (
+            "Answer", "CONTENT_TYPES", "Case", "CaseView", "ContextSentence", "DEFAULT_PROMPT",
+            "Item", "PROTOCOLS", "PROVENANCES", "ProtocolName", "Record", "SUBSETS", "TraceStep",
+            "Usage", "as_view"
+        ),
+        "_types",
+    ),
+    **dict.fromkeys(
+        (
+            "validate_command",
+        ),
+        "_validate",
+    ),
+    **dict.fromkeys(("is_hub_address",), "_hub"),
+    **dict.fromkeys(("Type1Targets", "plan_cases"), "_protocols"),
+}
+__getattr__ = lazy_exports(__name__, _HOME, globals())
 
 __all__ = [
     "CONTENT_TYPES",
@@ -80,6 +139,7 @@ __all__ = [
     "Record",
     "RowIssue",
     "TraceStep",
+    "Type1Targets",
     "Usage",
     "answer_instruction",
     "as_view",
@@ -89,7 +149,9 @@ __all__ = [
     "canonical_subset",
     "cases_for_item",
     "extract_answer",
+    "is_hub_address",
     "load_dataset",
+    "plan_cases",
     "prompt_preset",
     "render_context",
     "render_options",
@@ -98,4 +160,5 @@ __all__ = [
     "render_user_prompt",
     "stable_rng",
     "type1_target",
+    "validate_command",
 ]

@@ -23,7 +23,6 @@ from ._labels import canonical_content, canonical_provenance, canonical_subset, 
 from ._readers import DATA_SUFFIXES, Row, files_in, read_file
 from ._rows import RowContext, row_to_item
 from ._types import Item
-from ._validate import validate_command
 
 __all__ = [
     "DATA_SUFFIXES",
@@ -37,7 +36,6 @@ __all__ = [
     "canonical_provenance",
     "canonical_subset",
     "load_dataset",
-    "validate_command",
 ]
 
 

@@ -45,7 +45,7 @@ from typing import Any, Literal
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from pydantic import BaseModel, Field
 
-from medmis.agents._capabilities import GOOGLE_FAMILIES, StructuredOutput
+from medmis.agents import GOOGLE_FAMILIES, StructuredOutput
 
 from ._protocols import CONTEXT_HEADING, SYSTEM_PROMPT, render_user_prompt
 from ._types import DEFAULT_PROMPT, Case, CaseView, as_view

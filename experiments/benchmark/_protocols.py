@@ -13,12 +13,9 @@ from __future__ import annotations
 import hashlib
 import random
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Literal
 
 from ._types import DEFAULT_PROMPT, Case, CaseView, ContextSentence, Item, ProtocolName, as_view
-
-if TYPE_CHECKING:
-    from ._prompts import PromptMessages
 
 Type1Targets = Literal["sampled", "all"]
 
@@ -213,14 +210,3 @@ def render_user_prompt(
     parts.append(render_question(view))
     parts.append(instruction or answer_instruction(view))
     return "\n\n".join(parts)
-
-
-def render_prompt(case: Case | CaseView, **kwargs: Any) -> PromptMessages:
-    """The case's messages in its prompt preset: :func:`._prompts.render_prompt`.
-
-    Kept importable from here, where it used to live; the presets build on this module's
-    pieces, hence the import at call time.
-    """
-    from ._prompts import render_prompt as render
-
-    return render(case, **kwargs)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from typing import TextIO
 
+from ._data import load_dataset
 from ._dataset import DataError, Dataset
 from ._types import SUBSETS
 
@@ -53,8 +54,6 @@ def validate_command(
     """
     out = out if out is not None else sys.stdout
     err = err if err is not None else sys.stderr
-    from ._data import load_dataset  # the loader imports this module for its re-export
-
     try:
         ds = load_dataset(path, subset=subset, mode="skip", hub_repo=hub_repo)
     except DataError as exc:

@@ -5,7 +5,17 @@
 Face dataset (Parquet tables and a ``README.md`` card). ``medmis export inspect|parquet`` runs them.
 """
 
+from ._cli import add_export_parser, run_export
 from ._dataset import CONFIGS, dataset_card, export_parquet
 from ._inspect import INSTALL_HINT, SCORERS, export_inspect
 
-__all__ = ["CONFIGS", "INSTALL_HINT", "SCORERS", "dataset_card", "export_inspect", "export_parquet"]
+__all__ = [
+    "CONFIGS",
+    "INSTALL_HINT",
+    "SCORERS",
+    "add_export_parser",
+    "dataset_card",
+    "export_inspect",
+    "export_parquet",
+    "run_export",
+]

@@ -33,8 +33,7 @@ def export_parquet(run_dir: str | Path, out: str | Path | None = None, *, licens
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from medmis.experiments.harness._plan import planned_records_view
-    from medmis.experiments.harness._scan import connect
+    from medmis.experiments.harness import connect, planned_records_view
 
     from ._run import read_run
 

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from medmis.experiments._errors import CliError
+from medmis.experiments import CliError
 
 if TYPE_CHECKING:
     from medmis.experiments.benchmark._types import Record

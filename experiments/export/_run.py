@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from medmis.experiments._errors import CliError
+from medmis.experiments import CliError
 
 if TYPE_CHECKING:
     from medmis.experiments.benchmark._types import Record
@@ -75,8 +75,7 @@ def read_run(run_dir: str | Path) -> RunFolder:
     Raises:
         CliError: No ``records.jsonl`` (or no record) in the folder.
     """
-    from medmis.experiments.harness._io import read_records
-    from medmis.experiments.harness._plan import keep_planned
+    from medmis.experiments.harness import keep_planned, read_records
 
     d = Path(run_dir)
     if not (d / "records.jsonl").is_file():

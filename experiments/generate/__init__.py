@@ -8,7 +8,7 @@ call, seeded provenance sampling, rows in the released schema, and the sensitivi
 poisoned pages for Type 1 cases (``medmis generate pages``, :func:`generate_pages`).
 """
 
-from medmis.tools._lazy import lazy_exports
+from medmis.tools import lazy_exports
 
 # Loaded on first use: `medmis --help` builds this package's parsers and must stay light
 # (the comparison pulls in the statistics stack).
@@ -34,9 +34,12 @@ _HOME = {
     "generate": "_run",
     "generate_pages": "_pages",
     "read_source": "_sources",
+    "run_compare": "_cli",
+    "run_generate": "_cli",
     "release_row": "_release",
     "sample_provenance": "_pipeline",
     "stratified_sample": "_release",
+    **dict.fromkeys(("add_parsers",), "_cli"),
 }
 
 
@@ -55,6 +58,7 @@ __all__ = [
     "PagesConfig",
     "Pipeline",
     "SourceItem",
+    "add_parsers",
     "build_jobs",
     "compare_command",
     "compare_records",
@@ -65,6 +69,8 @@ __all__ = [
     "generate_pages",
     "read_source",
     "release_row",
+    "run_compare",
+    "run_generate",
     "sample_provenance",
     "stratified_sample",
 ]

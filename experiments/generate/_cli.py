@@ -7,8 +7,8 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
+from medmis.experiments import CliError
 from medmis.experiments._cli_flags import add_plugin_flag, parse_kv
-from medmis.experiments._errors import CliError
 
 FORMATS = ("auto", "medqa", "medmcqa", "medxpertqa", "medjourney", "hle", "release")
 PAGES_EPILOG = ("medmis generate pages --help: pages supporting each Type 1 case's false claim "

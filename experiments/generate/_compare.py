@@ -21,15 +21,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from medmis.experiments._errors import CliError
-from medmis.experiments.analysis._cluster import cluster_sign_test, clustered_paired_diff
-from medmis.experiments.analysis._units import is_correct
+from medmis.experiments import CliError
+from medmis.experiments.analysis import cluster_sign_test, clustered_paired_diff, is_correct
 from medmis.experiments.benchmark import Record
-from medmis.experiments.reporting._simulated import (
-    SIMULATED_STATEMENT,
-    is_simulated,
-    mark_simulated,
-)
+from medmis.experiments.reporting import SIMULATED_STATEMENT, is_simulated, mark_simulated
 
 UnitKey = tuple[str, str | None]  # (item key, target)
 Outcome = Callable[[Record], bool]
@@ -97,8 +92,7 @@ def compare_records(a: list[Record], b: list[Record], *, seed: int = 0) -> list[
 
 
 def _load(run: Path) -> list[Record]:
-    from medmis.experiments.harness import read_records
-    from medmis.experiments.harness._plan import describe_outside, keep_planned
+    from medmis.experiments.harness import describe_outside, keep_planned, read_records
 
     path = run / "records.jsonl" if run.is_dir() else run
     if not path.exists():

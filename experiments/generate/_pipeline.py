@@ -13,8 +13,7 @@ from typing import Any, Literal
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, HumanMessage
 
-from medmis.agents import RetryPolicy, message_text, retry_async
-from medmis.agents._capabilities import StructuredOutput
+from medmis.agents import RetryPolicy, StructuredOutput, message_text, retry_async
 
 from . import _prompts as P
 from ._release import release_row

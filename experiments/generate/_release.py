@@ -11,8 +11,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from medmis.experiments.benchmark import Item, canonical_content, canonical_provenance
-from medmis.experiments.benchmark._types import PROVENANCES
+from medmis.experiments.benchmark import PROVENANCES, Item, canonical_content, canonical_provenance
 
 from . import _prompts as P
 from ._sources import SourceItem

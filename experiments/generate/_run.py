@@ -18,9 +18,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from medmis.experiments._errors import CliError
-from medmis.experiments.harness._io import repair_torn_tail
-from medmis.tools._redact import redact_json, redact_obj, scrub_url
+from medmis.experiments import CliError
+from medmis.experiments.harness import repair_torn_tail
+from medmis.tools import redact_json, redact_obj, scrub_url
 
 from . import _prompts as P
 from ._pipeline import FINAL_STATUSES, Job, Pipeline, Stages, sample_provenance
@@ -181,8 +181,8 @@ def fingerprint(cfg: GenerateConfig, mode: str) -> dict[str, Any]:
 def _endpoint(cfg: Writer) -> str | None:
     """The server the generator talks to: ``--base-url`` or its provider's environment
     variable (``OPENAI_BASE_URL`` …), credentials stripped."""
-    from medmis.agents._registry import ModelOptions, effective_base_url
-    from medmis.experiments.harness._identity import bare_url
+    from medmis.agents import ModelOptions, effective_base_url
+    from medmis.experiments.harness import bare_url
 
     try:
         return bare_url(effective_base_url(cfg.generator, ModelOptions(base_url=cfg.base_url)))
@@ -298,7 +298,7 @@ def _model(cfg: Writer, temperature: float, store: Any) -> Any:
 
     chat = load_model(cfg.generator, ModelOptions(temperature=temperature, base_url=cfg.base_url, seed=None))
     if store is not None:
-        from medmis.tools._store import attach_cache
+        from medmis.tools import attach_cache
 
         chat = attach_cache(chat, store)
     return chat
@@ -349,7 +349,7 @@ def generate(cfg: GenerateConfig) -> int:
     fp = fingerprint(cfg, mode)
     store = None
     if cfg.cache != "live":
-        from medmis.tools._store import RecordStore
+        from medmis.tools import RecordStore
 
         store = RecordStore(cfg.cache_dir or cfg.side(".cache"), cfg.cache)
     model, extract_model = _models(cfg, store)  # before any file: a missing key creates nothing
@@ -415,7 +415,7 @@ def _write_manifest(cfg: GenerateConfig, fp: dict[str, Any], previous: dict[str,
     totals.update(calls=sum(o["calls"] for o in every), input_tokens=tin, output_tokens=tout,
                   usd=_usd(cfg.price, tin, tout))
     now = datetime.now(UTC).isoformat(timespec="seconds")
-    from medmis.experiments.harness._manifest import package_versions, scrub_argv
+    from medmis.experiments.harness import package_versions, scrub_argv
 
     manifest = {
         "fingerprint": fp,

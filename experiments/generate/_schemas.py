@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from medmis.agents._capabilities import StructuredOutput
+from medmis.agents import StructuredOutput
 
 from ._prompts import MISINFO_TYPES, NOT_APPLICABLE
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from medmis.experiments.benchmark._dataset import DataError
+from medmis.experiments.benchmark import DataError
 
 SourceFormat = Literal["medqa", "medmcqa", "medxpertqa", "medjourney", "hle"]
 SOURCE_FORMATS: tuple[str, ...] = ("medqa", "medmcqa", "medxpertqa", "medjourney", "hle")

@@ -26,12 +26,10 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
-from medmis.agents._registry import ModelOptions, parse_spec
-from medmis.agents._retry import RetryPolicy, retry_async
-from medmis.defenses._base import Defender, DefenderContext
-from medmis.experiments.benchmark._types import Case, ProtocolName
-from medmis.tools._bounded import bulk_transfers
-from medmis.tools._redact import redact
+from medmis.agents import ModelOptions, RetryPolicy, parse_spec, retry_async
+from medmis.defenses import Defender, DefenderContext
+from medmis.experiments.benchmark import Case, ProtocolName
+from medmis.tools import bulk_transfers, redact
 
 from ._batch_model import BatchChat, BatchRequest, RequestCollected
 from ._batch_providers import BatchDriver, JobStatus, driver_for

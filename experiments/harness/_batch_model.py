@@ -23,7 +23,7 @@ from langchain_core.messages import BaseMessage
 from langchain_core.outputs import ChatResult
 from pydantic import ConfigDict, Field
 
-from medmis.agents._capabilities import provider_family
+from medmis.agents import provider_family
 
 BATCH_FAMILIES = ("openai", "google")
 """Provider families with a batch API this toolkit drives (OpenAI Batch API, Gemini batches)."""

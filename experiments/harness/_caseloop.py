@@ -36,8 +36,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from medmis.agents._limiter import AdaptiveLimiter, LimiterState
-from medmis.tools._redact import configured_secrets
+from medmis.agents import AdaptiveLimiter, LimiterState
+from medmis.tools import configured_secrets
 
 from ._helpers import STOP_GRACE_S, Counter, Helper, helper_main, helper_timeout, reap, run_workers
 from ._io import WriteFailed, repair_torn_tail, scrub_lines

@@ -9,10 +9,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from medmis.agents._registry import ModelOptions
-from medmis.experiments.benchmark._prompts import PromptName
-from medmis.experiments.benchmark._protocols import Type1Targets
-from medmis.experiments.benchmark._types import PROTOCOLS, ProtocolName, Record
+from medmis.agents import ModelOptions
+from medmis.experiments.benchmark import PROTOCOLS, PromptName, ProtocolName, Record, Type1Targets
 from medmis.tools import PoisonSettings
 
 CacheMode = Literal["live", "record", "replay", "refresh"]

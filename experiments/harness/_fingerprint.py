@@ -20,9 +20,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from medmis.agents._decoding import decoding_fingerprint, decoding_table
-from medmis.agents._registry import effective_base_url
-from medmis.experiments.benchmark._prompts import prompt_preset
+from medmis.agents import decoding_fingerprint, decoding_table, effective_base_url
+from medmis.experiments.benchmark import prompt_preset
 
 from ._config import RunConfig
 from ._identity import (

@@ -18,7 +18,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from medmis.agents._limiter import LimiterState
+from medmis.agents import LimiterState
 
 BEAT_S = 1.0
 """A helper's heartbeat: seconds between two messages when it has no case to send."""

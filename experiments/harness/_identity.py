@@ -46,7 +46,7 @@ def _plugin_distribution(module: str) -> str | None:
     ``module`` (or its package); None for medmis itself and for code no entry point names."""
     if module == "medmis" or module.startswith("medmis."):
         return None
-    from medmis.defenses._base import ENTRY_POINT_GROUP
+    from medmis.defenses import ENTRY_POINT_GROUP
 
     top = module.split(".")[0]
     found = None
@@ -65,7 +65,7 @@ def defender_code(name: str) -> dict[str, Any]:
     """The code identity of a registered defender: the modules of its factory and options
     class, a SHA-256 of their source files, and for a plug-in its distribution's
     ``name@version`` (medmis's own version is announced separately, never refused)."""
-    from medmis.defenses._base import get_spec
+    from medmis.defenses import get_spec
 
     spec = get_spec(name)
     return _code_of(spec.factory, spec.options)
@@ -73,7 +73,7 @@ def defender_code(name: str) -> dict[str, Any]:
 
 @functools.cache
 def _code_of(factory: Any, options: type) -> dict[str, Any]:
-    from medmis.graphs._context import DefenderOptions
+    from medmis.graphs import DefenderOptions
 
     modules = [getattr(factory, "__module__", None)]
     if options is not DefenderOptions:  # the shared base class is no defender's own code
@@ -112,9 +112,7 @@ def examinee_identity(model: Any) -> dict[str, Any]:
 def web_tool_endpoints(search: str, visit: str) -> dict[str, str]:
     """The web tools' backends with the server each talks to (the option's environment
     variable, else the service's default), credentials stripped."""
-    from medmis.tools._jina import JINA_DEFAULT_BASE_URL
-    from medmis.tools._serper import SERPER_DEFAULT_BASE_URL
-    from medmis.tools._tavily import TAVILY_DEFAULT_BASE_URL
+    from medmis.tools import JINA_DEFAULT_BASE_URL, SERPER_DEFAULT_BASE_URL, TAVILY_DEFAULT_BASE_URL
 
     servers = {
         "tavily": ("TAVILY_BASE_URL", TAVILY_DEFAULT_BASE_URL),

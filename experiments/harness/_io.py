@@ -7,14 +7,12 @@ import json
 import os
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from pydantic import ValidationError
 
-from medmis.experiments.benchmark._types import Record
-from medmis.tools._redact import configured_secrets, json_needs_redaction, redact_obj
-
-from ._scan import complete_length
+from medmis.experiments.benchmark import Record
+from medmis.tools import configured_secrets, json_needs_redaction, redact_obj
 
 
 def scrub_lines(record: Record, trace: dict[str, Any],
@@ -148,3 +146,23 @@ def append_records(path: str | Path, records: Iterable[Record]) -> None:
             fh.write(r.model_dump_json() + "\n")
             fh.flush()
         os.fsync(fh.fileno())
+
+
+def complete_length(fh: BinaryIO, size: int) -> int:
+    """How many bytes of a JSONL file of ``size`` bytes end on a newline (all of them unless
+    its last line is torn); the last newline is looked for backwards in blocks, since a run's
+    file can be gigabytes."""
+    if size == 0:
+        return 0
+    fh.seek(size - 1)
+    if fh.read(1) == b"\n":
+        return size
+    end, block = size, 1 << 16
+    while end > 0:
+        start = max(0, end - block)
+        fh.seek(start)
+        at = fh.read(end - start).rfind(b"\n")
+        if at >= 0:
+            return start + at + 1
+        end = start
+    return 0

@@ -12,9 +12,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from medmis.agents._decoding import decoding_record
-from medmis.experiments.benchmark._prompts import prompt_preset
-from medmis.tools._redact import is_secret_name, redact, redact_obj
+from medmis.agents import decoding_record
+from medmis.experiments.benchmark import prompt_preset
+from medmis.tools import is_secret_name, redact, redact_obj
 
 from ._config import RunConfig
 from ._poison import poison_manifest

@@ -14,7 +14,7 @@ from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 
-from medmis.agents._registry import ModelOptions, load_model
+from medmis.agents import ModelOptions, load_model
 
 from ._config import CacheMode
 
@@ -63,7 +63,7 @@ class ModelPool:
         if self._cache_mode == "live":
             return None
         if self._store is None:
-            from medmis.tools._store import RecordStore
+            from medmis.tools import RecordStore
 
             self._store = RecordStore(self._cache_dir, self._cache_mode)
         return self._store
@@ -86,7 +86,7 @@ class ModelPool:
             chat = self.raw(spec)
             store = self.store()
             if store is not None:
-                from medmis.tools._store import attach_cache
+                from medmis.tools import attach_cache
 
                 chat = attach_cache(chat, store)
             self._models[spec] = chat

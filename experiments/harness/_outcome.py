@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from medmis.experiments.benchmark._types import Record
+from medmis.experiments.benchmark import Record
 
 from ._manifest import mark_outcome
 from ._resume import error_texts

@@ -230,7 +230,7 @@ def jobs_for_missing(config: RunConfig, defenders: Sequence[Defender], missing: 
                      items: Sequence[Item]) -> list[list[tuple[str, Defender, Case]]]:
     """The missing cases (model, defender, planned-case indexes) as jobs, clean first; an
     item's cases are built once, when needed."""
-    from medmis.experiments.benchmark._protocols import cases_for_item
+    from medmis.experiments.benchmark import cases_for_item
 
     built: dict[int, dict[tuple[str, str | None], Case]] = {}
     todo: list[list[tuple[str, Defender, Case]]] = [[], []]

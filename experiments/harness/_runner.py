@@ -22,16 +22,25 @@ from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 
-from medmis.agents._limiter import AdaptiveLimiter
-from medmis.agents._retry import RetryPolicy
-from medmis.agents._transport import aclose_transports
-from medmis.defenses._base import Defender, DefenderConfigError, DefenderContext, create_defender
-from medmis.defenses._plugins import load_plugins
-from medmis.experiments.benchmark._prompts import prompt_preset
-from medmis.experiments.benchmark._protocols import build_cases, plan_cases
-from medmis.experiments.benchmark._types import Answer, Case, Item, ProtocolName, Record
-from medmis.tools._exit import collect_from_here
-from medmis.tools._redact import redact
+from medmis.agents import AdaptiveLimiter, RetryPolicy, aclose_transports
+from medmis.defenses import (
+    Defender,
+    DefenderConfigError,
+    DefenderContext,
+    create_defender,
+    load_plugins,
+)
+from medmis.experiments.benchmark import (
+    Answer,
+    Case,
+    Item,
+    ProtocolName,
+    Record,
+    build_cases,
+    plan_cases,
+    prompt_preset,
+)
+from medmis.tools import collect_from_here, redact
 
 from ._caseloop import CaseLoop, fork_blocker, resolve_processes
 from ._config import (
@@ -60,7 +69,7 @@ from ._resume import CasePlan, ResumeState, jobs_for_missing, resume_state
 __all__ = [
     "INVALID_ROWS_FILE", "CacheMode", "DefenderConfig", "Harness", "RunConfig", "RunResult",
     "RunSetupError", "RunStats", "SearchBackendName", "VisitBackendName",
-    "is_simulated", "package_versions", "run_experiment", "scrub_argv",
+    "is_simulated", "package_versions", "scrub_argv",
 ]
 
 
@@ -69,7 +78,7 @@ def _safe_name(text: str) -> str:
 
 
 class Harness:
-    """Runs one configuration. Build with :func:`run_experiment` unless you need the parts."""
+    """Runs one configuration. Build with :func:`._experiment.run_experiment` unless you need the parts."""
 
     def __init__(
         self,
@@ -145,8 +154,7 @@ class Harness:
         if not self._tools_built:
             self._tools_built = True
             if any(d.uses_tools for d in self.defenders):
-                from medmis.tools._types import ToolError
-                from medmis.tools._web import make_tools
+                from medmis.tools import ToolError, make_tools
 
                 try:
                     self._tools = make_tools(
@@ -193,7 +201,7 @@ class Harness:
     # -- run ---------------------------------------------------------------------------------
     def load_dataset(self) -> Any:
         """The run's items (strict or skipping invalid rows, as configured)."""
-        from medmis.experiments.benchmark._data import DataError, load_dataset
+        from medmis.experiments.benchmark import DataError, load_dataset
 
         dataset = load_dataset(
             self.config.data,
@@ -435,16 +443,3 @@ class Harness:
         n, self.outcome = record_outcome(self.out, records_path, self.stats.stopped_reason,
                                          scrub_argv(self.argv), limiter, tally=tally)
         return n
-
-
-async def run_experiment(config: RunConfig, *, batch_cancel: bool = False, **kwargs: Any) -> RunResult:
-    """Run (or resume) a configuration; the caller writes the report (``medmis.experiments.reporting``).
-
-    ``config.batch`` runs it through provider batch jobs (``._batch``); ``batch_cancel``
-    then cancels the folder's unfinished jobs instead.
-    """
-    if config.batch:
-        from ._batch import BatchHarness
-
-        return await BatchHarness(config, cancel=batch_cancel, **kwargs).run()
-    return await Harness(config, **kwargs).run()

@@ -19,7 +19,9 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, Any
+
+from ._io import complete_length, read_records
 
 if TYPE_CHECKING:
     import duckdb
@@ -95,26 +97,6 @@ def _sql_str(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def complete_length(fh: BinaryIO, size: int) -> int:
-    """How many bytes of a JSONL file of ``size`` bytes end on a newline (all of them unless
-    its last line is torn); the last newline is looked for backwards in blocks, since a run's
-    file can be gigabytes."""
-    if size == 0:
-        return 0
-    fh.seek(size - 1)
-    if fh.read(1) == b"\n":
-        return size
-    end, block = size, 1 << 16
-    while end > 0:
-        start = max(0, end - block)
-        fh.seek(start)
-        at = fh.read(end - start).rfind(b"\n")
-        if at >= 0:
-            return start + at + 1
-        end = start
-    return 0
-
-
 @contextmanager
 def _complete_lines(path: Path) -> Iterator[Path]:
     """``path``, or a temporary copy up to its last newline when the last line is torn."""
@@ -143,11 +125,18 @@ def _scan_sql(path: Path, columns: dict[str, str]) -> str:
     return f"read_json({_sql_str(str(path))}, format='newline_delimited', columns={spec})"
 
 
+@contextmanager
+def scan_jsonl(path: Path, columns: dict[str, str]) -> Iterator[str]:
+    """A DuckDB ``read_json`` expression over ``path``'s complete lines (a torn last line left
+    out), reading only ``columns`` (name -> DuckDB type): for fields the compacted Parquet
+    does not keep."""
+    with _complete_lines(path) as readable:
+        yield _scan_sql(readable, columns)
+
+
 def _python_rows(path: Path) -> Any:
     """The exact (slow) reader: ``read_records`` as an Arrow table in file order."""
     import pyarrow as pa
-
-    from ._io import read_records
 
     rows = []
     for r in read_records(path):

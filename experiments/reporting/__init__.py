@@ -7,27 +7,48 @@ second process loads the rest (:mod:`._worker`).
 
 from typing import TYPE_CHECKING
 
-from medmis.tools._lazy import lazy_exports
+from medmis.tools import lazy_exports
 
 if TYPE_CHECKING:
-    from ._html import write_html
+    from ._cases import RAW_LIMIT, agent_view, clip_text, question_from_trace
+    from ._html import script_json, write_html
+    from ._interrupted import report_interrupted
     from ._paper_tables import paper_tables, render_paper_tables
     from ._plots import PLOT_FILES, PLOTS_DIR, write_plots
     from ._report import RunData, load_run, render_markdown, write_report
+    from ._simulated import SIMULATED_STATEMENT, is_simulated, mark_simulated
+    from ._worker import ReportWorker, worker_enabled
 
 _HOME = {"write_html": "_html", "PLOT_FILES": "_plots", "PLOTS_DIR": "_plots", "write_plots": "_plots",
          "paper_tables": "_paper_tables", "render_paper_tables": "_paper_tables",
-         "RunData": "_report", "load_run": "_report", "render_markdown": "_report", "write_report": "_report"}
+         "RunData": "_report", "load_run": "_report", "render_markdown": "_report", "write_report": "_report",
+    **dict.fromkeys(("RAW_LIMIT", "agent_view", "clip_text", "question_from_trace"), "_cases"),
+    "script_json": "_html",
+    **dict.fromkeys(("ReportWorker", "worker_enabled"), "_worker"),
+    **dict.fromkeys(("report_interrupted",), "_interrupted"),
+    **dict.fromkeys(("SIMULATED_STATEMENT", "is_simulated", "mark_simulated"), "_simulated"),
+}
 __getattr__ = lazy_exports(__name__, _HOME, globals())
 
 __all__ = [
     "PLOTS_DIR",
     "PLOT_FILES",
+    "RAW_LIMIT",
+    "SIMULATED_STATEMENT",
+    "ReportWorker",
     "RunData",
+    "agent_view",
+    "clip_text",
+    "is_simulated",
     "load_run",
+    "mark_simulated",
     "paper_tables",
+    "question_from_trace",
     "render_markdown",
     "render_paper_tables",
+    "report_interrupted",
+    "script_json",
+    "worker_enabled",
     "write_html",
     "write_plots",
     "write_report",

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from medmis.agents._text import content_text
+from medmis.agents import content_text
 
 RAW_LIMIT = 4000
 TEXT_LIMIT = 600  # claims, quotes, queries, URLs
@@ -144,7 +144,8 @@ def question_from_trace(trace: Mapping[str, Any]) -> tuple[str, dict[str, str]] 
     return None
 
 
-def _clip(text: Any, limit: int = RAW_LIMIT) -> str:
+def clip_text(text: Any, limit: int = RAW_LIMIT) -> str:
+    """``text`` cut to ``limit`` characters, saying how many were cut."""
     text = "" if text is None else str(text)
     return text if len(text) <= limit else text[:limit] + f"\n[… clipped {len(text) - limit} characters]"
 
@@ -153,38 +154,39 @@ def _dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _agent_view(trace: Mapping[str, Any]) -> dict[str, Any]:
+def agent_view(trace: Mapping[str, Any]) -> dict[str, Any]:
+    """A trace's searches and visits, clipped, for the case views (report and ``medmis view``)."""
     searches: list[dict[str, Any]] = []
     visits: list[dict[str, Any]] = []
     for step in trace.get("steps") or []:
         if not isinstance(step, dict) or step.get("kind") != "tool":
             continue
         args = _dict(step.get("input"))
-        error = _clip(step["error"], TEXT_LIMIT) if step.get("error") else None
+        error = clip_text(step["error"], TEXT_LIMIT) if step.get("error") else None
         if step.get("name") == "search_web":
-            searches.append({"query": _clip(args.get("query", ""), TEXT_LIMIT), "error": error})
+            searches.append({"query": clip_text(args.get("query", ""), TEXT_LIMIT), "error": error})
         elif step.get("name") == "visit_web":
             page = _dict(step.get("output"))
             final = page.get("final_url")
             url = str(args.get("url", ""))
             if final and final != url:  # show where a redirect actually landed
                 url += " → " + str(final)
-            visits.append({"url": _clip(url, TEXT_LIMIT), "error": error})
+            visits.append({"url": clip_text(url, TEXT_LIMIT), "error": error})
     extra = _dict(trace.get("extra"))
     # Traces without tool steps (e.g. trimmed by hand) still carry the agent's own summary.
     if not searches:
-        searches = [{"query": _clip(s.get("query", ""), TEXT_LIMIT), "error": s.get("error")}
+        searches = [{"query": clip_text(s.get("query", ""), TEXT_LIMIT), "error": s.get("error")}
                     for s in extra.get("searches") or [] if isinstance(s, dict)]
     if not visits:
-        visits = [{"url": _clip(u, TEXT_LIMIT), "error": None}
+        visits = [{"url": clip_text(u, TEXT_LIMIT), "error": None}
                   for u in extra.get("visited") or [] if isinstance(u, str)]
     verdicts = [
-        {"claim": _clip(v.get("claim"), TEXT_LIMIT), "verdict": v.get("verdict"),
-         "quote": _clip(v.get("quote"), TEXT_LIMIT),
-         "url": _clip(v["url"], TEXT_LIMIT) if v.get("url") else None}
+        {"claim": clip_text(v.get("claim"), TEXT_LIMIT), "verdict": v.get("verdict"),
+         "quote": clip_text(v.get("quote"), TEXT_LIMIT),
+         "url": clip_text(v["url"], TEXT_LIMIT) if v.get("url") else None}
         for v in extra.get("verdicts") or [] if isinstance(v, dict)
     ]
-    cited = [_clip(u, TEXT_LIMIT) for u in extra.get("cited_urls") or [] if isinstance(u, str)]
+    cited = [clip_text(u, TEXT_LIMIT) for u in extra.get("cited_urls") or [] if isinstance(u, str)]
     return {"searches": searches, "visits": visits, "verdicts": verdicts, "cited": cited,
             "escalated": extra.get("escalated")}
 
@@ -216,8 +218,7 @@ def sample_items(run_dir: Path, max_items: int) -> tuple[list[str], int] | None:
     Reads ``records.jsonl`` through DuckDB (None when the run has none): a case is flipped
     when an injected case is answered wrongly by a (model, defender) that was right on clean.
     """
-    from medmis.experiments.harness._plan import planned_records_view
-    from medmis.experiments.harness._scan import connect
+    from medmis.experiments.harness import connect, planned_records_view
 
     records = run_dir / "records.jsonl"
     if not records.exists() or records.stat().st_size == 0:
@@ -318,7 +319,7 @@ def _assemble(sample: tuple[list[str], int] | None, per_file: list[list[dict[str
         row_key = f"{t['protocol']}|{t.get('target') or ''}"
         row = item["rows"].setdefault(row_key, {
             "protocol": t["protocol"], "target": t.get("target"),
-            "context": [{"text": _clip(c.get("text", ""), RAW_LIMIT), "option": c.get("option"),
+            "context": [{"text": clip_text(c.get("text", ""), RAW_LIMIT), "option": c.get("option"),
                          "truthful": c.get("truthful")}
                         for c in t.get("context") or [] if isinstance(c, dict)],
             "answers": [],
@@ -330,7 +331,7 @@ def _assemble(sample: tuple[list[str], int] | None, per_file: list[list[dict[str
             "model": str(t.get("model")), "defender": str(t.get("defender")),
             "choice": t.get("choice"),
             "correct": correct, "error": t.get("error"), "flipped": flipped,
-            "raw": _clip(t.get("raw")), "agent": _agent_view(t),
+            "raw": clip_text(t.get("raw")), "agent": agent_view(t),
         })
     # the sample's order (flips first), else by id: trace files are written as cases finish
     order = {k: i for i, k in enumerate(sample[0])} if sample else {}

@@ -9,8 +9,7 @@ import re
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from medmis.experiments.analysis._metrics import DefenderMetrics, MetricsReport, PairedComparison
-from medmis.experiments.analysis._units import Proportion
+from medmis.experiments.analysis import DefenderMetrics, MetricsReport, PairedComparison, Proportion
 
 CSV_COLUMNS: tuple[str, ...] = (
     "model", "defender", "stratum_kind", "stratum", "metric", "value", "k", "n", "lo", "hi",

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from medmis.tools._redact import redact_json
+from medmis.tools import redact_json
 
 from ._cases import MAX_ITEMS, case_data
 from ._cells import html_table, pct, pct_n
@@ -187,7 +187,7 @@ _JS = r"""
 """
 
 
-def _script_json(data: Any) -> str:
+def script_json(data: Any) -> str:
     """JSON that is inert inside a ``<script>`` element.
 
     "</" would end the element early, so its slash is escaped; every other "<" becomes
@@ -270,7 +270,7 @@ def write_html(
         sensitivity = delivery_sensitivity(run_dir)
     # runs written before traces were redacted may still hold an echoed key: mask it here too
     cases = redact_json(case_data(run_dir, max_items=max_items) if cases is None else cases)
-    payload = _script_json(cases)
+    payload = script_json(cases)
     banner = ('<p class="banner" id="simulated-banner">SIMULATED EXAMINEE — these results come '
               "from a simulated examinee and are not measurements of any model. They exercise "
               "the pipeline only.</p>" if simulated else "")

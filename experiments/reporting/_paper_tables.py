@@ -22,9 +22,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from medmis.experiments.analysis._metrics import MetricsReport, _canonical_order
-from medmis.experiments.analysis._units import ERRORS_AS_FAILURES, Proportion
-from medmis.experiments.benchmark._types import SUBSETS
+from medmis.experiments.analysis import (
+    ERRORS_AS_FAILURES,
+    MetricsReport,
+    Proportion,
+    canonical_order,
+)
+from medmis.experiments.benchmark import SUBSETS
 
 from ._format import md_table
 from ._run import RunData
@@ -105,7 +109,7 @@ class PaperTable:
 def _subset_columns(report: MetricsReport) -> list[str]:
     present = (label for defenders in report.results.values() for dm in defenders.values()
                for label in dm.strata.get("subset", {}))
-    return _canonical_order(present, SUBSETS)
+    return canonical_order(present, SUBSETS)
 
 
 def _cell(p: Proportion | None) -> float | None:

@@ -24,7 +24,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from medmis.experiments.benchmark._types import CONTENT_TYPES, PROVENANCES
+from medmis.experiments.benchmark import CONTENT_TYPES, PROVENANCES
 
 from ._labels import label_points as _label_points
 from ._labels import place_labels as _place_labels

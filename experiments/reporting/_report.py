@@ -14,15 +14,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from medmis.experiments.analysis._columnar import run_metrics
-from medmis.experiments.analysis._metrics import MetricsReport
-from medmis.experiments.analysis._verdict import (
+from medmis.experiments.analysis import (
     CLEAN_DROP_TOLERANCE,
     OVERCORRECT_DROP,
+    MetricsReport,
     Verdict,
     VerdictSettings,
+    run_metrics,
 )
-from medmis.tools._redact import redact
+from medmis.tools import redact
 
 from ._format import (
     CSV_COLUMNS,
@@ -103,7 +103,7 @@ def write_report(
     """
     run = load_run(run_dir)
     if run.facts.outside.count and notice is not None:
-        from medmis.experiments.harness._plan import describe_outside
+        from medmis.experiments.harness import describe_outside
 
         notice(describe_outside(run.run_dir / "records.jsonl", run.facts.outside))
     report = run_metrics(run.run_dir, baseline=baseline, seed=seed)

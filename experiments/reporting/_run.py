@@ -8,9 +8,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from medmis.experiments.benchmark._types import Record
-from medmis.experiments.harness._io import read_records
-from medmis.experiments.harness._plan import Outside
+from medmis.experiments.benchmark import Record
+from medmis.experiments.harness import Outside, read_records
 
 from ._simulated import SIMULATED_PREFIX
 
@@ -32,8 +31,7 @@ class RecordFacts:
 
 def record_facts(records_path: Path) -> RecordFacts:
     """Record count, models (first-seen order) and prompt presets, by a columnar scan."""
-    from medmis.experiments.harness._plan import planned_records_view
-    from medmis.experiments.harness._scan import connect
+    from medmis.experiments.harness import connect, planned_records_view
 
     if records_path.stat().st_size == 0:
         return RecordFacts()
@@ -54,14 +52,13 @@ def record_facts(records_path: Path) -> RecordFacts:
 
 
 def _prompts(con: Any, records_path: Path) -> tuple[tuple[str, str | None], ...]:
-    from medmis.experiments.harness._scan import _complete_lines, _scan_sql
+    from medmis.experiments.harness import scan_jsonl
 
     # prompt fields are not in the compacted columns: a two-column scan of the JSON lines
-    with _complete_lines(records_path) as readable:
+    with scan_jsonl(records_path, {"prompt": "VARCHAR", "prompt_version": "VARCHAR"}) as source:
         rows = con.execute(
             "SELECT prompt, prompt_version FROM (SELECT prompt, prompt_version, "
-            "row_number() OVER () AS rn FROM "
-            f"{_scan_sql(readable, {'prompt': 'VARCHAR', 'prompt_version': 'VARCHAR'})}) "
+            f"row_number() OVER () AS rn FROM {source}) "
             "WHERE prompt IS NOT NULL GROUP BY ALL ORDER BY min(rn)").fetchall()
     return tuple((str(p), v) for p, v in rows)
 

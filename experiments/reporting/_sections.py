@@ -5,9 +5,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from medmis.experiments.analysis._metrics import DefenderMetrics, MetricsReport
-from medmis.experiments.analysis._units import STRATUM_JOIN, Proportion
-from medmis.experiments.analysis._verdict import Prices, Verdict
+from medmis.experiments.analysis import (
+    STRATUM_JOIN,
+    DefenderMetrics,
+    MetricsReport,
+    Prices,
+    Proportion,
+    Verdict,
+)
 
 from ._format import (
     each_result,

@@ -40,7 +40,7 @@ def named_better(run_dir: Path, baseline: str, settings: VerdictSettings | None 
     The one place this module calls the verdict (kept small so the verdict's entry point can
     change without touching the rest).
     """
-    from medmis.experiments.analysis._columnar import run_metrics
+    from medmis.experiments.analysis import run_metrics
 
     from ._run import load_run
     from ._verdict_text import run_verdict

@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from medmis.experiments.analysis._metrics import MetricsReport
-from medmis.experiments.analysis._verdict import (
+from medmis.experiments.analysis import (
     ALPHA,
     Finding,
     Guard,
+    MetricsReport,
     ModelVerdict,
     Pairwise,
     Prices,

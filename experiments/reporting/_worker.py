@@ -25,16 +25,18 @@ import json
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from medmis.tools._switch import switched_on
+from medmis.tools import switched_on
+
+from ._lines import serve_paths
 
 ENV_VARIABLE = "MEDMIS_REPORT_WORKER"
 
 
-def enabled() -> bool:
+def worker_enabled() -> bool:
     """Whether ``medmis run`` should start a worker (``MEDMIS_REPORT_WORKER`` is not ``0``)."""
     return switched_on(ENV_VARIABLE)
 
@@ -120,7 +122,7 @@ class ReportWorker:
     def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
         try:
             if isinstance(exc, KeyboardInterrupt):
-                from medmis.experiments.harness._outcome import RunInterrupted
+                from medmis.experiments.harness import RunInterrupted
 
                 # Ctrl-C or SIGTERM stopped the run: its report at once, marked incomplete
                 if isinstance(exc, RunInterrupted):
@@ -144,25 +146,12 @@ _WARM = ("duckdb", "pyarrow", "threadpoolctl", "matplotlib.figure", "matplotlib.
          "medmis.defenses")  # the verdict asks the defender registry which defenders are controls
 
 
-def serve_paths(requests: IO[str], answers: IO[str], handle: Callable[[dict[str, Any]], dict[str, Path]]) -> None:
-    """Answer JSON requests, one per line, until ``requests`` ends: ``{"paths": {name: path}}``
-    with what ``handle`` wrote, or ``{"error": "Type: message"}`` for the asker to redo itself."""
-    for line in requests:
-        try:
-            paths = handle(json.loads(line))
-            answer: dict[str, Any] = {"paths": {name: str(path) for name, path in paths.items()}}
-        except Exception as exc:  # reported to the asker, which redoes the work in-process
-            answer = {"error": f"{type(exc).__name__}: {exc}"}
-        answers.write(json.dumps(answer) + "\n")
-        answers.flush()
-
-
 def _serve(requests: IO[str], answers: IO[str]) -> None:
     import contextlib
     import gc
     import importlib
 
-    from medmis.tools._exit import collect_from_here
+    from medmis.tools import collect_from_here
 
     gc.disable()  # the imports' objects live as long as the process: frozen below
     from ._report import write_report  # the import this process exists to do early
@@ -170,16 +159,15 @@ def _serve(requests: IO[str], answers: IO[str]) -> None:
     for name in _WARM:
         with contextlib.suppress(ImportError):  # a missing one fails loudly where it is used
             importlib.import_module(name)
-    from medmis.defenses import _base as registry
-    from medmis.defenses import _plugins as registry_plugins
+    from medmis.defenses import load_plugins, quiet_broken_plugins
 
-    registry.warn_broken_plugins = False  # the run that started this worker names a broken plug-in
+    quiet_broken_plugins()  # the run that started this worker names a broken plug-in
     collect_from_here()
-    from ._plot_helper import ForkedPlotter
+    from ._forked import ForkedPlotter
 
     plotter = ForkedPlotter.start()
     def handle(request: dict[str, Any]) -> dict[str, Path]:
-        registry_plugins.load_plugins(request.get("plugins") or ())
+        load_plugins(request.get("plugins") or ())
         return write_report(request["run_dir"], plot_helper=plotter)
 
     serve_paths(requests, answers, handle)
@@ -192,7 +180,7 @@ def main() -> None:
     _serve(sys.stdin, answers)
     # every answer is written: skip the teardown of the reporting stack, which would keep a
     # parent that reads this process's stderr (a captured `medmis run`) waiting a second more
-    from medmis.tools._exit import exit_now
+    from medmis.tools import exit_now
 
     exit_now(0)
 

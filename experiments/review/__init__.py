@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ._agreement import AC2, gwet_ac2, ordinal_weights
     from ._analyze import RULES, analyze, falsehood_stratum, task_worst
+    from ._cli import add_parser, run_review
     from ._form import render_form, write_forms
     from ._glmm import fit_worst_case_glmm
     from ._keys import DEFAULT_REVIEWERS, DEFAULT_STRATIFY, STRATA
@@ -33,6 +34,8 @@ if TYPE_CHECKING:
 
 # Loaded on first use: `medmis --help` must not pay for numpy, scipy and matplotlib.
 _SOURCES: dict[str, str] = {
+    "add_parser": "_cli",
+    "run_review": "_cli",
     "AC2": "_agreement",
     "Annotation": "_ratings",
     "COLUMNS": "_ratings",
@@ -84,6 +87,7 @@ __all__ = [
     "ReviewError",
     "Task",
     "TraceLine",
+    "add_parser",
     "analyze",
     "analyze_pack",
     "falsehood_stratum",
@@ -95,6 +99,7 @@ __all__ = [
     "read_tasks",
     "render_form",
     "render_markdown",
+    "run_review",
     "sample_pack",
     "task_worst",
     "write_forms",

@@ -42,7 +42,7 @@ def _split(values: Sequence[str]) -> list[str]:
     return [p.strip() for v in values for p in v.split(",") if p.strip()]
 
 
-def run(args: argparse.Namespace) -> int:
+def run_review(args: argparse.Namespace) -> int:
     """Run ``medmis review ...``; bad input prints one line per problem and returns 2."""
     from ._pack import ReviewError, read_reviewers
 

@@ -13,7 +13,7 @@ import html
 from pathlib import Path
 from typing import Any
 
-from medmis.experiments.reporting._html import _script_json
+from medmis.experiments.reporting import script_json
 
 from ._form_assets import CSS, JS
 from ._pack import (
@@ -95,7 +95,7 @@ they are lost when the page closes. Export your ratings before leaving.</p>
 <details class="help"><summary>Exported CSV text (for copying if a download is blocked)</summary>
 <textarea id="csv-text" readonly rows="8"></textarea></details>
 </main>
-<script type="application/json" id="review-data">{_script_json(payload)}</script>
+<script type="application/json" id="review-data">{script_json(payload)}</script>
 <script>{JS}</script>
 </body></html>
 """

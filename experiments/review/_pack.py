@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from medmis.experiments._errors import CliError
+from medmis.experiments import CliError
 
 TASKS_FILE = "tasks.jsonl"
 PACK_FILE = "pack.json"
@@ -77,7 +77,7 @@ class Task(BaseModel):
 def atomic_write(path: Path, text: str) -> None:
     """Write-then-rename, so a reader never sees half a file; credentials are masked first
     (every file a pack and its analysis hold is written here)."""
-    from medmis.tools._redact import redact_file_text
+    from medmis.tools import redact_file_text
 
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(redact_file_text(path.name, text), encoding="utf-8")

@@ -101,7 +101,7 @@ def _agreement(doc: Mapping[str, Any]) -> Figure:
 def write_review_plots(out_dir: Path, doc: Mapping[str, Any], *, simulated: bool = False) -> dict[str, Path]:
     """Write ``OUT/plots/*.png`` (marked in the figure when the responses are simulated);
     returns plot key -> path."""
-    from medmis.experiments.reporting._simulated import mark_simulated
+    from medmis.experiments.reporting import mark_simulated
 
     plots_dir = out_dir / PLOTS_DIR
     plots_dir.mkdir(parents=True, exist_ok=True)

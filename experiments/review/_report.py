@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from medmis.experiments.reporting._simulated import SIMULATED_STATEMENT
+from medmis.experiments.reporting import SIMULATED_STATEMENT
 
 from ._analyze import RULES, analyze
 from ._pack import atomic_write, pack_reviewers, read_pack_info, read_tasks

@@ -14,9 +14,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from medmis.agents._text import content_text
+from medmis.agents import content_text
 from medmis.experiments.benchmark import DataError, load_dataset
-from medmis.experiments.reporting._cases import question_from_trace
+from medmis.experiments.reporting import question_from_trace
 
 from ._pack import ReviewError, TraceLine
 
@@ -26,7 +26,7 @@ STEP_LIMIT = 4000
 CaseKey = tuple[str, str, str, str, str | None]  # model, defender, protocol, item_id, target
 
 
-def _clip(text: str, limit: int = STEP_LIMIT) -> str:
+def clip_text(text: str, limit: int = STEP_LIMIT) -> str:
     return text if len(text) <= limit else text[:limit] + f"\n[… {len(text) - limit} more characters in the run's trace]"
 
 
@@ -95,7 +95,7 @@ def reasoning_lines(trace: Mapping[str, Any]) -> list[TraceLine]:
             text = _json(output) if output is not None else ""
         if step.get("error") and kind != "tool":
             text += f"\nerror: {step['error']}"
-        lines.append(TraceLine(kind=kind, name=name, text=_clip(text.strip())))
+        lines.append(TraceLine(kind=kind, name=name, text=clip_text(text.strip())))
     return lines
 
 

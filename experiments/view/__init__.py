@@ -2,7 +2,7 @@
 
 from typing import TYPE_CHECKING
 
-from medmis.tools._lazy import lazy_exports
+from medmis.tools import lazy_exports
 
 from ._args import add_parser
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from medmis.experiments.harness._scan import compact_records, connect, records_view
+from medmis.experiments.harness import compact_records, connect, records_view
 
 FILTERS = ("model", "defender", "protocol", "subset", "content_type", "provenance")
 """Equality filters of the page query (each takes one value)."""
@@ -146,7 +146,7 @@ class RunView:
             out[f] = [v for (v,) in self._fetch(
                 f"SELECT {f} FROM cases WHERE {f} IS NOT NULL GROUP BY {f} ORDER BY min(pos)", [])]
         out["total"] = self._fetch("SELECT count(*) FROM cases", [])[0][0]
-        from medmis.experiments.reporting._simulated import SIMULATED_STATEMENT, is_simulated
+        from medmis.experiments.reporting import SIMULATED_STATEMENT, is_simulated
 
         # the statement every surface of a simulated run carries; the page shows it as a banner
         out["simulated"] = SIMULATED_STATEMENT if is_simulated(out["model"]) else None

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from medmis.experiments._errors import CliError
+from medmis.experiments import CliError
 
 from ._args import add_parser as add_parser
 from ._engine import Query, RunView, text_param

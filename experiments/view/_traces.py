@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from medmis.experiments.reporting._cases import RAW_LIMIT, _agent_view, _clip, question_from_trace
+from medmis.experiments.reporting import RAW_LIMIT, agent_view, clip_text, question_from_trace
 
 TraceKey = tuple[str, str, str, str, str | None]
 
@@ -91,9 +91,9 @@ def trace_view(run_dir: Path, rec: dict[str, Any]) -> dict[str, Any]:
     if trace is None:
         return {"trace": False}
     found = question_from_trace(trace)
-    context = [{"text": _clip(c.get("text", ""), RAW_LIMIT), "option": c.get("option"),
+    context = [{"text": clip_text(c.get("text", ""), RAW_LIMIT), "option": c.get("option"),
                 "truthful": c.get("truthful")}
                for c in trace.get("context") or [] if isinstance(c, dict)]
     return {"trace": True, "question": found[0] if found else "",
             "options": found[1] if found else {}, "context": context,
-            "raw": _clip(trace.get("raw")), "agent": _agent_view(trace)}
+            "raw": clip_text(trace.get("raw")), "agent": agent_view(trace)}

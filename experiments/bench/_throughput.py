@@ -100,8 +100,8 @@ def bench_throughput(calls: int = 1224, connections: int = 32, latency: float = 
     """
     import statistics
 
-    from medmis.experiments._fake_openai import serve_in_processes
-    from medmis.experiments.bench import _write_items
+    from ._fake_openai import serve_in_processes
+    from ._items import write_items
 
     _compile_package()
     stats: list[dict[str, int]] = []
@@ -109,7 +109,7 @@ def bench_throughput(calls: int = 1224, connections: int = 32, latency: float = 
     run_runs: list[tuple[float, float, int]] = []
     with serve_in_processes(1, latency, stats=stats) as (base_url,), tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "items.jsonl"
-        _write_items(data, calls // 3)
+        write_items(data, calls // 3)
         env = {**os.environ, "OPENAI_API_KEY": "sk-bench-placeholder-key"}
         env.pop("MEDMIS_HTTP_TRANSPORT", None)
         processes = 1

@@ -30,12 +30,12 @@ if what == "reference":
     extra["records"] = con.execute("SELECT count(*) FROM read_json(?, format='newline_delimited', "
                                    "columns={'model': 'VARCHAR'})", [str(run_dir / "records.jsonl")]).fetchone()[0]
 elif what in ("report_cold", "report_warm"):
-    from medmis.experiments.reporting._report import write_report
+    from medmis.experiments.reporting import write_report
     write_report(run_dir)
 elif what == "resume":
     import asyncio
-    from medmis.agents._mock import ScriptedChatModel, cycle
-    from medmis.experiments.harness._runner import DefenderConfig, Harness, RunConfig
+    from medmis.agents import ScriptedChatModel, cycle
+    from medmis.experiments.harness import DefenderConfig, Harness, RunConfig
     m = json.loads((run_dir / "manifest.json").read_text())
     config = RunConfig(data=m["config"]["data"], models=m["models"], out=str(run_dir),
                        defenders=[DefenderConfig(name=d["name"]) for d in m["defenders"]],
@@ -88,13 +88,13 @@ def bench_scale(run_dir: Path | None = None, *, quick: bool = False) -> dict[str
     """Figures for report, resume and view; generates the release grid unless ``run_dir`` is given.
 
     Args:
-        run_dir: A run folder from :func:`medmis.experiments._scale.generate_run` to reuse
+        run_dir: A run folder from :func:`medmis.experiments.bench._scale_run.generate_run` to reuse
             (its ``records.parquet`` is removed first so that the cold report pays the scan).
         quick: Generate a small grid instead of the release (a smoke run, not the targets).
     """
     with tempfile.TemporaryDirectory() as tmp:
         if run_dir is None:
-            from medmis.experiments._scale import generate_run
+            from ._scale_run import generate_run
 
             subsets = {"MEDMISQA": 200, "MEDMISHLE": 20} if quick else None
             run_dir = generate_run(Path(tmp), subsets=subsets, traces=False).run_dir

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from medmis.experiments.benchmark._types import CONTENT_TYPES, PROVENANCES
+from medmis.experiments.benchmark import CONTENT_TYPES, PROVENANCES
 
 RELEASE_SUBSETS: dict[str, int] = {
     "MEDMISQA": 3112,
@@ -166,8 +166,7 @@ def generate_run(
         traces: Also write one trace line per case (prompt, context, raw reply, agent steps).
         seed: Seed of the outcomes and of ``build_cases``.
     """
-    from medmis.experiments.benchmark._data import load_dataset
-    from medmis.experiments.benchmark._protocols import build_cases
+    from medmis.experiments.benchmark import build_cases, load_dataset
 
     subsets = dict(subsets or RELEASE_SUBSETS)
     n_items = sum(subsets.values())

@@ -4,7 +4,7 @@ It answers ``POST /v1/chat/completions`` after a fixed latency with a fixed repl
 documented-shape JSON (id, choices, usage). Written on asyncio streams so it needs no web
 framework; HTTP/1.1 keep-alive is supported because the openai client reuses connections.
 
-``python -m medmis.experiments._fake_openai --latency 0.1`` serves it from a separate process (it
+``python -m medmis.experiments.bench._fake_openai --latency 0.1`` serves it from a separate process (it
 prints its base URL and the request count on exit), so a benchmark does not charge the
 server's CPU to the harness it measures. ``--capacity N`` lets it work on at most N requests
 at once, the rest waiting their turn, like an inference server's batch limit: N / latency
@@ -139,7 +139,7 @@ def serve_in_processes(n: int, latency: float, *, capacity: int | None = None,
     yields their base URLs; on exit their ``requests``/``max_in_flight`` figures go to ``stats``."""
     extra = ["--capacity", str(capacity)] if capacity is not None else []
     procs = [
-        subprocess.Popen([sys.executable, "-m", "medmis.experiments._fake_openai", "--latency", str(latency), *extra],
+        subprocess.Popen([sys.executable, "-m", "medmis.experiments.bench._fake_openai", "--latency", str(latency), *extra],
                          stdout=subprocess.PIPE, text=True)
         for _ in range(n)
     ]

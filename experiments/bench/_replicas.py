@@ -22,7 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from medmis.experiments._fake_openai import serve_in_processes
+from ._fake_openai import serve_in_processes
+from ._items import write_items
 
 TARGET_RATIO = 1.8
 
@@ -56,12 +57,11 @@ async def _lean(urls: list[str], calls: int, connections: int) -> float:
 
 
 async def _harness(urls: list[str], calls: int, connections: int, tmp: Path) -> dict[str, Any]:
-    from medmis.agents._registry import ModelOptions, load_model
-    from medmis.experiments.bench import _write_items
-    from medmis.experiments.harness._runner import DefenderConfig, Harness, RunConfig
+    from medmis.agents import ModelOptions, load_model
+    from medmis.experiments.harness import DefenderConfig, Harness, RunConfig
 
     data = tmp / f"items-{len(urls)}.jsonl"
-    _write_items(data, calls // 3)
+    write_items(data, calls // 3)
     opts = ModelOptions(base_urls=tuple(urls))
     config = RunConfig(
         data=str(data), models=["openai/bench"], model_options=opts,

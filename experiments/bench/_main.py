@@ -9,7 +9,7 @@ Sections (each with its target):
   1.15 x 1,200 x 0.1 s / 32);
 - ``throughput``: a whole ``medmis run`` process (start-up, run, report) against a lean async
   httpx client on the same work, 1,224 calls at 32 connections to a local server with 100 ms
-  latency (target <= 1.3 x the lean client's wall), see :mod:`._bench_throughput`;
+  latency (target <= 1.3 x the lean client's wall), see :mod:`._throughput`;
 - ``store_lookup``: warm record/replay store lookup latency (target p50 <= 1 ms);
 - ``extraction``: trafilatura main-text extraction on a ~200 KB page;
 - ``scale``: ``medmis report`` (cold and warm), a resume with nothing to do and ``medmis view``
@@ -19,8 +19,9 @@ Sections (each with its target):
 - ``replicas``: the same calls through the harness with one replica and with two (fake servers
   in their own processes, 100 ms latency, a fixed capacity each so that a replica is the
   bottleneck, 64 connections), beside the lean client (target: two >= 1.8x one; see
-  ``_bench_replicas``);
+  ``_replicas``);
 - ``peak_rss_mb``: peak resident memory of this process.
+
 """
 
 from __future__ import annotations
@@ -36,38 +37,20 @@ import time
 from pathlib import Path
 from typing import Any, Literal
 
-from medmis.agents._mock import ScriptedChatModel, cycle
+from medmis.agents import ScriptedChatModel, cycle
 
-
-def _write_items(path: Path, n: int) -> None:
-    """Synthetic rows in the released schema (benchmark filler, not medical content)."""
-    with path.open("w", encoding="utf-8") as fh:
-        for i in range(n):
-            row = {
-                "id": f"bench-{i:05d}",
-                "subset": "MEDMISQA",
-                "question": f"Benchmark filler question number {i}: which option is labelled first?",
-                "answer": "A",
-                "opa": "first", "opb": "second", "opc": "third", "opd": "fourth",
-                "injecta": "The first option is labelled first.",
-                "injectb": "Filler sentence arguing for the second option.",
-                "injectc": "Filler sentence arguing for the third option.",
-                "injectd": "Filler sentence arguing for the fourth option.",
-                "injection_content": "Cue Remapping",
-                "injection_provenance": "Neutral False Statement",
-            }
-            fh.write(json.dumps(row) + "\n")
+from ._items import write_items
 
 
 async def bench_harness(n_items: int = 1000) -> dict[str, Any]:
-    from medmis.experiments.harness._runner import DefenderConfig, Harness, RunConfig
+    from medmis.experiments.harness import DefenderConfig, Harness, RunConfig
 
     with tempfile.TemporaryDirectory() as tmp:
         model = ScriptedChatModel(outputs=cycle(["Step by step.\nFinal answer: A"]))
 
         def harness(n: int, name: str) -> Harness:
             data = Path(tmp) / f"{name}.jsonl"
-            _write_items(data, n)
+            write_items(data, n)
             config = RunConfig(
                 data=str(data), models=["mock/scripted"], defenders=[DefenderConfig(name="none")],
                 out=str(Path(tmp) / name), progress=False, write_report=False, max_connections=8,
@@ -81,7 +64,7 @@ async def bench_harness(n_items: int = 1000) -> dict[str, Any]:
         start = time.perf_counter()
         result = await timed.run()
         wall = time.perf_counter() - start
-        from medmis.experiments.reporting._report import write_report
+        from medmis.experiments.reporting import write_report
 
         start = time.perf_counter()
         write_report(Path(tmp) / "run")
@@ -99,16 +82,17 @@ async def bench_harness(n_items: int = 1000) -> dict[str, Any]:
 
 async def _concurrency_run(calls: int, connections: int, latency: float,
                            processes: int | Literal["auto"]) -> dict[str, Any]:
-    from medmis.agents._registry import ModelOptions
-    from medmis.experiments._bench_throughput import run_processes
-    from medmis.experiments._fake_openai import serve_in_processes
-    from medmis.experiments.harness._runner import DefenderConfig, Harness, RunConfig
+    from medmis.agents import ModelOptions
+    from medmis.experiments.harness import DefenderConfig, Harness, RunConfig
+
+    from ._fake_openai import serve_in_processes
+    from ._throughput import run_processes
 
     stats: list[dict[str, int]] = []
     # the server runs in its own process so its CPU is not charged to the harness
     with serve_in_processes(1, latency, stats=stats) as (base_url,), tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "items.jsonl"
-        _write_items(data, calls // 3)
+        write_items(data, calls // 3)
         opts = ModelOptions(base_url=base_url)
         config = RunConfig(
             data=str(data), models=["openai/bench"], model_options=opts,
@@ -138,8 +122,8 @@ async def _concurrency_run(calls: int, connections: int, latency: float,
 
 _CONCURRENCY_CHILD = r"""
 import asyncio, json, sys
-from medmis.agents._registry import ModelOptions, load_model
-from medmis.experiments.bench import _concurrency_run
+from medmis.agents import ModelOptions, load_model
+from medmis.experiments.bench._main import _concurrency_run
 
 load_model("openai/bench", ModelOptions(base_url="http://127.0.0.1:9/v1"))  # the SDK's imports, untimed
 processes = sys.argv[4] if sys.argv[4] == "auto" else int(sys.argv[4])
@@ -154,7 +138,7 @@ def bench_concurrency(calls: int = 1200, connections: int = 32, latency: float =
     the model SDK is imported before the run is timed."""
     import sys
 
-    from medmis.experiments._bench_throughput import _timed
+    from ._throughput import _timed
 
     def child(processes: str) -> dict[str, Any]:
         _, _, out = _timed([sys.executable, "-c", _CONCURRENCY_CHILD, str(calls), str(connections), str(latency),
@@ -175,7 +159,7 @@ def bench_concurrency(calls: int = 1200, connections: int = 32, latency: float =
 
 
 async def bench_store(n: int = 2000) -> dict[str, Any]:
-    from medmis.tools._store import RecordStore
+    from medmis.tools import RecordStore
 
     with tempfile.TemporaryDirectory() as tmp:
         store = RecordStore(Path(tmp) / "store", "record")
@@ -242,13 +226,14 @@ def bench_extraction(repeats: int = 5) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m medmis.experiments.bench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", action="append", default=None,
                         choices=["harness_overhead", "concurrency", "throughput", "store_lookup", "extraction",
                                  "scale", "replicas"])
     parser.add_argument("--quick", action="store_true", help="smaller sizes (smoke run, not the targets)")
     parser.add_argument("--scale-run", type=Path, default=None,
-                        help="reuse a run folder from medmis.experiments._scale.generate_run for 'scale'")
+                        help="reuse a run folder from medmis.experiments.bench._scale_run.generate_run for 'scale'")
     parser.add_argument("--replica-capacity", type=int, default=2,
                         help="'replicas': requests each fake server processes at once (default 2)")
     args = parser.parse_args(argv)
@@ -264,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     if "concurrency" in wanted:
         out["concurrency"] = bench_concurrency(120 if args.quick else 1200)
     if "throughput" in wanted:
-        from medmis.experiments._bench_throughput import bench_throughput
+        from ._throughput import bench_throughput
 
         out["throughput"] = bench_throughput(123 if args.quick else 1224, repeats=1 if args.quick else 3)
     if "store_lookup" in wanted:
@@ -272,17 +257,14 @@ def main(argv: list[str] | None = None) -> int:
     if "extraction" in wanted:
         out["extraction"] = bench_extraction(2 if args.quick else 5)
     if "scale" in wanted:
-        from medmis.experiments._bench_scale import bench_scale
+        from ._scale import bench_scale
 
         out["scale"] = bench_scale(args.scale_run, quick=args.quick)
     if "replicas" in wanted:
-        from medmis.experiments._bench_replicas import bench_replicas
+        from ._replicas import bench_replicas
 
         out["replicas"] = bench_replicas(120 if args.quick else 480, capacity=args.replica_capacity)
     out["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     print(json.dumps(out, indent=2))
     return 0
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())
