@@ -21,10 +21,21 @@ graphs and defenders do) must not pull in the harness, which imports the defende
 """
 
 from importlib import import_module
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what type checkers see of the names used across subpackages
+    from ._argtypes import EXIT_EPILOG, OneLineParser, comma_choices, int_at_least  # noqa: F401
+    from ._cli_flags import add_plugin_flag, parse_kv  # noqa: F401
+    from ._errors import CliError  # noqa: F401
 
 _SUBPACKAGES = ("benchmark", "harness", "analysis", "reporting", "ablation", "api")
 _EXPORTS: dict[str, str] = {
+    "int_at_least": "_argtypes",
+    "comma_choices": "_argtypes",
+    "OneLineParser": "_argtypes",
+    "EXIT_EPILOG": "_argtypes",
+    "parse_kv": "_cli_flags",
+    "add_plugin_flag": "_cli_flags",
     # benchmark
     **dict.fromkeys(
         (

@@ -421,7 +421,7 @@ def _config_errors() -> tuple[type[BaseException], ...]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    from medmis.experiments.generate._cli import parse_pages
+    from medmis.experiments.generate import parse_pages
 
     args = parse_pages(argv) or build_parser().parse_args(argv)
     try:

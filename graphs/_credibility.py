@@ -38,7 +38,7 @@ from typing import Any, Literal
 import httpx
 from pydantic import Field, field_validator
 
-from medmis.tools._text import split_sentences
+from medmis.tools import split_sentences
 
 from ._citations import _GENERIC, MIN_OPTION_CHARS, _names_option, _norm
 from ._context import DefenderOptions

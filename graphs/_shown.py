@@ -7,8 +7,8 @@ defense's actual wording.
 
 from __future__ import annotations
 
-from medmis.agents._mock import message_text
-from medmis.experiments.benchmark._types import CaseView
+from medmis.agents import message_text
+from medmis.experiments.benchmark import CaseView
 
 from . import _search_paper as paper
 from ._claim_verify import ANNOTATION_PREFACE, ClaimVerifyOptions, _split_prompt, _verify_prompt

@@ -29,7 +29,7 @@ from pydantic import BaseModel
 from medmis.agents import ModelOptions
 from medmis.defenses import create_defender, load_plugins
 from medmis.experiments import CliError
-from medmis.experiments.analysis._poison import share_dir, share_label, write_plan
+from medmis.experiments.analysis import share_dir, share_label, write_plan
 from medmis.experiments.benchmark import Case, build_cases, render_prompt
 from medmis.experiments.harness import ModelVariant, RunConfig, RunStats, run_experiment
 
@@ -240,7 +240,7 @@ def _run_config(config: AblationConfig, out: Path, *, progress: bool, shuffled: 
 
 def _poison_plan(config: AblationConfig) -> dict[str, Any]:
     """The settings every share run shares (``OUT/poison/shares.json`` besides the shares)."""
-    from medmis.tools._poison_types import pages_digest
+    from medmis.tools import pages_digest
 
     assert config.poison is not None
     pages = config.resolve(config.poison.pages)
@@ -283,7 +283,7 @@ async def run_ablation(config: AblationConfig, *, out: Path, progress: bool = Tr
                                          "new": sub.new_records})
             if sub.stats.stopped_reason:
                 break
-    from medmis.experiments.harness._outcome import EXIT_STOPPED
+    from medmis.experiments.harness import EXIT_STOPPED
 
     stopped = worst_outcome(outcomes).code == EXIT_STOPPED  # the budget cap ends the whole grid
     if config.poison is not None and not stopped:

@@ -10,10 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from medmis.defenses._base import create_defender
-from medmis.experiments.analysis._poison import share_dir
-from medmis.experiments.benchmark._protocols import build_cases
-from medmis.experiments.benchmark._types import Case, ProtocolName
+from medmis.defenses import create_defender
+from medmis.experiments.analysis import share_dir
+from medmis.experiments.benchmark import Case, ProtocolName, build_cases
 
 from ._config import AblationConfig
 from ._preflight import pending_cases
@@ -75,9 +74,7 @@ def nothing_to_do(config: AblationConfig, out: Path, items: Sequence[Any]) -> bo
 def finished_outcome(runs: Sequence[GridRun], notice: Callable[[str], None]) -> int:
     """Say "nothing to do" for a complete grid; the exit status counts the errors left in every
     run folder of it."""
-    from medmis.experiments.harness._outcome import outcome_of
-    from medmis.experiments.harness._plan import describe_outside, outside_plan
-    from medmis.experiments.harness._resume import error_texts
+    from medmis.experiments.harness import describe_outside, error_texts, outcome_of, outside_plan
 
     n, errors = 0, []
     for run in runs:

@@ -54,7 +54,7 @@ def check_config(config: AblationConfig) -> None:
             raise CliError(f"models.{i}.options ({m.name}): {' '.join(first[:3])}") from None
     labels = [create_defender(d.name, d.options).label for d in config.defender_configs()]
     if config.poison is not None:  # every share run reads the page file: a bad one stops all first
-        from medmis.tools._poison_types import load_pages
+        from medmis.tools import load_pages
 
         pages = config.resolve(config.poison.pages)
         try:

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     )
     from ._extract import Extraction, extract_answer
     from ._hub import is_hub_address
+    from ._labels import subset_from_path
     from ._prompts import (
         PRESETS,
         PROMPT_NAMES,
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
         stable_rng,
         type1_target,
     )
+    from ._readers import files_in, read_file
     from ._types import (
         CONTENT_TYPES,
         DEFAULT_PROMPT,
@@ -67,6 +69,9 @@ if TYPE_CHECKING:
 # Loaded on first use: a module that needs one core type (``Record`` for the records file, the
 # columnar scan) does not pay for the prompt presets and LangChain's message types.
 _HOME = {
+    "subset_from_path": "_labels",
+    "read_file": "_readers",
+    "files_in": "_readers",
     **dict.fromkeys(
         (
             "DataError", "Dataset", "RowIssue", "canonical_content", "canonical_provenance",
@@ -149,16 +154,19 @@ __all__ = [
     "canonical_subset",
     "cases_for_item",
     "extract_answer",
+    "files_in",
     "is_hub_address",
     "load_dataset",
     "plan_cases",
     "prompt_preset",
+    "read_file",
     "render_context",
     "render_options",
     "render_prompt",
     "render_question",
     "render_user_prompt",
     "stable_rng",
+    "subset_from_path",
     "type1_target",
     "validate_command",
 ]

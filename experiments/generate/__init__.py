@@ -13,6 +13,7 @@ from medmis.tools import lazy_exports
 # Loaded on first use: `medmis --help` builds this package's parsers and must stay light
 # (the comparison pulls in the statistics stack).
 _HOME = {
+    "parse_pages": "_cli",
     "CompareRow": "_compare",
     "GenerateConfig": "_run",
     "Job": "_pipeline",
@@ -67,6 +68,7 @@ __all__ = [
     "estimate",
     "generate",
     "generate_pages",
+    "parse_pages",
     "read_source",
     "release_row",
     "run_compare",

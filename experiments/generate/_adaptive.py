@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from medmis.agents._capabilities import StructuredOutput
-from medmis.experiments._errors import CliError
+from medmis.agents import StructuredOutput
+from medmis.experiments import CliError
 from medmis.experiments.benchmark import Item
 
 from . import _prompts as P
@@ -217,8 +217,7 @@ def release_rows(path: Path) -> dict[tuple[str, str], dict[str, Any]]:
     its false sentences replaced, so every other cell keeps its released spelling. Rows
     without an id of their own, or with cells that are not plain JSON values, are left out
     (their rows are rebuilt from the loaded item)."""
-    from medmis.experiments.benchmark._labels import canonical_subset, subset_from_path
-    from medmis.experiments.benchmark._readers import files_in, read_file
+    from medmis.experiments.benchmark import canonical_subset, files_in, read_file, subset_from_path
 
     out: dict[tuple[str, str], dict[str, Any]] = {}
     if not path.exists():  # not a local file (a hub dataset): rows are rebuilt from the items

@@ -7,8 +7,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from medmis.experiments import CliError
-from medmis.experiments._cli_flags import add_plugin_flag, parse_kv
+from medmis.experiments import CliError, add_plugin_flag, parse_kv
 
 FORMATS = ("auto", "medqa", "medmcqa", "medxpertqa", "medjourney", "hle", "release")
 PAGES_EPILOG = ("medmis generate pages --help: pages supporting each Type 1 case's false claim "
@@ -79,16 +78,6 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     c.add_argument("--seed", type=int, default=0, help="seed of the paired bootstrap (default 0)")
 
 
-def _price(text: str | None) -> tuple[float, float] | None:
-    if text is None:
-        return None
-    try:
-        a, b = (float(x) for x in text.split(","))
-    except ValueError:
-        raise CliError(f"--price expects IN,OUT in USD per million tokens, got {text!r}") from None
-    return a, b
-
-
 def generation_temperature(decoding: str, given: float | None) -> float:
     """The generation temperature: the one given, else the preset's (``reference``: 1.0, as
     InjectionGeneration.ipynb cell 2 generates; ``paper``: 0, App. C.1's setting)."""
@@ -103,7 +92,7 @@ def run_generate(args: argparse.Namespace, argv: Sequence[str]) -> int:
         from ._pages_cli import run_pages
 
         return run_pages(args, argv)
-    from ._run import GenerateConfig, build_jobs, estimate, generate
+    from ._run import GenerateConfig, build_jobs, estimate, generate, parse_price
 
     if args.from_release and args.source:
         raise CliError("give SOURCE or --from-release, not both")
@@ -121,7 +110,7 @@ def run_generate(args: argparse.Namespace, argv: Sequence[str]) -> int:
             provenance_cycle=args.provenance_cycle, stratified=args.stratified, subset=args.subset,
             stages=args.stages, seed=args.seed, limit=args.limit, max_connections=args.max_connections,
             cache=args.cache, cache_dir=Path(args.cache_dir) if args.cache_dir else None,
-            budget_usd=args.budget_usd, price=_price(args.price), base_url=args.model_base_url,
+            budget_usd=args.budget_usd, price=parse_price(args.price), base_url=args.model_base_url,
             decoding=args.decoding, temperature=generation_temperature(args.decoding, args.temperature),
             argv=["medmis", *argv], attack=args.attack, against=against,
             against_options=parse_kv(args.defender_option, "--defender-option"),

@@ -32,10 +32,9 @@ from typing import Any, Literal
 from urllib.parse import quote
 
 from medmis.agents import RetryPolicy
-from medmis.experiments._errors import CliError
+from medmis.experiments import CliError
 from medmis.experiments.benchmark import Item
-from medmis.tools._poison_types import PAGE_STYLES, PoisonedPage, case_key
-from medmis.tools._redact import redact_json, redact_obj
+from medmis.tools import PAGE_STYLES, PoisonedPage, case_key, redact_json, redact_obj
 
 from . import _prompts as P
 from ._pipeline import structured_call
@@ -300,7 +299,7 @@ def build_jobs(cfg: PagesConfig) -> list[PageJob]:
 
 def fingerprint(cfg: PagesConfig) -> dict[str, Any]:
     """What a resumed file must share (``--limit`` and ``--styles`` may grow it)."""
-    from medmis.tools._redact import scrub_url
+    from medmis.tools import scrub_url
 
     return {
         "mode": "pages",
@@ -334,7 +333,7 @@ def generate_pages(cfg: PagesConfig) -> int:
     fp = fingerprint(cfg)
     store = None
     if cfg.cache != "live":
-        from medmis.tools._store import RecordStore
+        from medmis.tools import RecordStore
 
         store = RecordStore(cfg.cache_dir or cfg.side(".cache"), cfg.cache)
     model = _model(cfg, cfg.temperature, store)  # before any file: a missing key creates nothing
@@ -384,7 +383,7 @@ def _order_rows(cfg: PagesConfig, jobs: Sequence[PageJob]) -> None:
 
 def _write_manifest(cfg: PagesConfig, fp: dict[str, Any], previous: dict[str, Any] | None,
                     stopped: bool) -> dict[str, Any]:
-    from medmis.experiments.harness._manifest import package_versions, scrub_argv
+    from medmis.experiments.harness import package_versions, scrub_argv
 
     every = _read_jsonl(cfg.side(".generation.jsonl"))
     latest = {o["id"]: o for o in every}

@@ -9,9 +9,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from medmis.experiments._argtypes import EXIT_EPILOG, OneLineParser, comma_choices, int_at_least
-from medmis.experiments._errors import CliError
-from medmis.tools._poison_types import PAGE_STYLES
+from medmis.experiments import EXIT_EPILOG, CliError, OneLineParser, comma_choices, int_at_least
+from medmis.tools import PAGE_STYLES
 
 _AMBIGUOUS = ("`pages` after `generate` is this command; to generate injections from a source "
               "named pages, write ./pages")
@@ -70,8 +69,8 @@ def parse_pages_args(argv: Sequence[str]) -> argparse.Namespace:
 
 def run_pages(args: argparse.Namespace, argv: Sequence[str]) -> int:
     """Handle ``medmis generate pages``."""
-    from ._cli import _price
     from ._pages import PagesConfig, build_jobs, estimate, generate_pages
+    from ._run import parse_price
 
     if Path("pages").exists():
         print(f"medmis generate pages: note: {_AMBIGUOUS}", file=sys.stderr)
@@ -80,7 +79,7 @@ def run_pages(args: argparse.Namespace, argv: Sequence[str]) -> int:
         styles=tuple(args.styles.split(",")), subset=args.subset, seed=args.seed, limit=args.limit,
         max_connections=args.max_connections, cache=args.cache,
         cache_dir=Path(args.cache_dir) if args.cache_dir else None, budget_usd=args.budget_usd,
-        price=_price(args.price), base_url=args.model_base_url, temperature=args.temperature,
+        price=parse_price(args.price), base_url=args.model_base_url, temperature=args.temperature,
         argv=["medmis", *argv],
     )
     try:

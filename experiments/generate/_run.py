@@ -434,3 +434,14 @@ def _write_manifest(cfg: GenerateConfig, fp: dict[str, Any], previous: dict[str,
     cfg.side(".manifest.json").write_text(json.dumps(redact_obj(manifest), indent=2, ensure_ascii=False) + "\n",
                                           encoding="utf-8")
     return totals
+
+
+def parse_price(text: str | None) -> tuple[float, float] | None:
+    """``--price IN,OUT`` (USD per million tokens) of the generate commands, or None."""
+    if text is None:
+        return None
+    try:
+        a, b = (float(x) for x in text.split(","))
+    except ValueError:
+        raise CliError(f"--price expects IN,OUT in USD per million tokens, got {text!r}") from None
+    return a, b

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
         scrub_argv,
     )
     from ._scan import (
+        KEY,
         RECORD_COLUMNS,
         compact_records,
         connect,
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
 # Exports load on first use: the report reads records through ``._io`` without importing the
 # runner (and with it LangChain's model stack) into the report worker.
 _HOME = {
+    "KEY": "_scan",
     **dict.fromkeys(("append_records", "read_records", "repair_torn_tail"), "_io"),
     **dict.fromkeys(("DefenderConfig", "Harness", "RunConfig", "RunResult", "RunSetupError", "RunStats",
                      "package_versions", "scrub_argv"), "_runner"),
@@ -89,6 +91,7 @@ __all__ = [
     "EXIT_CASE_ERRORS",
     "EXIT_OK",
     "EXIT_STOPPED",
+    "KEY",
     "RECORD_COLUMNS",
     "CacheMode",
     "DefenderConfig",

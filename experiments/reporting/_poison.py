@@ -17,10 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from medmis.experiments.analysis._poison import (
+from medmis.experiments.analysis import (
     EXPOSURE_METRICS,
     POISON_DIR,
     POISON_METRICS,
+    Proportion,
     ShareRun,
     StopVerdict,
     exposure,
@@ -29,7 +30,6 @@ from medmis.experiments.analysis._poison import (
     share_label,
     stops_being_better,
 )
-from medmis.experiments.analysis._units import Proportion
 
 from ._format import fmt_ci, fmt_delta, md_table
 
@@ -84,7 +84,7 @@ class PoisonGrid:
 def load_grid(run_dir: str | Path, *, baseline: str = "none", seed: int = 0) -> PoisonGrid | None:
     """The share runs under ``run_dir/poison``, each read as ``medmis report`` reads a run;
     None without any. A share folder that cannot be read is a run with a ``problem``."""
-    from medmis.experiments.analysis._columnar import run_metrics
+    from medmis.experiments.analysis import run_metrics
 
     from ._run import load_run
     from ._simulated import is_simulated
@@ -131,7 +131,7 @@ def load_grid(run_dir: str | Path, *, baseline: str = "none", seed: int = 0) -> 
 def _uses_tools(name: str, tool_calls: int) -> bool:
     """Whether a defender searches: its registered spec says so; a defender the registry does
     not know (a plug-in not loaded here) counts as one when its records made tool calls."""
-    from medmis.defenses._base import DefenderConfigError, get_spec
+    from medmis.defenses import DefenderConfigError, get_spec
 
     try:
         return get_spec(name).uses_tools
