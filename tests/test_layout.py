@@ -225,6 +225,29 @@ def test_no_private_module_imported_across_subpackages() -> None:
 
 
 # The checker itself, on small trees: each rule fails when it should.
+def test_every_name_taken_from_a_public_face_is_there() -> None:
+    """A lazy face (``_HOME`` + ``TYPE_CHECKING`` imports) can list a name for the type checker
+    and miss it at run time: every ``from medmis.X import name`` of the project and its tests
+    must resolve when it runs."""
+    import importlib
+
+    modules = project_modules()
+    missing = []
+    for path in [*modules.values(), *sorted((ROOT / "tests").rglob("*.py"))]:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not (isinstance(node, ast.ImportFrom) and node.level == 0 and node.module in modules
+                    and modules[node.module].name == "__init__.py"):
+                continue
+            face = importlib.import_module(node.module)
+            for alias in node.names:
+                if alias.name != "*" and not hasattr(face, alias.name):
+                    try:  # a submodule taken by name (``from medmis import testing``)
+                        importlib.import_module(f"{node.module}.{alias.name}")
+                    except ImportError:
+                        missing.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.module}.{alias.name}")
+    assert not missing, "names a public face does not have:\n  " + "\n  ".join(missing)
+
+
 def _write(root: Path, files: dict[str, str]) -> dict[str, Path]:
     modules = {}
     for name, text in files.items():
