@@ -10,7 +10,6 @@ registry, so that the graphs never import ``medmis.defenses`` (which imports the
 from __future__ import annotations
 
 import asyncio
-import inspect
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -52,6 +51,7 @@ from medmis.tools import (
     ToolError,
     Toolset,
     cache_probe,
+    locale_hints,
     redact,
 )
 
@@ -216,7 +216,7 @@ class DefenderContext:
         toolset's ``search`` accepts them, so toolsets written before they existed still work.
         """
         tools = self.tools
-        hints = _locale_hints(tools.search if tools is not None else None, country, language)
+        hints = locale_hints(tools.search if tools is not None else None, country, language)
         return await self._tool(
             "search_web",
             {"query": query, "max_results": max_results, **hints},
@@ -236,7 +236,7 @@ class DefenderContext:
         otherwise the results alone. Raises ToolError for model-visible failures."""
         tools = self.tools
         rich = getattr(tools, "search_response", None)
-        hints = _locale_hints(rich if callable(rich) else getattr(tools, "search", None), country, language)
+        hints = locale_hints(rich if callable(rich) else getattr(tools, "search", None), country, language)
 
         async def call() -> SearchResponse:
             if callable(rich):
@@ -257,19 +257,6 @@ class DefenderContext:
             {"url": url, "goal": goal, "max_chars": max_chars},
             lambda: tools.visit(url, goal=goal, max_chars=max_chars),  # type: ignore[union-attr]
         )
-
-
-def _locale_hints(method: Any, country: str | None, language: str | None) -> dict[str, str]:
-    hints = {k: v for k, v in (("country", country), ("language", language)) if v}
-    if not hints or method is None:
-        return {}
-    try:
-        params = inspect.signature(method).parameters
-    except (TypeError, ValueError):
-        return {}
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return hints
-    return {k: v for k, v in hints.items() if k in params}
 
 
 class DefenderOptions(BaseModel):

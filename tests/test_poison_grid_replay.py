@@ -6,23 +6,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
+from test_poison_run import _strip
 
 from medmis.experiments.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "experiments" / "configs" / "poisoned_search.toml"
-
-
-def _strip(obj: Any) -> Any:
-    # wall-clock figures differ between a recorded and a replayed answer; nothing else may
-    if isinstance(obj, dict):
-        return {k: _strip(v) for k, v in obj.items() if k not in ("latency_s", "cache_hit")}
-    if isinstance(obj, list):
-        return [_strip(v) for v in obj]
-    return obj
 
 
 def grid_records(out: Path) -> dict[str, list[str]]:

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
         load_pages,
         pages_digest,
     )
-    from ._poisoned_web import PoisonedWeb, PoisonTally
+    from ._poisoned_web import PoisonedWeb, PoisonTally, locale_hints
     from ._probe import CacheProbe, cache_probe, mark_cache
     from ._redact import (
         configured_secrets,
@@ -74,6 +74,7 @@ if TYPE_CHECKING:
 
 # Loaded on first use: the CLI imports tool modules (cache commands) without LangChain.
 _HOME = {
+    "locale_hints": "_poisoned_web",
     "AllowedHost": "_safety",
     "Blocklist": "_safety",
     "CacheMode": "_store",
@@ -211,6 +212,7 @@ __all__ = [
     "lazy_exports",
     "load_corpus",
     "load_pages",
+    "locale_hints",
     "make_tools",
     "mark_cache",
     "one_line",

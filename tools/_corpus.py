@@ -18,7 +18,7 @@ from pathlib import Path
 
 import httpx
 
-from ._text import clip, join_sentences, split_sentences, tokenize
+from ._text import split_sentences, tokenize, widen
 from ._types import SearchResult, ToolError
 
 log = logging.getLogger(__name__)
@@ -206,14 +206,4 @@ class LocalSearch:
 
         weights = [weight(s) for s in sentences]
         best = max(range(len(sentences)), key=lambda i: (weights[i], -i))
-        lo = hi = best
-        length = len(sentences[best])
-        # widen forwards first (the sentence after usually continues the point), then backwards
-        while length < self.snippet_chars * 0.8 and (hi + 1 < len(sentences) or lo > 0):
-            if hi + 1 < len(sentences):
-                hi += 1
-                length += 1 + len(sentences[hi])
-            else:
-                lo -= 1
-                length += 1 + len(sentences[lo])
-        return clip(join_sentences(sentences[lo : hi + 1]), self.snippet_chars)
+        return widen(sentences, best, self.snippet_chars)

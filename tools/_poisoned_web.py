@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 
 from ._corpus import CorpusDocument, url_key
 from ._poison_types import PoisonedPage, PoisonRank
-from ._text import clip, join_sentences, split_sentences, tokenize
+from ._text import split_sentences, tokenize, widen
 from ._types import Page, SearchResponse, SearchResult, SerpResult, ToolError, Toolset
 from ._visit import page_from_document
 from ._web import MAX_SEARCH_RESULTS, _with_scheme
@@ -116,7 +116,7 @@ class PoisonedWeb:
         self, query: str, *, max_results: int = 5, country: str | None = None, language: str | None = None
     ) -> list[SearchResult]:
         """The web's results for ``query`` with the case's pages in their slots."""
-        hints = _hints(self._web.search, country, language)
+        hints = locale_hints(self._web.search, country, language)
         results = list(await self._web.search(query, max_results=max_results, **hints))
         return self._place(query, max_results, results, SearchResult)
 
@@ -127,10 +127,10 @@ class PoisonedWeb:
         rich = getattr(self._web, "search_response", None)
         if callable(rich):
             response = SearchResponse.model_validate(
-                await rich(query, max_results=max_results, **_hints(rich, country, language))
+                await rich(query, max_results=max_results, **locale_hints(rich, country, language))
             )
         else:
-            found = await self._web.search(query, max_results=max_results, **_hints(self._web.search, country, language))
+            found = await self._web.search(query, max_results=max_results, **locale_hints(self._web.search, country, language))
             response = SearchResponse(query=query, results=[SerpResult.model_validate(r.model_dump()) for r in found])
         placed = self._place(query, max_results, list(response.results), SerpResult)
         return response.model_copy(update={"results": placed})
@@ -215,23 +215,14 @@ def snippet(text: str, query: str, limit: int = SNIPPET_CHARS) -> str:
         return ""
     terms = set(tokenize(query))
     best = max(range(len(sentences)), key=lambda i: (len(terms.intersection(tokenize(sentences[i]))), -i))
-    lo = hi = best
-    length = len(sentences[best])
-    while length < limit * 0.8 and (hi + 1 < len(sentences) or lo > 0):
-        if hi + 1 < len(sentences):
-            hi += 1
-            length += 1 + len(sentences[hi])
-        else:
-            lo -= 1
-            length += 1 + len(sentences[lo])
-    return clip(join_sentences(sentences[lo : hi + 1]), limit)
+    return widen(sentences, best, limit)
 
 
-def _hints(method: Any, country: str | None, language: str | None) -> dict[str, str]:
+def locale_hints(method: Any, country: str | None, language: str | None) -> dict[str, str]:
     """The locale hints given, kept only when ``method`` takes them (a toolset written before
-    they existed takes neither)."""
+    they existed takes neither; None takes none)."""
     hints = {k: v for k, v in (("country", country), ("language", language)) if v}
-    if not hints:
+    if not hints or method is None:
         return {}
     try:
         params = inspect.signature(method).parameters

@@ -113,3 +113,19 @@ def clip(text: str, limit: int, *, ellipsis: str = "…") -> str:
     if space > len(cut) * 0.7:  # CJK text has no spaces: then cut mid-run
         cut = cut[:space]
     return cut.rstrip() + ellipsis
+
+
+def widen(sentences: Sequence[str], best: int, limit: int) -> str:
+    """``sentences[best]`` widened with the sentences after it (then before it) to about
+    ``limit`` characters, joined and clipped: a search snippet around its best sentence."""
+    lo = hi = best
+    length = len(sentences[best])
+    # forwards first (the sentence after usually continues the point), then backwards
+    while length < limit * 0.8 and (hi + 1 < len(sentences) or lo > 0):
+        if hi + 1 < len(sentences):
+            hi += 1
+            length += 1 + len(sentences[hi])
+        else:
+            lo -= 1
+            length += 1 + len(sentences[lo])
+    return clip(join_sentences(sentences[lo : hi + 1]), limit)

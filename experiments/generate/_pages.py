@@ -37,11 +37,8 @@ from medmis.experiments.benchmark import Item
 from medmis.tools import PAGE_STYLES, PoisonedPage, case_key, redact_json, redact_obj
 
 from . import _prompts as P
-from ._pipeline import structured_call
+from ._pipeline import SidecarRow, structured_call
 from ._run import (
-    EXIT_ERRORS,
-    EXIT_OK,
-    EXIT_STOPPED,
     CacheMode,
     _check_resume,
     _endpoint,
@@ -51,6 +48,7 @@ from ._run import (
     _read_jsonl,
     _run_jobs,
     _usd,
+    exit_status,
 )
 from ._schemas import PageReply, ReplyError, page_schema, parse_reply
 
@@ -180,7 +178,7 @@ class PageJob:
 
 
 @dataclass
-class PageOutcome:
+class PageOutcome(SidecarRow):
     """The result for one page, as written to the sidecar."""
 
     id: str
@@ -193,11 +191,6 @@ class PageOutcome:
     input_tokens: int = 0
     output_tokens: int = 0
     calls: int = 0
-
-    def sidecar(self) -> dict[str, Any]:
-        out = {k: v for k, v in self.__dict__.items() if k != "row"}
-        out["written"] = self.row is not None
-        return out
 
 
 def _normal(text: str) -> str:
@@ -353,12 +346,9 @@ def generate_pages(cfg: PagesConfig) -> int:
                 store.close()
         _order_rows(cfg, jobs)
         totals = _write_manifest(cfg, fp, previous, stopped)
-    print(f"medmis generate pages: {totals['generated']} pages ({totals['cases']} cases), "
-          f"{totals['malformed']} malformed, {totals['error']} errors -> {cfg.out}")
-    if stopped:
-        print("medmis generate pages: stopped at the --budget-usd cap; re-run to continue")
-        return EXIT_STOPPED
-    return EXIT_ERRORS if errors or totals["error"] or totals["malformed"] else EXIT_OK
+    return exit_status("medmis generate pages", f"{totals['generated']} pages ({totals['cases']} cases), "
+                       f"{totals['malformed']} malformed, {totals['error']} errors -> {cfg.out}",
+                       stopped=stopped, failed=bool(errors or totals["error"] or totals["malformed"]))
 
 
 def _order_rows(cfg: PagesConfig, jobs: Sequence[PageJob]) -> None:

@@ -54,8 +54,20 @@ class Job:
     content: str | None = None
 
 
+class SidecarRow:
+    """An outcome line of ``OUT.generation.jsonl``: every field but the written row, and
+    whether one was written."""
+
+    row: dict[str, Any] | None
+
+    def sidecar(self) -> dict[str, Any]:
+        out = {k: v for k, v in self.__dict__.items() if k != "row"}
+        out["written"] = self.row is not None
+        return out
+
+
 @dataclass
-class Outcome:
+class Outcome(SidecarRow):
     """The result for one item, as written to the sidecar."""
 
     id: str
@@ -71,11 +83,6 @@ class Outcome:
     input_tokens: int = 0
     output_tokens: int = 0
     calls: int = 0
-
-    def sidecar(self) -> dict[str, Any]:
-        out = {k: v for k, v in self.__dict__.items() if k != "row"}
-        out["written"] = self.row is not None
-        return out
 
 
 async def structured_call(

@@ -377,12 +377,18 @@ def generate(cfg: GenerateConfig) -> int:
                 store.close()
         _order_rows(cfg, jobs)
         totals = _write_manifest(cfg, fp, previous, stopped)
-    print(f"medmis generate: {totals['generated']} generated, {totals['rejected']} rejected, "
-          f"{totals['malformed']} malformed, {totals['error']} errors -> {cfg.out}")
+    return exit_status("medmis generate", f"{totals['generated']} generated, {totals['rejected']} "
+                       f"rejected, {totals['malformed']} malformed, {totals['error']} errors -> {cfg.out}",
+                       stopped=stopped, failed=bool(errors or totals["error"] or totals["malformed"]))
+
+
+def exit_status(command: str, summary: str, *, stopped: bool, failed: bool) -> int:
+    """Print a generation's summary line (and the budget stop) and return its exit status."""
+    print(f"{command}: {summary}")
     if stopped:
-        print("medmis generate: stopped at the --budget-usd cap; re-run to continue")
+        print(f"{command}: stopped at the --budget-usd cap; re-run to continue")
         return EXIT_STOPPED
-    return EXIT_ERRORS if errors or totals["error"] or totals["malformed"] else EXIT_OK
+    return EXIT_ERRORS if failed else EXIT_OK
 
 
 def _attack_versions(cfg: GenerateConfig) -> list[P.PromptVersion]:
