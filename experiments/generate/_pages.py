@@ -26,7 +26,6 @@ import re
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import quote
@@ -34,7 +33,7 @@ from urllib.parse import quote
 from medmis.agents import RetryPolicy
 from medmis.experiments import CliError
 from medmis.experiments.benchmark import Item
-from medmis.tools import PAGE_STYLES, PoisonedPage, case_key, redact_json, redact_obj
+from medmis.tools import PAGE_STYLES, PoisonedPage, case_key, redact_json
 
 from . import _prompts as P
 from ._pipeline import SidecarRow, structured_call
@@ -49,6 +48,7 @@ from ._run import (
     _run_jobs,
     _usd,
     exit_status,
+    write_manifest_file,
 )
 from ._schemas import PageReply, ReplyError, page_schema, parse_reply
 
@@ -373,7 +373,6 @@ def _order_rows(cfg: PagesConfig, jobs: Sequence[PageJob]) -> None:
 
 def _write_manifest(cfg: PagesConfig, fp: dict[str, Any], previous: dict[str, Any] | None,
                     stopped: bool) -> dict[str, Any]:
-    from medmis.experiments.harness import package_versions, scrub_argv
 
     every = _read_jsonl(cfg.side(".generation.jsonl"))
     latest = {o["id"]: o for o in every}
@@ -386,20 +385,9 @@ def _write_manifest(cfg: PagesConfig, fp: dict[str, Any], previous: dict[str, An
                   styles=[s for s in PAGE_STYLES if any(r["style"] == s for r in rows)],
                   calls=sum(o["calls"] for o in every), input_tokens=tin, output_tokens=tout,
                   usd=_usd(cfg.price, tin, tout))
-    now = datetime.now(UTC).isoformat(timespec="seconds")
-    manifest = {
-        "fingerprint": fp,
-        "command": scrub_argv(cfg.argv),
+    write_manifest_file(cfg, fp, previous, stopped, totals, {
         "prompt_versions": {P.PAGES_VERSION.name: {"version": P.PAGES_VERSION.version,
                                                    "source": P.PAGES_VERSION.source}},
         "synthetic": "pages that argue for false claims, written only to evaluate defenses",
-        "price_per_mtok": list(cfg.price) if cfg.price else None,
-        "totals": totals,
-        "versions": package_versions(),
-        "created": (previous or {}).get("created", now),
-        "updated": now,
-        "stopped": "budget" if stopped else None,
-    }
-    cfg.side(".manifest.json").write_text(json.dumps(redact_obj(manifest), indent=2, ensure_ascii=False) + "\n",
-                                          encoding="utf-8")
+    })
     return totals

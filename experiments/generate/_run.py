@@ -420,16 +420,27 @@ def _write_manifest(cfg: GenerateConfig, fp: dict[str, Any], previous: dict[str,
                               for s in ("generated", "rejected", "malformed", "error")}
     totals.update(calls=sum(o["calls"] for o in every), input_tokens=tin, output_tokens=tout,
                   usd=_usd(cfg.price, tin, tout))
-    now = datetime.now(UTC).isoformat(timespec="seconds")
-    from medmis.experiments.harness import package_versions, scrub_argv
-
-    manifest = {
-        "fingerprint": fp,
+    write_manifest_file(cfg, fp, previous, stopped, totals, {
         "decoding": {"preset": cfg.decoding, "generation_temperature": cfg.temperature,
                      "extraction_temperature": 0.0},
-        "command": scrub_argv(cfg.argv),
         "prompt_versions": {v.name: {"version": v.version, "source": v.source}
                             for v in (P.EXTRACT_VERSION, P.MERGED_VERSION, P.TWO_STAGE_VERSION, *_attack_versions(cfg))},
+    })
+    return totals
+
+
+def write_manifest_file(cfg: Any, fp: dict[str, Any], previous: dict[str, Any] | None, stopped: bool,
+                        totals: dict[str, Any], fields: dict[str, Any]) -> None:
+    """``OUT.manifest.json`` of a generation: its fingerprint, command, ``fields`` (prompt
+    versions, ...), price, totals, versions and times, credentials masked."""
+    from medmis.experiments.harness import package_versions, scrub_argv
+
+    now = datetime.now(UTC).isoformat(timespec="seconds")
+    manifest = {
+        "fingerprint": fp,
+        **{k: v for k, v in fields.items() if k == "decoding"},
+        "command": scrub_argv(cfg.argv),
+        **{k: v for k, v in fields.items() if k != "decoding"},
         "price_per_mtok": list(cfg.price) if cfg.price else None,
         "totals": totals,
         "versions": package_versions(),
@@ -439,7 +450,6 @@ def _write_manifest(cfg: GenerateConfig, fp: dict[str, Any], previous: dict[str,
     }
     cfg.side(".manifest.json").write_text(json.dumps(redact_obj(manifest), indent=2, ensure_ascii=False) + "\n",
                                           encoding="utf-8")
-    return totals
 
 
 def parse_price(text: str | None) -> tuple[float, float] | None:
