@@ -202,7 +202,9 @@ class LocalSearch:
 
         def weight(sentence: str) -> float:
             found = terms.intersection(tokenize(sentence))
-            return sum(math.log(1 + n_docs / (1 + self._df[t])) for t in found)
+            # fsum: exactly rounded, so the order of the set (string hashing, per process) cannot
+            # tip a near tie between two sentences
+            return math.fsum(math.log(1 + n_docs / (1 + self._df[t])) for t in found)
 
         weights = [weight(s) for s in sentences]
         best = max(range(len(sentences)), key=lambda i: (weights[i], -i))
