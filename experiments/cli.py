@@ -147,6 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
     abl.add_argument("--accept-change", action="append", default=[], metavar="FIELD[,FIELD]",
                      help="as for `medmis run`: resume into an --out holding a run with other settings")
     abl.add_argument("--no-progress", action="store_true", help="no progress bar or progress lines")
+    abl.add_argument("--retry-errors", action="store_true", help="as for `medmis run`, in every run of the grid")
     add_plugin_flag(abl)
 
     from medmis.experiments._data_cli import add_data_parsers
@@ -359,8 +360,7 @@ def _cmd_ablate(args: argparse.Namespace, argv: Sequence[str]) -> int:
     overrides = list(args.overrides)
     if args.data is not None:
         overrides.append(f"data={json.dumps(args.data)}")
-    if args.limit is not None:
-        overrides.append(f"limit={args.limit}")
+    overrides += [f"limit={args.limit}"] * (args.limit is not None) + ["retry_errors=true"] * args.retry_errors
     return ablate_command(args.config, out=args.out, dry_run=args.dry_run,
                           progress=not args.no_progress, argv=["medmis", *argv],
                           overrides=overrides, accept_changes=accept_change_fields(args.accept_change),

@@ -204,6 +204,9 @@ class AblationConfig(BaseModel):
     helper_timeout_s: float | None = Field(default=None, gt=0)
     """As ``medmis run --helper-timeout`` (default: the model timeout + 30 s)."""
     max_retries: int = Field(default=4, ge=0)
+    retry_errors: bool = False
+    """As ``medmis run --retry-errors`` (``medmis ablate --retry-errors``), in every run of the
+    grid: keys whose last record is an error are run again; a mode, not a setting of the run."""
     cache: CacheMode = "record"
     cache_dir: str | None = None
     search: Literal["tavily", "serper", "local"] = "local"

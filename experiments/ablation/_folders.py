@@ -67,7 +67,8 @@ def nothing_to_do(config: AblationConfig, out: Path, items: Sequence[Any]) -> bo
         return False
     models = [m.name for m in config.models]
     labels = [create_defender(d.name, d.options).label for d in config.defender_configs()]
-    return sum(pending_cases(run.folder, models, labels, run_cases(config, items, run))
+    return sum(pending_cases(run.folder, models, labels, run_cases(config, items, run),
+                             retry_errors=config.retry_errors)
                for run in grid_runs(config, out)) == 0
 
 
