@@ -92,7 +92,8 @@ def run_generate(args: argparse.Namespace, argv: Sequence[str]) -> int:
         from ._pages_cli import run_pages
 
         return run_pages(args, argv)
-    from ._run import GenerateConfig, build_jobs, estimate, generate, parse_price
+    from ._finish import parse_price
+    from ._run import GenerateConfig, build_jobs, estimate, generate
 
     if args.from_release and args.source:
         raise CliError("give SOURCE or --from-release, not both")

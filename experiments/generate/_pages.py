@@ -36,6 +36,7 @@ from medmis.experiments.benchmark import Item
 from medmis.tools import PAGE_STYLES, PoisonedPage, case_key, redact_json
 
 from . import _prompts as P
+from ._finish import exit_status, write_manifest_file
 from ._pipeline import SidecarRow, structured_call
 from ._run import (
     CacheMode,
@@ -47,8 +48,6 @@ from ._run import (
     _read_jsonl,
     _run_jobs,
     _usd,
-    exit_status,
-    write_manifest_file,
 )
 from ._schemas import PageReply, ReplyError, page_schema, parse_reply
 

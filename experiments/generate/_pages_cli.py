@@ -69,8 +69,8 @@ def parse_pages_args(argv: Sequence[str]) -> argparse.Namespace:
 
 def run_pages(args: argparse.Namespace, argv: Sequence[str]) -> int:
     """Handle ``medmis generate pages``."""
+    from ._finish import parse_price
     from ._pages import PagesConfig, build_jobs, estimate, generate_pages
-    from ._run import parse_price
 
     if Path("pages").exists():
         print(f"medmis generate pages: note: {_AMBIGUOUS}", file=sys.stderr)
