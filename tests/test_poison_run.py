@@ -215,6 +215,16 @@ def test_search_agent_under_a_poisoned_web(tmp_path: Path, pages: Path, capsys: 
     with load_run(out) as folder:  # the columnar readers take records with `poison` as before
         assert folder.records.count("*").fetchall() == [(len(poisoned),)]
     assert main(["export", "parquet", str(out), "--out", str(tmp_path / "export")]) == 0
+    import pyarrow.parquet as pq  # the exported records carry each case's exposure
+
+    exported = pq.read_table(tmp_path / "export" / "data" / "records.parquet").to_pylist()
+    assert len(exported) == len(poisoned)
+    by_key = {(r["defender"], r["protocol"], r["item_id"], r["target"]): r["poison"] for r in poisoned}
+    for row in exported:
+        expected = by_key[(row["defender"], row["protocol"], row["item_id"], row["target"])]
+        assert {k: row[f"poison_{k}"] for k in expected} == expected
+    card = (tmp_path / "export" / "README.md").read_text(encoding="utf-8")
+    assert "- poisoned web: share 1.0, rank `top`" in card and "`poison_cited`" in card
     # the trace marks every poisoned result and visit; the model is never told
     marked_results = marked_visits = 0
     for trace in traces(out):

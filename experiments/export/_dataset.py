@@ -11,7 +11,7 @@ per table (``configs:`` with its ``data_files``), the license, tags and a pretty
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -46,8 +46,15 @@ def export_parquet(run_dir: str | Path, out: str | Path | None = None, *, licens
     try:
         planned_records_view(con, run.dir)  # the records of the plan, as the metrics read them
         records = target / "data" / "records.parquet"
-        con.execute(f"COPY (SELECT * EXCLUDE (pos) FROM records ORDER BY pos) TO '{_sql_path(records)}' "
-                    "(FORMAT PARQUET)")
+        select = "SELECT * EXCLUDE (pos) FROM records ORDER BY pos"
+        exposure = _poison_rows(run.records)
+        if exposure is not None:  # a poisoned run: each case's exposure as columns of its own
+            con.register("__medmis_poison", exposure)
+            select = (f"SELECT r.* EXCLUDE (pos), {', '.join(f'p.{c}' for c in POISON_COLUMNS)} "
+                      "FROM records r LEFT JOIN __medmis_poison p ON r.model = p.model AND "
+                      "r.defender = p.defender AND r.protocol = p.protocol AND r.subset = p.subset AND "
+                      "r.item_id = p.item_id AND r.target IS NOT DISTINCT FROM p.target ORDER BY r.pos")
+        con.execute(f"COPY ({select}) TO '{_sql_path(records)}' (FORMAT PARQUET)")
         written.append(records)
     finally:
         con.close()
@@ -63,6 +70,33 @@ def export_parquet(run_dir: str | Path, out: str | Path | None = None, *, licens
     card.write_text(dataset_card(run, license=license), encoding="utf-8")
     written.append(card)
     return written
+
+
+POISON_COLUMNS = ("poison_share", "poison_rank", "poison_pages", "poison_shown", "poison_seen",
+                  "poison_visited", "poison_cited")
+"""A poisoned run's exposure per case (``records.jsonl``'s ``poison``) in the records table."""
+
+
+def _poison_rows(records: Sequence[Any]) -> Any:
+    """The ``poison`` blocks of the records as an Arrow table keyed like a record, or None when
+    the run has none."""
+    import pyarrow as pa
+
+    rows = [{"model": r.model, "defender": r.defender, "protocol": r.protocol, "subset": r.subset,
+             "item_id": r.item_id, "target": r.target,
+             **{f"poison_{k}": v for k, v in r.poison.model_dump().items()}}
+            for r in records if getattr(r, "poison", None) is not None]
+    return pa.Table.from_pylist(rows) if rows else None
+
+
+def _poison_line(manifest: Mapping[str, Any]) -> list[str]:
+    poison = manifest.get("poison")
+    if not poison:
+        return []
+    return [f"- poisoned web: share {poison.get('share')}, rank `{poison.get('rank')}`, styles "
+            f"{', '.join(poison.get('styles') or []) or 'all'}, pages sha256 "
+            f"`{str(poison.get('pages_sha256') or '?')[:16]}`; each record's exposure is in "
+            f"`{'`, `'.join(POISON_COLUMNS)}` (synthetic pages, written only to evaluate defenses)"]
 
 
 def _sql_path(path: Path) -> str:
@@ -157,7 +191,8 @@ def dataset_card(run: Any, *, license: str = "other") -> str:
         f"- records: {len(run.records)} ({items} items; protocols {', '.join(m.get('protocols') or [])})",
         f"- data: `{Path(str(dataset.get('source') or '?')).name}` (sha256 `{str(dataset.get('sha256') or '?')[:16]}`)",
         f"- prompt: `{prompt.get('name', '?')}@{prompt.get('version', '?')}`, seed {m.get('seed', '?')}",
-        f"- medmis: {(m.get('versions') or {}).get('medmis', '?')}", "",
+        f"- medmis: {(m.get('versions') or {}).get('medmis', '?')}",
+        *_poison_line(m), "",
         "## Configs", "",
         "| config | file | one row per |", "|---|---|---|",
         "| `records` | `data/records.parquet` | graded case: model, defender, protocol, item, target, choice, correct, tokens |",
