@@ -396,6 +396,15 @@ def test_a_page_file_for_other_cases_is_refused_before_anything_is_made(
     assert main(run_args(tmp_path / "out", "--poison", f"share=1.0,styles=blog,pages={only_forum}")) == 2
     assert "has no page of styles blog for any" in one_line(capsys.readouterr().err)
     assert not (tmp_path / "out").exists()
+    # pages for some of the cases only: the run goes on, and says how many search a clean web
+    partial = tmp_path / "partial.jsonl"
+    partial.write_text("".join(ln + "\n" for ln in pages.read_text(encoding="utf-8").splitlines()
+                               if "SYN-QA-001#" not in ln), encoding="utf-8")
+    assert main(run_args(tmp_path / "partial", "--poison", f"share=1.0,pages={partial}")) == 0
+    err = capsys.readouterr().err
+    assert f"poison: {partial} has no page for 1 of this run's 3 Type 1 case(s) (e.g. MEDMISQA/SYN-QA-001#" in err
+    bare = [r for r in records(tmp_path / "partial") if r["protocol"] == "type1" and r["item_id"] == "SYN-QA-001"]
+    assert bare and all(r["poison"]["pages"] == 0 for r in bare)
     # a clean-only run under poison has no Type 1 case to lack pages
     clean_only = run_args(tmp_path / "clean", "--poison", f"share=1.0,pages={other}", "--protocol", "clean")
     assert main(clean_only) == 0  # (the last --protocol wins)

@@ -12,7 +12,7 @@ written after the defender has answered.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -49,9 +49,12 @@ def poison_manifest(settings: PoisonSettings) -> dict[str, Any]:
 
 
 def check_pages(poison: RunPoison | None, items: Sequence[Item],
-                planned: Iterable[tuple[int, str, str | None]]) -> None:
+                planned: Iterable[tuple[int, str, str | None]],
+                notice: Callable[[str], None] | None = None) -> None:
     """Refuse a poisoned run none of whose Type 1 cases has a page: a page file made for
     other data (or other styles) would leave the web clean while the run says it is poisoned.
+    When only some cases lack pages, ``notice`` says how many (they search a clean web; their
+    records say ``pages: 0``).
 
     Raises:
         RunSetupError: One line naming the file and a case key it lacks.
@@ -59,11 +62,15 @@ def check_pages(poison: RunPoison | None, items: Sequence[Item],
     if poison is None:
         return
     keys = [case_key(items[i].key, t) for i, protocol, t in planned if protocol == "type1" and t]
-    if keys and not any(k in poison.by_case for k in keys):
-        styles = f" of styles {'+'.join(poison.settings.styles)}" if poison.settings.styles else ""
+    missing = [k for k in keys if k not in poison.by_case]
+    styles = f" of styles {'+'.join(poison.settings.styles)}" if poison.settings.styles else ""
+    if keys and len(missing) == len(keys):
         raise RunSetupError(f"poison: {poison.settings.pages} has no page{styles} for any of this run's "
                             f"{len(keys)} Type 1 case(s) (e.g. {keys[0]}); make them with "
                             "`medmis generate pages` from the same data")
+    if missing and notice is not None:
+        notice(f"poison: {poison.settings.pages} has no page{styles} for {len(missing)} of this run's "
+               f"{len(keys)} Type 1 case(s) (e.g. {missing[0]}); they search a clean web (pages: 0)")
 
 
 def _digest(path: Path) -> str:

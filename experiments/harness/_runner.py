@@ -347,7 +347,7 @@ class Harness:
         self.check_models()
         dataset = self.load_dataset()
         planned = self._planned = self.plan_cases(dataset)
-        check_pages(self.poison, dataset.items, planned)  # --poison with no page for any Type 1 case: exit 2
+        check_pages(self.poison, dataset.items, planned, self.notice)  # no page for any Type 1 case: exit 2
         fingerprint = self.fingerprint(dataset)
         try:
             with ClaimedFolder(self.out, fingerprint, accept_changes=self.config.accept_changes,
