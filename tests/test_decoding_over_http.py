@@ -21,7 +21,7 @@ import httpx
 import pytest
 import respx
 import test_paper_over_http as paper
-from test_paper_over_http import DATA, N_ITEMS, SUBSET, Provider, answer_text, case_of
+from test_paper_over_http import DATA, N_ITEMS, SUBSET, Provider, answer_route, answer_text
 
 from medmis.agents import ModelOptions
 from medmis.agents._decoding import resolve, resolved_values
@@ -74,15 +74,7 @@ BLOCK_NONE = [  # GEMINI_SAFETY_SETTINGS, in the notebook's order
 
 def run(provider: Provider, items: list[Item], out: Path, respx_mock: respx.MockRouter,
         *extra: str) -> list[Json]:
-    bodies: list[Json] = []
-
-    def handle(request: httpx.Request) -> httpx.Response:
-        body = json.loads(request.content)
-        bodies.append(body)
-        item, protocol = case_of(items, provider.user_text(body))
-        return httpx.Response(200, json=provider.reply(answer_text(item, protocol)))
-
-    respx_mock.post(url__regex=provider.url).mock(side_effect=handle)
+    bodies = answer_route(provider, items, respx_mock)
     argv = [
         "run", "--data", str(DATA), "--subset", SUBSET, "--limit", str(N_ITEMS),
         "--model", provider.spec, "--defender", "none", "--prompt", "paper", "--decoding", "reference",
@@ -210,15 +202,7 @@ def test_paper_preset_sends_no_seed_whatever_the_run_seed(
 ) -> None:
     """The run seed picks targets and reseeds the simulated examinee; no provider is sent it."""
     provider = paper.PROVIDERS["openai"]
-    route_bodies: list[Json] = []
-
-    def handle(request: httpx.Request) -> httpx.Response:
-        body = json.loads(request.content)
-        route_bodies.append(body)
-        item, protocol = case_of(items, provider.user_text(body))
-        return httpx.Response(200, json=provider.reply(answer_text(item, protocol)))
-
-    respx_mock.post(url__regex=provider.url).mock(side_effect=handle)
+    route_bodies = answer_route(provider, items, respx_mock)
     assert main(["run", "--data", str(DATA), "--subset", SUBSET, "--limit", "1", "--model", provider.spec,
                  "--defender", "none", "--seed", "5", "--out", str(tmp_path / "run"), "--no-progress",
                  "--max-retries", "0"]) == 0
@@ -230,15 +214,7 @@ def test_ablate_sends_no_run_seed_to_a_provider(
     items: list[Item], tmp_path: Path, respx_mock: respx.MockRouter
 ) -> None:
     provider = PROVIDERS["openai"]
-    bodies: list[Json] = []
-
-    def handle(request: httpx.Request) -> httpx.Response:
-        body = json.loads(request.content)
-        bodies.append(body)
-        item, protocol = case_of(items, provider.user_text(body))
-        return httpx.Response(200, json=provider.reply(answer_text(item, protocol)))
-
-    respx_mock.post(url__regex=provider.url).mock(side_effect=handle)
+    bodies = answer_route(provider, items, respx_mock)
     config = tmp_path / "grid.toml"
     config.write_text(
         f'data = "{DATA}"\nsubset = "{SUBSET}"\nlimit = 1\nseed = 9\ndecoding = "reference"\n'

@@ -198,7 +198,9 @@ PROVIDERS = {
 }
 
 
-def run(provider: Provider, items: list[Item], out: Path, respx_mock: respx.MockRouter) -> list[Json]:
+def answer_route(provider: Provider, items: list[Item], respx_mock: respx.MockRouter) -> list[Json]:
+    """Answer ``provider``'s endpoint as the examinee would, correctly on clean cases; the list
+    the request bodies are collected in."""
     bodies: list[Json] = []
 
     def handle(request: httpx.Request) -> httpx.Response:
@@ -208,6 +210,11 @@ def run(provider: Provider, items: list[Item], out: Path, respx_mock: respx.Mock
         return httpx.Response(200, json=provider.reply(answer_text(item, protocol)))
 
     respx_mock.post(url__regex=provider.url).mock(side_effect=handle)
+    return bodies
+
+
+def run(provider: Provider, items: list[Item], out: Path, respx_mock: respx.MockRouter) -> list[Json]:
+    bodies = answer_route(provider, items, respx_mock)
     argv = [
         "run", "--data", str(DATA), "--subset", SUBSET, "--limit", str(N_ITEMS),
         "--model", provider.spec, "--defender", "none", "--prompt", "paper",
