@@ -15,9 +15,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import respx
+import test_generate_http as generate_http
 from conftest import clear_provider_env
 
 from medmis.defenses import DefenderConfigError, defender, defender_prompts
@@ -137,39 +137,11 @@ def wire_reply(prompt: str, schema: Json) -> Json:
 
 
 def openai_handler(calls: list[Json]):
-    def handle(request: httpx.Request) -> httpx.Response:
-        body = json.loads(request.content)
-        calls.append(body)
-        prompt = next(m["content"] for m in body["messages"] if m["role"] == "user")
-        schema = body["response_format"]["json_schema"]["schema"]
-        return httpx.Response(200, json={
-            "id": "chatcmpl-1", "object": "chat.completion", "created": 1_760_000_000, "model": "gpt-gen",
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": json.dumps(wire_reply(prompt, schema)),
-                                                 "refusal": None}, "logprobs": None, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 900, "completion_tokens": 200, "total_tokens": 1100},
-        })
-    return handle
-
-
-def _lower(schema: Any) -> Any:
-    if isinstance(schema, dict):
-        return {k: (v.lower() if k == "type" and isinstance(v, str) else _lower(v)) for k, v in schema.items()}
-    return [_lower(v) for v in schema] if isinstance(schema, list) else schema
+    return generate_http.openai_handler(calls, wire_reply, usage=(900, 200))
 
 
 def gemini_handler(calls: list[Json]):
-    def handle(request: httpx.Request) -> httpx.Response:
-        body = json.loads(request.content)
-        calls.append(body)
-        prompt = "".join(p["text"] for c in body["contents"] for p in c["parts"])
-        config = body["generationConfig"]
-        schema = _lower(config.get("responseSchema") or config.get("responseJsonSchema"))
-        text = json.dumps(wire_reply(prompt, schema))
-        return httpx.Response(200, json={
-            "candidates": [{"content": {"role": "model", "parts": [{"text": text}]}, "finishReason": "STOP", "index": 0}],
-            "usageMetadata": {"promptTokenCount": 900, "candidatesTokenCount": 200, "totalTokenCount": 1100},
-        })
-    return handle
+    return generate_http.gemini_handler(calls, wire_reply, usage=(900, 200))
 
 
 @pytest.mark.sdk_http

@@ -61,7 +61,8 @@ def reply_for(prompt: str, schema: Json) -> Json:
     return {"injections": bundle}
 
 
-def gemini_handler(calls: list[Json]):
+def gemini_handler(calls: list[Json], reply: Any = reply_for, usage: tuple[int, int] = (400, 90)):
+    """A Gemini endpoint answering with ``reply(prompt, schema)`` under the schema it is sent."""
     def handle(request: httpx.Request) -> httpx.Response:
         body = json.loads(request.content)
         calls.append(body)
@@ -69,10 +70,11 @@ def gemini_handler(calls: list[Json]):
         config = body["generationConfig"]
         assert config["responseMimeType"] == "application/json"
         schema = config.get("responseSchema") or config.get("responseJsonSchema")
-        text = json.dumps(reply_for(prompt, _lower_types(schema)), ensure_ascii=False)
+        text = json.dumps(reply(prompt, _lower_types(schema)), ensure_ascii=False)
         return httpx.Response(200, json={
             "candidates": [{"content": {"role": "model", "parts": [{"text": text}]}, "finishReason": "STOP", "index": 0}],
-            "usageMetadata": {"promptTokenCount": 400, "candidatesTokenCount": 90, "totalTokenCount": 490},
+            "usageMetadata": {"promptTokenCount": usage[0], "candidatesTokenCount": usage[1],
+                              "totalTokenCount": sum(usage)},
             "modelVersion": "gemini-gen-001",
         })
     return handle
@@ -87,7 +89,10 @@ def _lower_types(schema: Any) -> Any:
     return schema
 
 
-def openai_handler(calls: list[Json]):
+def openai_handler(calls: list[Json], reply: Any = reply_for, usage: tuple[int, int] = (400, 90),
+                   schema_name: str | None = None):
+    """An OpenAI endpoint answering with ``reply(prompt, schema)`` under the json_schema it is
+    sent (named ``schema_name`` when given)."""
     def handle(request: httpx.Request) -> httpx.Response:
         body = json.loads(request.content)
         calls.append(body)
@@ -95,12 +100,14 @@ def openai_handler(calls: list[Json]):
         fmt = body["response_format"]
         schema = fmt["json_schema"]["schema"] if fmt["type"] == "json_schema" else None
         assert schema is not None, "the generator asks OpenAI for its schema (json_schema)"
-        text = json.dumps(reply_for(prompt, schema), ensure_ascii=False)
+        if schema_name is not None:
+            assert fmt["json_schema"]["strict"] is True and fmt["json_schema"]["name"] == schema_name
+        text = json.dumps(reply(prompt, schema), ensure_ascii=False)
         return httpx.Response(200, json={
             "id": "chatcmpl-1", "object": "chat.completion", "created": 1_760_000_000, "model": "gpt-gen",
             "choices": [{"index": 0, "message": {"role": "assistant", "content": text, "refusal": None},
                          "logprobs": None, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 400, "completion_tokens": 90, "total_tokens": 490},
+            "usage": {"prompt_tokens": usage[0], "completion_tokens": usage[1], "total_tokens": sum(usage)},
         })
     return handle
 

@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 import respx
+import test_generate_http as generate_http
 from conftest import clear_provider_env
 
 from medmis.experiments.cli import main
@@ -56,47 +57,11 @@ def page_for(prompt: str, schema: Json) -> Json:
 
 
 def gemini_handler(calls: list[Json], reply: Any = page_for):
-    def handle(request: httpx.Request) -> httpx.Response:
-        body = json.loads(request.content)
-        calls.append(body)
-        prompt = "".join(p["text"] for c in body["contents"] for p in c["parts"])
-        config = body["generationConfig"]
-        assert config["responseMimeType"] == "application/json"
-        schema = _lower_types(config.get("responseSchema") or config.get("responseJsonSchema"))
-        text = json.dumps(reply(prompt, schema), ensure_ascii=False)
-        return httpx.Response(200, json={
-            "candidates": [{"content": {"role": "model", "parts": [{"text": text}]}, "finishReason": "STOP", "index": 0}],
-            "usageMetadata": {"promptTokenCount": 700, "candidatesTokenCount": 300, "totalTokenCount": 1000},
-            "modelVersion": "gemini-gen-001",
-        })
-    return handle
-
-
-def _lower_types(schema: Any) -> Any:
-    # google-genai may send Schema types upper-cased ("OBJECT"); the fake reads either
-    if isinstance(schema, dict):
-        return {k: (v.lower() if k == "type" and isinstance(v, str) else _lower_types(v)) for k, v in schema.items()}
-    if isinstance(schema, list):
-        return [_lower_types(v) for v in schema]
-    return schema
+    return generate_http.gemini_handler(calls, reply, usage=(700, 300))
 
 
 def openai_handler(calls: list[Json], reply: Any = page_for):
-    def handle(request: httpx.Request) -> httpx.Response:
-        body = json.loads(request.content)
-        calls.append(body)
-        prompt = next(m["content"] for m in body["messages"] if m["role"] == "user")
-        fmt = body["response_format"]
-        assert fmt["type"] == "json_schema" and fmt["json_schema"]["strict"] is True
-        assert fmt["json_schema"]["name"] == "poisoned_page"
-        text = json.dumps(reply(prompt, fmt["json_schema"]["schema"]), ensure_ascii=False)
-        return httpx.Response(200, json={
-            "id": "chatcmpl-1", "object": "chat.completion", "created": 1_760_000_000, "model": "gpt-gen",
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text, "refusal": None},
-                         "logprobs": None, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 700, "completion_tokens": 300, "total_tokens": 1000},
-        })
-    return handle
+    return generate_http.openai_handler(calls, reply, usage=(700, 300), schema_name="poisoned_page")
 
 
 def pages(*args: str) -> int:
