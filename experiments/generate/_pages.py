@@ -39,7 +39,7 @@ from . import _prompts as P
 from ._finish import exit_status, write_manifest_file
 from ._pipeline import SidecarRow, structured_call
 from ._run import (
-    CacheMode,
+    GenerationSettings,
     _check_resume,
     _endpoint,
     _hash_path,
@@ -239,28 +239,12 @@ class PagePipeline:
         return out
 
 
-@dataclass
-class PagesConfig:
+@dataclass(kw_only=True)
+class PagesConfig(GenerationSettings):
     """Everything that decides what ``medmis generate pages`` writes (see :func:`fingerprint`)."""
 
-    out: Path
-    generator: str
     from_release: Path
     styles: tuple[str, ...] = PAGE_STYLES
-    subset: str | None = None
-    seed: int = 0
-    limit: int | None = None
-    max_connections: int = 8
-    cache: CacheMode = "live"
-    cache_dir: Path | None = None
-    budget_usd: float | None = None
-    price: tuple[float, float] | None = None  # USD per million input, output tokens
-    base_url: str | None = None
-    temperature: float = 1.0
-    argv: list[str] = field(default_factory=list)
-
-    def side(self, suffix: str) -> Path:
-        return self.out.with_name(self.out.name.removesuffix(".jsonl") + suffix)
 
 
 def type1_targets(item: Item) -> list[str]:

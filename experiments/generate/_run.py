@@ -30,18 +30,27 @@ from ._sources import detect_format, read_source
 CacheMode = Literal["live", "record", "replay", "refresh"]
 
 
-class Writer(Protocol):
-    """What the shared steps below read of a generation's settings (:class:`GenerateConfig`,
-    and ``medmis generate pages``' config)."""
+@dataclass(kw_only=True)
+class GenerationSettings:
+    """What every generation shares and the steps below read (``medmis generate`` and
+    ``medmis generate pages`` add their own fields)."""
 
     out: Path
     generator: str
-    base_url: str | None
-    max_connections: int
-    budget_usd: float | None
-    price: tuple[float, float] | None
+    subset: str | None = None
+    seed: int = 0
+    limit: int | None = None
+    max_connections: int = 8
+    cache: CacheMode = "live"
+    cache_dir: Path | None = None
+    budget_usd: float | None = None
+    price: tuple[float, float] | None = None  # USD per million input, output tokens
+    base_url: str | None = None
+    temperature: float = 1.0  # the reference generates at 1.0 and extracts at 0.0
+    argv: list[str] = field(default_factory=list)
 
-    def side(self, suffix: str) -> Path: ...
+    def side(self, suffix: str) -> Path:
+        return self.out.with_name(self.out.name.removesuffix(".jsonl") + suffix)
 
 
 class Result(Protocol):
@@ -62,39 +71,23 @@ class Runner(Protocol):
     async def run(self, job: Any) -> Result: ...
 
 
-@dataclass
-class GenerateConfig:
+@dataclass(kw_only=True)
+class GenerateConfig(GenerationSettings):
     """Everything that decides what ``medmis generate`` writes (see :func:`fingerprint`)."""
 
-    out: Path
-    generator: str
     source: Path | None = None
     source_format: str = "auto"
     from_release: Path | None = None
     provenance_cycle: Cycle | None = None
     stratified: int | None = None
-    subset: str | None = None
     stages: Stages = "two"
-    seed: int = 0
-    limit: int | None = None
-    max_connections: int = 8
-    cache: CacheMode = "live"
-    cache_dir: Path | None = None
-    budget_usd: float | None = None
-    price: tuple[float, float] | None = None  # USD per million input, output tokens
-    base_url: str | None = None
-    temperature: float = 1.0  # the reference generates at 1.0 and extracts at 0.0
     decoding: Literal["paper", "reference"] = "reference"
     """The preset ``temperature`` came from (``medmis generate --decoding``); recorded in the
     manifest. Neither preset sends a seed, cap or thinking setting to the generator."""
-    argv: list[str] = field(default_factory=list)
     attack: Literal["static", "adaptive"] = "static"
     against: tuple[str, ...] = ()
     """``adaptive``: rewrite a release's false sentences knowing these defenders (``_adaptive``)."""
     against_options: dict[str, dict[str, Any]] = field(default_factory=dict)
-
-    def side(self, suffix: str) -> Path:
-        return self.out.with_name(self.out.name.removesuffix(".jsonl") + suffix)
 
 
 def _hash_path(path: Path) -> str:
@@ -177,7 +170,7 @@ def fingerprint(cfg: GenerateConfig, mode: str) -> dict[str, Any]:
     }
 
 
-def _endpoint(cfg: Writer) -> str | None:
+def _endpoint(cfg: GenerationSettings) -> str | None:
     """The server the generator talks to: ``--base-url`` or its provider's environment
     variable (``OPENAI_BASE_URL`` …), credentials stripped."""
     from medmis.agents import ModelOptions, effective_base_url
@@ -275,7 +268,7 @@ def _append(path: Path, obj: dict[str, Any]) -> None:
         os.fsync(fh.fileno())
 
 
-def _check_resume(cfg: Writer, fp: dict[str, Any]) -> dict[str, Any] | None:
+def _check_resume(cfg: GenerationSettings, fp: dict[str, Any]) -> dict[str, Any] | None:
     path = cfg.side(".manifest.json")
     if not path.exists():
         if cfg.out.exists() and cfg.out.stat().st_size:
@@ -291,7 +284,7 @@ def _check_resume(cfg: Writer, fp: dict[str, Any]) -> dict[str, Any] | None:
     return previous
 
 
-def _model(cfg: Writer, temperature: float, store: Any) -> Any:
+def _model(cfg: GenerationSettings, temperature: float, store: Any) -> Any:
     """The generator at ``temperature``, behind the record/replay store when there is one."""
     from medmis.agents import ModelOptions, load_model
 
@@ -307,7 +300,7 @@ def _models(cfg: GenerateConfig, store: Any) -> tuple[Any, Any]:
     return _model(cfg, cfg.temperature, store), _model(cfg, 0.0, store)
 
 
-async def _run_jobs(cfg: Writer, pipeline: Runner, todo: list[Any], spent: list[float]) -> tuple[int, bool]:
+async def _run_jobs(cfg: GenerationSettings, pipeline: Runner, todo: list[Any], spent: list[float]) -> tuple[int, bool]:
     """Run jobs with at most ``max_connections`` in flight; stop scheduling at the budget."""
     sem = asyncio.Semaphore(max(1, cfg.max_connections))
     stopped = False
@@ -333,7 +326,7 @@ async def _run_jobs(cfg: Writer, pipeline: Runner, todo: list[Any], spent: list[
     return errors, stopped
 
 
-def _record(cfg: Writer, outcome: Result) -> None:
+def _record(cfg: GenerationSettings, outcome: Result) -> None:
     # the row first: a crash between the two writes re-generates the item rather than losing it
     if outcome.row is not None:
         _append(cfg.out, outcome.row)
