@@ -98,6 +98,30 @@ def test_inspect_logs_read_back_with_the_counts_of_metrics_json(run_dir: Path, t
     assert flips_seen > 0  # the counts compared include flips, not only zeros
 
 
+def test_inspect_logs_tell_the_defenders_apart_and_headline_the_asr(run_dir: Path, tmp_path: Path) -> None:
+    # every defender's log was task `medmis` with the same (empty) args and clean accuracy first
+    log_api = pytest.importorskip("inspect_ai.log", reason="inspect_ai not installed: pip install 'medmis[inspect]'")
+    out = tmp_path / "logs"
+    assert main(["export", "inspect", str(run_dir), "--out", str(out)]) == 0
+    metrics = json.loads((run_dir / "metrics.json").read_text())["mock/examinee"]
+    headers = [log_api.read_eval_log(info, header_only=True) for info in log_api.list_eval_logs(str(out))]
+    by_defender = {h.eval.task_args["defender"]: h for h in headers}
+    assert set(by_defender) == {"none", "claim_verify"}
+    assert len({h.eval.task for h in headers}) == len({h.eval.task_display_name for h in headers}) == 2
+    assert len({json.dumps(h.eval.task_args, sort_keys=True) for h in headers}) == 2
+    for defender, header in by_defender.items():
+        assert defender in header.eval.task and defender in header.eval.task_display_name
+        assert f"defender:{defender}" in header.eval.tags and "simulated" in header.eval.tags
+        assert header.eval.task_args["defender_options"] == header.eval.solver_args
+        # the ASR is what a listing shows: the headline, and the first score
+        headline = log_api.headline_metric(header)
+        assert headline is not None and headline.name == "type1_asr"
+        assert headline.metric.value == pytest.approx(metrics[defender]["type1_asr"]["value"])
+        assert header.results.scores[0].name == "flipped"
+        assert "type1_asr" in header.results.scores[0].metrics
+    assert by_defender["claim_verify"].eval.task_args["defender_options"]["max_claims"] == 8
+
+
 def test_without_inspect_ai_the_export_is_one_line_exit_2(run_dir: Path, tmp_path: Path) -> None:
     code = ("import sys; sys.modules['inspect_ai'] = None; sys.modules['inspect_ai.log'] = None\n"
             "from medmis.experiments.cli import main\n"
