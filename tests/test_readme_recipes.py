@@ -4,8 +4,11 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -55,3 +58,29 @@ def test_the_offline_hle_mitigation_recipe_runs_without_the_hub_keys_or_network(
     assert len({r["defender"] for r in records}) == 9 and not any(r["error"] for r in records)
     # the search agent searched the bundled corpus (no Tavily key was there to use)
     assert sum(r["tool_calls"] for r in records if r["defender"] == "search_agent") > 0
+
+
+def test_the_replay_example_runs_from_any_directory(tmp_path: Path) -> None:
+    example = readme_block("python", "def test_search_agent_replays_offline")
+    first = example.splitlines()[0]
+    assert first.startswith("# tests/")
+    where = tmp_path / "elsewhere"  # a user's project: no fixtures/ folder beside it
+    test_file = where / first.removeprefix("# ")
+    test_file.parent.mkdir(parents=True)
+    test_file.write_text(example, encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTEST_ADDOPTS")}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(test_file)],
+                          cwd=where, capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "1 passed" in done.stdout
+    assert not (where / "fixtures").exists()
+
+
+def test_bundled_fixture_names_what_it_cannot_find() -> None:
+    from medmis.testing import BUNDLED_FIXTURES, bundled_fixture
+
+    assert bundled_fixture("cassettes/search_agent_hle.jsonl") == BUNDLED_FIXTURES / "cassettes" / "search_agent_hle.jsonl"
+    assert bundled_fixture("medmisbench_sample.jsonl").is_absolute()
+    for bad in ("cassettes/none.jsonl", "../pyproject.toml", "corpus"):
+        with pytest.raises(FileNotFoundError, match="medmis ships no fixture"):
+            bundled_fixture(bad)
