@@ -303,7 +303,8 @@ def _question_text(trace: Mapping[str, Any]) -> str:
     """The non-system messages of a trace's first model call, as text."""
     for step in trace.get("steps") or []:
         if isinstance(step, dict) and step.get("kind") == "model":
-            messages = step.get("input") if isinstance(step.get("input"), list) else []
+            given = step.get("input")
+            messages: list[Any] = given if isinstance(given, list) else []
             return " ".join(str(msg.get("content")) for msg in messages
                             if isinstance(msg, dict) and msg.get("role") != "system")
     return ""
