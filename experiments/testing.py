@@ -26,6 +26,12 @@ what it needs when a test asks for it.
     outputs (strings, ``AIMessage``s or a callable ``(messages, tools) -> output``); with no
     outputs it is the fake examinee of ``medmis.defenses.testing`` for the toy item.
 
+``bundled_fixture``
+    ``bundled_fixture("cassettes/search_agent_hle.jsonl")`` is the absolute path of a file
+    medmis ships (the sample items ``medmisbench_sample.jsonl``, the local corpus ``corpus/``,
+    the search-agent cassette, the sample poisoned pages), wherever medmis is installed and
+    whatever the working directory: a test written against it runs outside the clone.
+
 ``check_defender`` (the shared defender contract) stays in :mod:`medmis.defenses.testing`;
 it is re-exported here.
 """
@@ -47,7 +53,7 @@ if TYPE_CHECKING:
     from medmis.experiments.benchmark._types import CaseView, Item
     from medmis.experiments.harness._config import RunConfig, RunResult
 
-__all__ = ["NetworkBlocked", "Replay", "check_defender"]
+__all__ = ["BUNDLED_FIXTURES", "NetworkBlocked", "Replay", "bundled_fixture", "check_defender"]
 
 
 def __getattr__(name: str) -> Any:
@@ -56,6 +62,31 @@ def __getattr__(name: str) -> Any:
 
         return check_defender
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+# --- bundled files --------------------------------------------------------------------------
+
+BUNDLED_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+"""The folder of the files medmis ships: ``fixtures/`` in the clone, ``medmis/fixtures/`` in an
+installed wheel (pyproject's package-data); the same folder the corpus and examinee defaults read."""
+
+
+def bundled_fixture(relative: str | Path) -> Path:
+    """The absolute path of a file medmis ships, e.g. ``"cassettes/search_agent_hle.jsonl"``.
+
+    Args:
+        relative: The file's path under ``fixtures/``.
+
+    Returns:
+        Its absolute path (independent of the working directory).
+
+    Raises:
+        FileNotFoundError: medmis ships no such file (its name says which, and where it looked).
+    """
+    path = BUNDLED_FIXTURES / relative
+    if ".." in Path(relative).parts or not path.is_file():
+        raise FileNotFoundError(f"medmis ships no fixture {str(relative)!r} (looked in {BUNDLED_FIXTURES})")
+    return path
 
 
 # --- replay ---------------------------------------------------------------------------------

@@ -88,6 +88,10 @@ def test_installed_wheel_imports_from_outside_the_checkout(wheel: Path, tmp_path
         "print([n for n in ('agents', 'tools', 'graphs', 'defenses', 'experiments')"
         " if importlib.util.find_spec(n) is not None])\n"
         "print(len(medmis.defenses.list_defenders()))\n"
+        # the files the defaults and the README's replay example read are package data
+        "from medmis.testing import bundled_fixture\n"
+        "print(repr([str(bundled_fixture(f)) for f in ('medmisbench_sample.jsonl', 'corpus/documents.jsonl',"
+        " 'cassettes/search_agent_hle.jsonl', 'poison/sample_pages.jsonl')]))\n"
     )
     outside = tmp_path / "elsewhere"
     outside.mkdir()
@@ -95,8 +99,9 @@ def test_installed_wheel_imports_from_outside_the_checkout(wheel: Path, tmp_path
         [str(python), "-c", probe], cwd=outside, check=True, capture_output=True, text=True,
         timeout=120, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
     )
-    module_file, leaked, n_defenders = done.stdout.strip().splitlines()
+    module_file, leaked, n_defenders, bundled = done.stdout.strip().splitlines()
     assert Path(module_file).resolve().is_relative_to(env_dir.resolve())
+    assert all(Path(f).resolve().is_relative_to(env_dir.resolve()) for f in ast.literal_eval(bundled))
     assert leaked == "[]"
     assert int(n_defenders) >= 9
     failed = subprocess.run(

@@ -217,7 +217,7 @@ def test_search_agent_under_a_poisoned_web(tmp_path: Path, pages: Path, capsys: 
     assert main(["export", "parquet", str(out), "--out", str(tmp_path / "export")]) == 0
     import pyarrow.parquet as pq  # the exported records carry each case's exposure
 
-    exported = pq.read_table(tmp_path / "export" / "data" / "records.parquet").to_pylist()
+    exported = pq.read_table(tmp_path / "export" / "data" / "records" / "train.parquet").to_pylist()
     assert len(exported) == len(poisoned)
     by_key = {(r["defender"], r["protocol"], r["item_id"], r["target"]): r["poison"] for r in poisoned}
     for row in exported:

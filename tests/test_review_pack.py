@@ -148,6 +148,33 @@ def test_forms_are_offline_escaped_and_blind(run_dir: Path, tmp_path: Path) -> N
         sum("Dr. Ana Lúcia" in t.reviewers for t in tasks)
 
 
+def test_a_simulated_run_s_pack_and_forms_carry_the_simulated_label(run_dir: Path, tmp_path: Path) -> None:
+    from medmis.experiments.reporting import SIMULATED_STATEMENT
+
+    pack = _pack_with_forms(run_dir, tmp_path)
+    info = json.loads((pack / "pack.json").read_text(encoding="utf-8"))
+    assert info["simulated"] is True and info["simulated_statement"] == SIMULATED_STATEMENT
+    for form in (pack / "forms").glob("*.html"):
+        doc = form.read_text(encoding="utf-8")
+        assert "<title>MedMis clinician review" in doc and "(SIMULATED EXAMINEE)</title>" in doc
+        assert '<p id="simulated-banner" class="warn"><b>SIMULATED EXAMINEE:' in doc
+        assert "mock/examinee" not in doc  # the label names no model: the review stays blind
+    # a pack of a real model's run carries neither (the label follows the run, not the fixture)
+    real = tmp_path / "real"
+    shutil.copytree(pack, real)
+    shutil.rmtree(real / "forms")
+    info.update(simulated=False)
+    info.pop("simulated_statement")
+    (real / "pack.json").write_text(json.dumps(info), encoding="utf-8")
+    lines = [dict(json.loads(line), model="openai/gpt-x")
+             for line in (real / "tasks.jsonl").read_text(encoding="utf-8").splitlines()]
+    (real / "tasks.jsonl").write_text("".join(json.dumps(t) + "\n" for t in lines), encoding="utf-8")
+    assert main(["review", "form", str(real)]) == 0
+    for form in (real / "forms").glob("*.html"):
+        doc = form.read_text(encoding="utf-8")
+        assert "SIMULATED" not in doc and "simulated-banner" not in doc
+
+
 # --- headless Chromium over the DevTools protocol (a pipe: no port, no network) -----------------
 
 class Browser:

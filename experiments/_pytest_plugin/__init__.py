@@ -12,8 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 from medmis.experiments import testing as _home
 from medmis.experiments.testing import (
+    BUNDLED_FIXTURES,
     NetworkBlocked,
     Replay,
+    bundled_fixture,
     medmis_case_view,
     medmis_no_network,
     medmis_replay,
@@ -27,8 +29,10 @@ if TYPE_CHECKING:
     from medmis.defenses.testing import check_defender
 
 __all__ = [
+    "BUNDLED_FIXTURES",
     "NetworkBlocked",
     "Replay",
+    "bundled_fixture",
     "check_defender",
     "medmis_case_view",
     "medmis_no_network",

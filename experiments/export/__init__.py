@@ -6,16 +6,28 @@ Face dataset (Parquet tables and a ``README.md`` card). ``medmis export inspect|
 """
 
 from ._cli import add_export_parser, run_export
-from ._dataset import CONFIGS, dataset_card, export_parquet
+from ._dataset import (
+    CONFIGS,
+    Coverage,
+    config_file,
+    dataset_card,
+    export_parquet,
+    item_languages,
+    text_language,
+)
 from ._inspect import INSTALL_HINT, SCORERS, export_inspect
 
 __all__ = [
     "CONFIGS",
     "INSTALL_HINT",
     "SCORERS",
+    "Coverage",
     "add_export_parser",
+    "config_file",
     "dataset_card",
     "export_inspect",
     "export_parquet",
+    "item_languages",
     "run_export",
+    "text_language",
 ]

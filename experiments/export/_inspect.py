@@ -9,7 +9,9 @@ correctly clean) and ``targeted`` (1/0, a Type 1 case answered with the injected
 exactly as :func:`medmis.experiments.analysis.indicator_maps` defines them for the
 metrics. Every model call is a ``ModelEvent``, every web-tool call a ``ToolEvent``; the
 metrics of ``metrics.json`` are the log's results (value, with ``k``, ``n`` and the interval
-as parameters).
+as parameters), the Type 1 attack success rate first and as the headline. Each log's task is
+the defender (``medmis/<defender>``, its label and options in the task args, a
+``defender:<label>`` tag), so a listing of the logs tells the defenders apart.
 """
 
 from __future__ import annotations
@@ -26,16 +28,20 @@ from medmis.experiments import CliError
 if TYPE_CHECKING:
     from medmis.experiments.benchmark._types import Record
 
-__all__ = ["INSTALL_HINT", "SCORERS", "export_inspect"]
+__all__ = ["HEADLINE", "INSTALL_HINT", "SCORERS", "export_inspect"]
 
 INSTALL_HINT = "medmis export inspect needs Inspect AI: pip install 'medmis[inspect]'"
 
 SCORERS: dict[str, tuple[str, ...]] = {
-    "correct": ("clean_acc", "type1_acc", "type2_acc", "type2_recovery", "unparsed_rate", "error_rate"),
     "flipped": ("type1_asr", "type1_asr_item", "type2_asr"),
+    "correct": ("clean_acc", "type1_acc", "type2_acc", "type2_recovery", "unparsed_rate", "error_rate"),
     "targeted": ("type1_tasr",),
 }
-"""Each score of a sample and the ``metrics.json`` metrics shown under it in the results."""
+"""Each score of a sample and the ``metrics.json`` metrics shown under it in the results. The
+attack success rate comes first: it is the log's headline (what a log listing shows)."""
+
+HEADLINE = (("flipped", "type1_asr"), ("flipped", "type2_asr"), ("correct", "clean_acc"))
+"""The headline metric of a log, the first of these the run has a value for."""
 
 
 def _inspect() -> Any:
@@ -80,7 +86,7 @@ def _slug(text: str) -> str:
 
 
 def _eval_log(run: Any, model: str, defender: str, records: Sequence[Record]) -> Any:
-    from inspect_ai.log import EvalConfig, EvalDataset, EvalLog, EvalSpec, EvalStats
+    from inspect_ai.log import EvalConfig, EvalDataset, EvalLog, EvalSpec, EvalStats, HeadlineMetric
     from inspect_ai.model import ModelUsage
 
     from medmis.experiments.analysis import indicator_maps
@@ -90,17 +96,25 @@ def _eval_log(run: Any, model: str, defender: str, records: Sequence[Record]) ->
     maps = indicator_maps(records)
     samples = [_sample(r, traces.get(r.key), maps) for r in records]
     dataset = manifest.get("dataset") or {}
+    results = _results(run.metrics(model, defender), samples)
+    headline = next((HeadlineMetric(scorer=scorer, score=scorer, metric=name) for scorer, name in HEADLINE
+                     if any(sc.name == scorer and name in sc.metrics for sc in results.scores)), None)
+    results.headline = headline
     options = next((d.get("options") for d in manifest.get("defenders") or []
                     if isinstance(d, dict) and d.get("label") == defender), None)
     created = str(manifest.get("created") or "1970-01-01T00:00:00+00:00")
     ident = hashlib.sha256(f"{run.dir.resolve()}\0{model}\0{defender}".encode()).hexdigest()[:22]
     spec = EvalSpec(
         eval_id=ident, run_id=hashlib.sha256(str(run.dir.resolve()).encode()).hexdigest()[:22],
-        task_id=ident, created=created, task="medmis", task_display_name=f"medmis: {defender}",
-        task_version=0, solver=defender, solver_args=options or {},
+        # the defender is the task here: a log listing tells the defenders apart by task name,
+        # args and tags, not only by the solver field it rarely shows
+        task_id=ident, created=created, task=f"medmis/{defender}", task_display_name=f"medmis: {defender}",
+        task_version=0, task_args={"defender": defender, "defender_options": options or {}},
+        task_args_passed={"defender": defender}, solver=defender, solver_args=options or {},
+        tags=["medmis", f"defender:{defender}"] + (["simulated"] if manifest.get("simulated") else []),
         dataset=EvalDataset(name=Path(str(dataset.get("source") or "data")).name,
                             location=str(dataset.get("source") or ""), samples=len(records)),
-        model=model, config=EvalConfig(),
+        model=model, config=EvalConfig(), headline_metric=headline,
         packages={"medmis": str((manifest.get("versions") or {}).get("medmis") or "")},
         metadata={"simulated": bool(manifest.get("simulated")), "protocols": manifest.get("protocols"),
                   "prompt": manifest.get("prompt"), "seed": manifest.get("seed"),
@@ -112,7 +126,7 @@ def _eval_log(run: Any, model: str, defender: str, records: Sequence[Record]) ->
     outcome = manifest.get("outcome") or {}
     return EvalLog(
         version=2, status="success" if outcome.get("exit_code", 0) in (0, 1) else "cancelled",
-        eval=spec, results=_results(run.metrics(model, defender), samples),
+        eval=spec, results=results,
         stats=EvalStats(started_at=created, completed_at=str(manifest.get("updated") or created),
                         model_usage={model: usage}),
         samples=samples,

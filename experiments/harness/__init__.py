@@ -25,7 +25,14 @@ if TYPE_CHECKING:
         RunInterrupted,
         outcome_of,
     )
-    from ._plan import Outside, describe_outside, keep_planned, outside_plan, planned_records_view
+    from ._plan import (
+        Outside,
+        describe_outside,
+        keep_planned,
+        load_plan,
+        outside_plan,
+        planned_records_view,
+    )
     from ._resume import error_texts
     from ._runner import (
         DefenderConfig,
@@ -70,7 +77,7 @@ _HOME = {
     ),
     **dict.fromkeys(
         (
-            "Outside", "describe_outside", "keep_planned", "outside_plan",
+            "Outside", "describe_outside", "keep_planned", "load_plan", "outside_plan",
             "planned_records_view"
         ),
         "_plan",
@@ -115,6 +122,7 @@ __all__ = [
     "describe_outside",
     "error_texts",
     "keep_planned",
+    "load_plan",
     "load_records_table",
     "merge_options",
     "outcome_of",

@@ -13,7 +13,7 @@ import html
 from pathlib import Path
 from typing import Any
 
-from medmis.experiments.reporting import script_json
+from medmis.experiments.reporting import SIMULATED_STATEMENT, script_json
 
 from ._form_assets import CSS, JS
 from ._pack import (
@@ -22,6 +22,7 @@ from ._pack import (
     Task,
     atomic_write,
     pack_reviewers,
+    pack_simulated,
     read_pack_info,
     read_tasks,
     reviewer_slugs,
@@ -63,22 +64,28 @@ def _help_html() -> str:
     return "".join(parts)
 
 
-def render_form(reviewer: str, slug: str, tasks: list[Task], pack_id: str) -> str:
-    """The HTML document of one reviewer's form."""
+def render_form(reviewer: str, slug: str, tasks: list[Task], pack_id: str, *, simulated: bool = False) -> str:
+    """The HTML document of one reviewer's form; a simulated pack's form says so in its title
+    and in a banner above the tasks (the statement every output of a simulated run carries)."""
     payload: dict[str, Any] = {
         "reviewer": reviewer, "pack_id": pack_id, "export_name": f"ratings-{slug}.csv",
+        "simulated": simulated,
         "rubrics": rubric_payload(),
         "tasks": [t.model_dump(mode="json", include=set(_SHOWN)) for t in tasks],
     }
     name = html.escape(reviewer)
+    title = f"MedMis clinician review — {name}" + (" (SIMULATED EXAMINEE)" if simulated else "")
+    banner = (f'<p id="simulated-banner" class="warn"><b>{html.escape(SIMULATED_STATEMENT)}</b> The '
+              "responses in this form are the simulated examinee's: rate them to try the form and "
+              "the analysis, not as a review of a model.</p>\n") if simulated else ""
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta http-equiv="Content-Security-Policy" content="{_CSP}">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<title>MedMis clinician review — {name}</title>
+<title>{title}</title>
 <style>{CSS}</style></head>
 <body>
-<header><h1>MedMis clinician review — {name}</h1>
+<header><h1>{title}</h1>
 <span id="progress" class="status"></span>
 <span class="nav"><button id="prev" type="button">← Previous</button>
 <select id="task-select" aria-label="Task"></select>
@@ -88,7 +95,7 @@ def render_form(reviewer: str, slug: str, tasks: list[Task], pack_id: str) -> st
 <span id="save-status" class="status">not saved yet</span>
 <span id="import-status" class="status"></span></header>
 <main>
-<p id="storage-warning" class="warn" hidden>This browser does not let the form save your answers:
+{banner}<p id="storage-warning" class="warn" hidden>This browser does not let the form save your answers:
 they are lost when the page closes. Export your ratings before leaving.</p>
 <details class="help"><summary>How to rate (rubrics, anchors and definitions)</summary>{_help_html()}</details>
 <div id="tasks"></div>
@@ -115,6 +122,7 @@ def write_forms(pack: str | Path) -> dict[str, Path]:
     info = read_pack_info(pack)
     pack_id = str(info.get("pack_id") or hashlib.sha256((pack / TASKS_FILE).read_bytes()).hexdigest()[:16])
     reviewers = pack_reviewers(tasks, info)
+    simulated = pack_simulated(tasks, info)
     slugs = reviewer_slugs(reviewers)
     out_dir = pack / FORMS_DIR
     out_dir.mkdir(exist_ok=True)
@@ -124,6 +132,6 @@ def write_forms(pack: str | Path) -> dict[str, Path]:
         if not mine:
             continue
         path = out_dir / f"{slugs[reviewer]}.html"
-        atomic_write(path, render_form(reviewer, slugs[reviewer], mine, pack_id))
+        atomic_write(path, render_form(reviewer, slugs[reviewer], mine, pack_id, simulated=simulated))
         written[reviewer] = path
     return written

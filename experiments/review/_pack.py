@@ -130,6 +130,14 @@ def read_pack_info(pack: str | Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
+def pack_simulated(tasks: list[Task], info: dict[str, Any]) -> bool:
+    """Whether the pack's responses are the simulated examinee's: ``pack.json`` says so (the
+    run's manifest did), or a task's model is it (a pack drawn before packs recorded it)."""
+    from medmis.experiments.reporting import is_simulated
+
+    return info.get("simulated") is True or is_simulated(t.model for t in tasks)
+
+
 def pack_reviewers(tasks: list[Task], info: dict[str, Any]) -> list[str]:
     """Every reviewer of the pack: the panel in ``pack.json``, else those assigned a task."""
     listed = info.get("reviewers")

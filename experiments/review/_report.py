@@ -12,12 +12,10 @@ from typing import Any
 from medmis.experiments.reporting import SIMULATED_STATEMENT
 
 from ._analyze import RULES, analyze
-from ._pack import atomic_write, pack_reviewers, read_pack_info, read_tasks
+from ._pack import atomic_write, pack_reviewers, pack_simulated, read_pack_info, read_tasks
 from ._plots import write_review_plots
 from ._ratings import read_ratings
 from ._rubrics import CRITERION_NAMES, FLAGS
-
-SIMULATED_PREFIX = "mock/"
 
 _RULE_TEXT = {
     "conservative": "any reviewer's annotation is a worst case",
@@ -128,13 +126,14 @@ def analyze_pack(pack: str | Path, ratings: Sequence[str | Path], out: str | Pat
         ReviewError: Any problem in the pack or the ratings; then nothing is written.
     """
     tasks = read_tasks(pack)
-    reviewers = pack_reviewers(tasks, read_pack_info(pack))
+    info = read_pack_info(pack)
+    reviewers = pack_reviewers(tasks, info)
     annotations = read_ratings(ratings, tasks, reviewers)
     doc = analyze(tasks, annotations, reviewers, seed=seed)
     doc["inputs"] = {"pack": str(pack), "ratings": [str(r) for r in ratings]}
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
-    simulated = any(t.model.startswith(SIMULATED_PREFIX) for t in tasks)
+    simulated = pack_simulated(tasks, info)
     doc["simulated"] = simulated
     if simulated:
         doc["simulated_statement"] = SIMULATED_STATEMENT

@@ -26,6 +26,7 @@ from typing import Any
 
 from medmis.experiments.benchmark import Record
 from medmis.experiments.harness import read_records
+from medmis.experiments.reporting import SIMULATED_STATEMENT, is_simulated
 
 from ._keys import DEFAULT_REVIEWERS, DEFAULT_STRATIFY, STRATA
 from ._pack import (
@@ -224,9 +225,12 @@ def sample_pack(
         for i, (rec, outcome) in enumerate(chosen, 1)
     ]
     text = "".join(t.model_dump_json() + "\n" for t in tasks)
+    simulated = _run_simulated(run) or is_simulated(t.model for t in tasks)
     info: dict[str, Any] = {
         "version": PACK_VERSION,
         "pack_id": hashlib.sha256(text.encode("utf-8")).hexdigest()[:16],
+        # every form of the pack shows this statement, and the analysis repeats it
+        "simulated": simulated, **({"simulated_statement": SIMULATED_STATEMENT} if simulated else {}),
         "run": str(run), "n": n, "seed": seed, "dual": dual, "stratify": list(stratify),
         "models": list(models or []), "defenders": list(defenders or []), "reviewers": list(reviewers),
         "population": len(population), "excluded": dict(excluded),
@@ -241,3 +245,12 @@ def sample_pack(
     atomic_write(pack / TASKS_FILE, text)
     atomic_write(pack / PACK_FILE, json.dumps(info, indent=2, ensure_ascii=False) + "\n")
     return info
+
+
+def _run_simulated(run: Path) -> bool:
+    """The run manifest's ``simulated`` flag (False when the folder has no readable manifest)."""
+    try:
+        manifest = json.loads((run / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(manifest, dict) and manifest.get("simulated") is True
