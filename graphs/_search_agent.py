@@ -159,6 +159,7 @@ class SearchAgentState(TypedDict, total=False):
     visited: Annotated[list[str], operator.add]
     pages: Annotated[list[dict[str, Any]], operator.add]
     evidence: Annotated[list[dict[str, Any]], operator.add]
+    shown: Annotated[list[dict[str, Any]], operator.add]
     tool_log: Annotated[list[dict[str, Any]], operator.add]
     final: str
     stop_reason: StopReason
@@ -273,8 +274,8 @@ def build_search_agent_graph(opts: SearchAgentOptions) -> CompiledStateGraph:
         d = deps(config)
         opening = [] if state.get("messages") else _agent_opening(d.case, state, opts)
         history = [*state.get("messages", []), *opening]
-        # every tool result so far is in the history: a turn that answers was written from them
-        d.ctx.answered_from(dedupe_passages(state.get("evidence", [])))
+        # every tool result so far is in the history, as shown: a turn that answers was written from them
+        d.ctx.answered_from(dedupe_passages(state.get("shown", [])))
         reply = await d.ctx.generate(history, tools=schemas, name="agent", settings=agent_settings)
         return {"messages": [*opening, reply], "iterations": state.get("iterations", 0) + 1}
 
@@ -308,6 +309,7 @@ def build_search_agent_graph(opts: SearchAgentOptions) -> CompiledStateGraph:
             "visited": [o["visited"] for o in outcomes if o.get("visited")],
             "pages": [o["page"] for o in outcomes if o.get("page")],
             "evidence": [p for o in outcomes for p in o.get("evidence", [])],
+            "shown": [p for o in outcomes for p in o.get("shown", [])],
             "tool_log": [o["log"] for o in outcomes] if is_paper else [],
             "failed_turns": state.get("failed_turns", 0) + 1 if failed else 0,
         }
@@ -323,7 +325,7 @@ def build_search_agent_graph(opts: SearchAgentOptions) -> CompiledStateGraph:
             question = paper.question_prompt(d.case)
             plan = state.get("plan") or paper.fallback_plan(question)
             messages = paper.finalizer_messages(question, plan, state.get("tool_log", []))
-            d.ctx.answered_from(dedupe_passages(state.get("evidence", [])))
+            d.ctx.answered_from(dedupe_passages(state.get("shown", [])))
         else:
             passages = dedupe_passages(state.get("evidence", []))
             if rules is not None:

@@ -103,6 +103,8 @@ def test_cited_is_one_rule_over_every_defenders_declared_evidence(poisoned_run: 
         # the recorded sources are the rule's, recomputed from the trace alone, for every defender
         again = answer_sources(trace["raw"], trace["choice"], items[trace["item_id"]].options, evidence)
         assert row["extra"]["sources"] == trace["extra"]["sources"] == steps[0]["output"] == again
+        if row["defender"] == "escalate" and evidence:  # it answers from verdicts only when it escalates
+            assert row["extra"]["escalated"]
         if row["protocol"] != "type1":
             continue
         urls = {url_key(s["url"]) for s in row["extra"]["sources"]}
