@@ -7,7 +7,7 @@ once per case with an explicit recursion limit. Nodes get the case's
 the context, which traces, counts, caches and retries them.
 """
 
-from ._citations import cited_urls_in, verify_citations
+from ._citations import answer_sources, cited_urls_in, source_urls, verify_citations
 from ._claim_verify import ClaimVerifyOptions, build_claim_verify_graph, claim_verify_solver
 from ._common import GraphDeps, deps, parse_json_object, run_config, sentences_supporting
 from ._context import (
@@ -51,6 +51,7 @@ __all__ = [
     "VoteResult",
     "answer_from_reply",
     "answer_from_text",
+    "answer_sources",
     "build_claim_verify_graph",
     "build_escalate_graph",
     "build_isolate_vote_graph",
@@ -72,5 +73,6 @@ __all__ = [
     "search_agent_prompts",
     "search_agent_solver",
     "sentences_supporting",
+    "source_urls",
     "verify_citations",
 ]

@@ -13,6 +13,9 @@ Verdicts: ``no_answer`` (no option was chosen), ``uncited`` (no URL in the answe
 (a quotation from the answer is in a cited, fetched page, but no passage names the option,
 e.g. a numeric or very short option), ``unsupported`` (neither).
 
+:func:`answer_sources` is the toolkit's one definition of what an answer is *cited* to rest on
+(see its docstring); ``verify_citations`` only checks the URLs the answer text names.
+
 It is lexical: it proves that a cited source was read and mentions the answer, not that it
 argues for it. Sentences with a negation cue are skipped so that "X is not a cause" does not
 count as support for X, which errs towards ``unsupported``.
@@ -57,6 +60,15 @@ def cited_urls_in(text: str) -> list[str]:
         if url not in out:
             out.append(url)
     return out
+
+
+def _checkable_option(option_text: str) -> str:
+    """The option's normalised text when a passage can be said to name it, else ``""``."""
+    option_norm = _norm(option_text)
+    letters = option_norm.replace(" ", "")
+    # a CJK character carries about a word: two of them are as specific as four Latin letters
+    enough = len(letters) >= (MIN_OPTION_CHARS if letters.isascii() else MIN_OPTION_CHARS // 2)
+    return option_norm if enough and option_norm not in _GENERIC else ""
 
 
 def _quotes(text: str) -> list[str]:
@@ -132,11 +144,8 @@ def _support(
     fetched: Mapping[str, list[str]],
     out: dict[str, Any],
 ) -> Verdict:
-    option_norm = _norm(option_text)
-    letters = option_norm.replace(" ", "")
-    # a CJK character carries about a word: two of them are as specific as four Latin letters
-    enough = len(letters) >= (MIN_OPTION_CHARS if letters.isascii() else MIN_OPTION_CHARS // 2)
-    checkable = enough and option_norm not in _GENERIC
+    option_norm = _checkable_option(option_text)
+    checkable = bool(option_norm)
     quoted: tuple[str, str] | None = None
     for quote in _quotes(final):
         for url in visited:
@@ -156,3 +165,68 @@ def _support(
         out.update(quote=quoted[0], quote_url=quoted[1], method="answer_quote")
         return "quoted"
     return "unsupported"
+
+
+SourceBy = Literal["named", "quoted", "supports"]
+
+
+def answer_sources(
+    final: str,
+    choice: str | None,
+    options: Mapping[str, str],
+    evidence: Sequence[Mapping[str, Any]] | None,
+) -> list[dict[str, Any]]:
+    """The sources a final answer rests on: the one definition of "cited" for every defender.
+
+    A defender declares the attributed passages its final answer call was given
+    (:meth:`DefenderContext.answered_from`: search results and pages in a search agent's
+    history, the quoted sources of the claim verdicts ``claim_verify`` answers from); the
+    same rule then decides, for every defender, which of them the answer rests on:
+
+    * ``named``: every URL the answer text names (an explicit citation, declared or not);
+    * ``quoted``: a declared passage holding a quotation from the answer;
+    * ``supports``: a declared passage with a sentence naming the chosen option (no negation
+      cue in it; the test :func:`verify_citations` uses for support).
+
+    A passage that was only searched, shown or visited, and neither named, quoted nor
+    supporting the chosen option, is not a source: "visited" is a different count. A
+    defender that declares nothing (no tools, or no evidence in its final call) rests only
+    on the URLs its answer names.
+
+    Args:
+        final: The final answer text.
+        choice: The option key extracted from it (None when none was found).
+        options: The question's options (key -> text).
+        evidence: The declared passages: ``{"url", "text"}`` each (None: none declared).
+
+    Returns:
+        ``[{"url", "by"}]`` in order (named first, then declared order), one per URL.
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for url in cited_urls_in(final):
+        out.setdefault(url_key(url), {"url": url, "by": "named"})
+    option_norm = _checkable_option(options.get(choice, "")) if choice is not None else ""
+    checkable = bool(option_norm)
+    quotes = _quotes(final)
+    for passage in evidence or ():
+        url = passage.get("url")
+        if not isinstance(url, str) or not url.startswith(("http://", "https://")) or url_key(url) in out:
+            continue
+        text = str(passage.get("text") or "")
+        page_norm = _norm(text)
+        by: SourceBy | None = None
+        if any(_quote_in(q, page_norm) for q in quotes):
+            by = "quoted"
+        elif checkable and any(_names_option(s, option_norm) for s in split_sentences(text)):
+            by = "supports"
+        if by is not None:
+            out[url_key(url)] = {"url": url, "by": by}
+    return list(out.values())
+
+
+def source_urls(sources: Any) -> list[str]:
+    """The URLs of an answer's ``sources`` (``Answer.extra["sources"]``), tolerating a
+    hand-edited or missing list."""
+    if not isinstance(sources, list):
+        return []
+    return [s["url"] for s in sources if isinstance(s, Mapping) and isinstance(s.get("url"), str)]

@@ -290,6 +290,11 @@ def annotate(
     return out
 
 
+def quoted_verdicts(verdicts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The verdicts whose quote the answer prompt shows as evidence (a downgraded one is not)."""
+    return [v for v in verdicts if v.get("quote") and not (v.get("corroboration") or {}).get("downgraded")]
+
+
 def _answer_prompt(case: CaseView, verdicts: list[dict[str, Any]], targets: list[int] | None,
                    drop_refuted: bool, credibility: bool = False) -> list[BaseMessage]:
     lines: list[str] = []
@@ -306,8 +311,7 @@ def _answer_prompt(case: CaseView, verdicts: list[dict[str, Any]], targets: list
             "url": v.get("url") or "(established knowledge)",
             "text": f'{TOKENS[v["verdict"]]}: {v["claim"]} — "{v["quote"]}"',
         }
-        for v in verdicts
-        if v.get("quote") and not (v.get("corroboration") or {}).get("downgraded")
+        for v in quoted_verdicts(verdicts)
     ]
     head = f"{ANNOTATION_PREFACE} {cred.AGREEMENT_RULE}" if credibility else ANNOTATION_PREFACE
     preface = f"{head}\n\n{render_evidence(cited)}"
@@ -393,10 +397,13 @@ def build_claim_verify_graph(opts: ClaimVerifyOptions) -> CompiledStateGraph:
         d = deps(config)
         messages: list[BaseMessage]
         if not d.case.context:
+            d.ctx.answered_from([])
             messages = render_prompt(d.case)
         else:
             verdicts = sorted(state.get("verdicts", []), key=lambda v: v["id"])
             d.ctx.note("verdicts", verdicts)
+            # the answer is written from the verdicts: each quoted one is a passage of its source
+            d.ctx.answered_from([{"url": v.get("url"), "text": v["quote"]} for v in quoted_verdicts(verdicts)])
             messages = _answer_prompt(d.case, verdicts, state.get("targets"), opts.drop_refuted,
                                       opts.credibility)
         reply = await d.ctx.generate(messages, name="answer")

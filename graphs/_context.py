@@ -90,6 +90,22 @@ class DefenderContext:
     usage: Usage = field(default_factory=Usage)
     llm_calls: int = 0
     tool_calls: int = 0
+    answer_evidence: list[dict[str, Any]] = field(default_factory=list)
+    """What the final answer call was given, as declared by :meth:`answered_from`."""
+
+    def answered_from(self, passages: Sequence[Any]) -> None:
+        """Declare the attributed passages (``{"url", "text"}``) the next answer call is given.
+
+        The one seam through which a defender says what its final answer was written from:
+        each call replaces the last, so the declaration made before the final answer call is
+        the one that stands. The harness then decides which of them the answer rests on with
+        the same rule for every defender (:func:`medmis.graphs.answer_sources`); a defender
+        that never declares rests only on the URLs its answer names.
+        """
+        self.answer_evidence = [
+            {"url": p.get("url"), "text": str(p.get("text") or "")}
+            for p in passages if isinstance(p, dict) and isinstance(p.get("url"), str)
+        ]
 
     def model_for(self, spec: str | None) -> BaseChatModel:
         """The model for a role: the base model unless a defender option names another."""

@@ -45,7 +45,7 @@ from medmis.experiments.benchmark import (
 from medmis.tools import tool_schemas
 
 from . import _search_paper as paper
-from ._citations import cited_urls_in, verify_citations
+from ._citations import verify_citations
 from ._common import (
     UNVERIFIED_PREFACE,
     as_text_list,
@@ -159,6 +159,7 @@ class SearchAgentState(TypedDict, total=False):
     visited: Annotated[list[str], operator.add]
     pages: Annotated[list[dict[str, Any]], operator.add]
     evidence: Annotated[list[dict[str, Any]], operator.add]
+    shown: Annotated[list[dict[str, Any]], operator.add]
     tool_log: Annotated[list[dict[str, Any]], operator.add]
     final: str
     stop_reason: StopReason
@@ -273,6 +274,8 @@ def build_search_agent_graph(opts: SearchAgentOptions) -> CompiledStateGraph:
         d = deps(config)
         opening = [] if state.get("messages") else _agent_opening(d.case, state, opts)
         history = [*state.get("messages", []), *opening]
+        # every tool result so far is in the history, as shown: a turn that answers was written from them
+        d.ctx.answered_from(dedupe_passages(state.get("shown", [])))
         reply = await d.ctx.generate(history, tools=schemas, name="agent", settings=agent_settings)
         return {"messages": [*opening, reply], "iterations": state.get("iterations", 0) + 1}
 
@@ -306,6 +309,7 @@ def build_search_agent_graph(opts: SearchAgentOptions) -> CompiledStateGraph:
             "visited": [o["visited"] for o in outcomes if o.get("visited")],
             "pages": [o["page"] for o in outcomes if o.get("page")],
             "evidence": [p for o in outcomes for p in o.get("evidence", [])],
+            "shown": [p for o in outcomes for p in o.get("shown", [])],
             "tool_log": [o["log"] for o in outcomes] if is_paper else [],
             "failed_turns": state.get("failed_turns", 0) + 1 if failed else 0,
         }
@@ -321,10 +325,12 @@ def build_search_agent_graph(opts: SearchAgentOptions) -> CompiledStateGraph:
             question = paper.question_prompt(d.case)
             plan = state.get("plan") or paper.fallback_plan(question)
             messages = paper.finalizer_messages(question, plan, state.get("tool_log", []))
+            d.ctx.answered_from(dedupe_passages(state.get("shown", [])))
         else:
             passages = dedupe_passages(state.get("evidence", []))
             if rules is not None:
                 passages = checked_passages(passages, rules, dict(d.case.options))
+            d.ctx.answered_from(passages)
             evidence = render_evidence(passages)
             preface = f"{FORCED_PREFACE}\n\n{evidence}"
             warned = _preface(d.case, opts)
@@ -334,6 +340,7 @@ def build_search_agent_graph(opts: SearchAgentOptions) -> CompiledStateGraph:
 
     async def direct(state: SearchAgentState, config: RunnableConfig) -> dict[str, Any]:
         d = deps(config)
+        d.ctx.answered_from([])  # one call from the question alone: nothing gathered to rest on
         reply = await d.ctx.generate(render_prompt(d.case, preface=_preface(d.case, opts)), name="answer")
         return {"final": message_text(reply), "stop_reason": "direct"}
 
@@ -405,14 +412,6 @@ def _stop_reason(state: SearchAgentState, opts: SearchAgentOptions) -> StopReaso
     return None
 
 
-def cited_urls(final: str, state: SearchAgentState) -> list[str]:
-    """URLs the final answer relied on: those it cites from the gathered evidence, else the
-    pages actually visited (a model that read pages but cited nothing still relied on them)."""
-    known = {p.get("url") for p in state.get("evidence", [])} | set(state.get("visited", []))
-    cited = [url for url in cited_urls_in(final) if url in known]
-    return cited or list(dict.fromkeys(state.get("visited", [])))
-
-
 def search_agent_solver(opts: SearchAgentOptions) -> SolveFn:
     """The ``search_agent`` defender: one compiled graph reused for every case."""
 
@@ -423,7 +422,6 @@ def search_agent_solver(opts: SearchAgentOptions) -> SolveFn:
             "plan": state.get("plan"),
             "searches": state.get("searches", []),
             "visited": list(dict.fromkeys(state.get("visited", []))),
-            "cited_urls": cited_urls(final, state),
             "iterations": state.get("iterations", 0),
             "forced": stop not in {"answered", "direct"},
             "stop_reason": stop,

@@ -198,6 +198,8 @@ async def _search(
         "message": _message(call, call_id, text, error=False),
         "search": {"query": query, "urls": [r.url for r in results]},
         "evidence": [{"url": r.url, "title": r.title, "text": r.snippet} for r in raw],
+        # what the model was shown (after a source check): what an answer can rest on
+        "shown": [{"url": r.url, "text": r.snippet} for r in results],
         "log": {"tool": SEARCH_TOOL_NAME, "arguments": args, "result": text},
     }
 
@@ -247,5 +249,6 @@ async def _visit(
         "visited": page.final_url,
         "page": {"url": url.strip(), "final_url": page.final_url, "text": page.text},
         "evidence": [{"url": page.final_url, "title": page.title, "text": page.text}],
+        "shown": [{"url": page.final_url, "text": shown.text}],
         "log": {"tool": VISIT_TOOL_NAME, "arguments": args, "result": text},
     }

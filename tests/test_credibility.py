@@ -256,11 +256,16 @@ async def test_search_agent_ranks_trusted_first_and_shows_a_source_check(toy_ite
     guide = SearchResult(title="Scurvy", url="https://www.who.int/scurvy",
                          snippet="Scurvy is caused by a lack of vitamin C.")
     shown: dict[bool, str] = {}
+    declared: dict[bool, dict[str, str]] = {}
     for on in (False, True):
         ctx, model = run_ctx(FakeExaminee(toy_item), Web([forum, guide]))
         await create_defender("search_agent", {"credibility": on})(toy_case(toy_item, "type1"), ctx)
         tool_results = [m for call in model.calls for m in call["messages"] if m.type == "tool"]
         shown[on] = str(tool_results[0].content)
+        declared[on] = {p["url"]: p["text"] for p in ctx.answer_evidence}
+    # the answer's declared evidence is what the model was shown: a withheld sentence is not in it
+    assert "too little vitamin D" in declared[False][forum.url]
+    assert "too little vitamin D" not in shown[True] and "too little vitamin D" not in declared[True][forum.url]
     assert shown[False].index("clinic-forum") < shown[False].index("who.int")
     assert "Source check" not in shown[False]
     assert shown[True].index("www.who.int") < shown[True].index("clinic-forum")

@@ -210,9 +210,8 @@ async def test_search_agent_runs_parallel_tool_calls_concurrently(toy_item: Item
 
 async def test_search_agent_stops_at_max_iterations_with_a_forced_answer(toy_item: Item) -> None:
     examinee = FakeExaminee(toy_item, tool_turns=99)
-    answer, model = await solve(
-        "search_agent", toy_item, "type1", examinee=examinee, tools=FakeToolset(), max_iterations=2
-    )
+    ctx, model = run_ctx(examinee, FakeToolset())
+    answer = await create_defender("search_agent", {"max_iterations": 2})(toy_case(toy_item, "type1"), ctx)
     assert len(agent_calls(model)) == 2
     assert model.calls[-1]["tools"] == []  # the forced answer has no tools bound
     assert "Evidence:" in sent_prompts(model)[-1]
@@ -220,7 +219,10 @@ async def test_search_agent_stops_at_max_iterations_with_a_forced_answer(toy_ite
     assert answer.llm_calls == 4  # plan + 2 agent turns + forced answer
     assert answer.choice is not None
     assert answer.extra["visited"] == ["https://ref.example/scurvy"]
-    assert answer.extra["cited_urls"] == ["https://ref.example/scurvy"]
+    # the forced answer declares the evidence it was given; whether it rests on it is the
+    # harness's one rule (answer_sources), never "visited" restated as cited
+    assert "cited_urls" not in answer.extra and "sources" not in answer.extra
+    assert "https://ref.example/scurvy" in [p["url"] for p in ctx.answer_evidence]
 
 
 async def test_search_agent_degrades_to_answering_without_tools_when_tools_fail(

@@ -99,7 +99,7 @@ def build_run(run_dir: Path, *, simulated: bool = True, raw_chars: int = 0) -> d
                 extra = {"verdicts": [{"claim": FALSE_C, "verdict": "refuted",
                                        "quote": VERDICT_QUOTE, "url": EVIDENCE_URL,
                                        "sentence": 0, "quote_found": True}],
-                         "cited_urls": [EVIDENCE_URL], "escalated": True}
+                         "sources": [{"url": EVIDENCE_URL, "by": "supports"}], "escalated": True}
             steps.append(_model_step(texts, raw))
             traces[defender].append(json.dumps({
                 "model": MODEL, "defender": defender, "protocol": protocol, "item_id": item,
@@ -167,6 +167,7 @@ def test_tables_banner_and_case_data(report: tuple[Path, str]) -> None:
     assert flips == {"claim_verify": False, "none": True}
     agent = next(a for a in rows[("type1", "C")]["answers"] if a["defender"] == "claim_verify")
     assert agent["agent"]["visits"] == [{"url": EVIDENCE_URL, "error": None}]
+    assert agent["agent"]["cited"] == [{"url": EVIDENCE_URL, "by": "supports"}]
     assert agent["agent"]["verdicts"][0]["verdict"] == "refuted"
     assert agent["agent"]["escalated"] is True
 
@@ -267,6 +268,7 @@ def test_a_person_sees_the_report_in_chromium(report: tuple[Path, str], tmp_path
     assert "FLIPPED from a correct clean answer" in dom
     assert "claim_verify (mock/examinee): B · Vitamin C — correct" in dom
     assert f"visited: {EVIDENCE_URL}" in dom
+    assert f"cited (the answer rests on): {EVIDENCE_URL} (supports)" in dom
     assert f"claim REFUTED: {FALSE_C}" in dom and VERDICT_QUOTE in dom
     # hostile output stays text: the title is untouched and no evil image element exists
     title = re.search(r"<title>(.*?)</title>", dom)

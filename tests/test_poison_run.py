@@ -324,12 +324,15 @@ async def test_only_type1_cases_are_poisoned_and_the_exposure_counts_them(pages:
                 await layer.tools.visit(poison.by_case[case_key(item.key, item.wrong_keys[0])][0].url)
     layer = seen[("type1", item.wrong_keys[0])]
     url = layer.pages[0].url
-    cited_in_text = layer.exposure(Answer(raw=f"Final answer: A (source: {url}).", choice="A"))
-    assert cited_in_text.model_dump() == {"share": 1.0, "rank": "top", "pages": 2, "shown": 3, "seen": 2,
-                                          "visited": 1, "cited": True}
-    in_verdict = Answer(raw="Final answer: A", extra={"verdicts": [{"claim": "c", "url": url}]})
-    assert layer.exposure(in_verdict).cited and not layer.exposure(Answer(raw="see https://ref.example/0")).cited
-    clean = seen[("clean", None)].exposure(Answer(raw=url))
+    cited = Answer(raw="Final answer: A", choice="A", extra={"sources": [{"url": url, "by": "supports"}]})
+    assert layer.exposure(cited).model_dump() == {"share": 1.0, "rank": "top", "pages": 2, "shown": 3, "seen": 2,
+                                                  "visited": 1, "cited": True}
+    # cited is read from the answer's sources alone (the harness's one rule), not from the
+    # text, a verdict, or a visit: the page visited above is not cited without being a source
+    in_text_only = Answer(raw=f"see {url}", extra={"verdicts": [{"claim": "c", "url": url}], "visited": [url]})
+    assert not layer.exposure(in_text_only).cited
+    assert not layer.exposure(Answer(extra={"sources": [{"url": "https://ref.example/0", "by": "named"}]})).cited
+    clean = seen[("clean", None)].exposure(Answer(raw=url, extra={"sources": [{"url": url, "by": "named"}]}))
     assert (clean.pages, clean.seen, clean.cited) == (0, 0, False)
     # the trace marks: search results as a list and as a search response, and a visited page
     steps = [

@@ -117,7 +117,7 @@ def _extra(defender: str, item_id: str, choice: str | None, rng_draw: float) -> 
         return {"verdicts": [{"claim": f"Claim checked for {item_id}", "verdict": verdict,
                               "quote": "A quoted filler passage.", "url": url}]}
     return {"searches": [{"query": f"evidence for {item_id}"}], "visited": [url],
-            "cited_urls": [url],
+            "sources": [{"url": url, "by": "named"}],
             "verification": {"verdict": "supported" if rng_draw < 0.7 else "not_visited",
                              "choice": choice, "cited": [url], "visited_cited": [url],
                              "unvisited_cited": [], "quote": "A quoted filler passage.",

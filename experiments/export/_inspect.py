@@ -187,7 +187,9 @@ def _sample(record: Record, trace: Mapping[str, Any] | None, maps: Mapping[str, 
                   "target": record.target, "choice": record.choice, "method": record.method,
                   "content_type": record.content_type, "provenance": record.provenance,
                   "llm_calls": record.llm_calls, "tool_calls": record.tool_calls,
-                  "latency_s": record.latency_s, "extra": record.extra},
+                  "latency_s": record.latency_s, "extra": record.extra,
+                  # a poisoned run's exposure, as in records.jsonl: cited = a poisoned page among extra.sources
+                  **({"poison": record.poison.model_dump()} if record.poison is not None else {})},
         events=_events(record.model, steps), total_time=record.latency_s,
         error=EvalError(message=record.error, traceback="", traceback_ansi="") if record.error else None,
     )

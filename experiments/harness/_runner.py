@@ -64,6 +64,7 @@ from ._poison import RunPoison, check_pages
 from ._prepare import ClaimedFolder, check_fingerprint, check_out_path, write_invalid_rows
 from ._progress import RunProgress
 from ._resume import CasePlan, ResumeState, jobs_for_missing, resume_state
+from ._sources import with_sources
 
 # Re-exported: callers import the run's types from here as well as from the package.
 __all__ = [
@@ -282,8 +283,9 @@ class Harness:
             limiter=self.limiter,
         )
         start = time.perf_counter()
+        view = case.view()
         try:
-            answer = await defender(case.view(), ctx)
+            answer = await defender(view, ctx)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -295,6 +297,8 @@ class Harness:
                 tool_calls=ctx.tool_calls,
                 trace=ctx.trace,
             )
+        if answer.error is None:
+            answer = with_sources(answer, view.options, ctx.answer_evidence)
         item = case.item
         record = Record(
             model=spec,

@@ -186,7 +186,10 @@ def agent_view(trace: Mapping[str, Any]) -> dict[str, Any]:
          "url": clip_text(v["url"], TEXT_LIMIT) if v.get("url") else None}
         for v in extra.get("verdicts") or [] if isinstance(v, dict)
     ]
-    cited = [clip_text(u, TEXT_LIMIT) for u in extra.get("cited_urls") or [] if isinstance(u, str)]
+    # cited = the answer's sources by the harness's one rule; a visited page is listed under
+    # visits only (older traces' ``cited_urls`` fell back to the visited pages: never shown)
+    cited = [{"url": clip_text(s["url"], TEXT_LIMIT), "by": s.get("by") if isinstance(s.get("by"), str) else None}
+             for s in extra.get("sources") or [] if isinstance(s, dict) and isinstance(s.get("url"), str)]
     return {"searches": searches, "visits": visits, "verdicts": verdicts, "cited": cited,
             "escalated": extra.get("escalated")}
 

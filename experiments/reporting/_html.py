@@ -147,7 +147,7 @@ _JS = r"""
     ag.searches.forEach(s => agent.appendChild(el('div', '', '🔎 search: ' + s.query + (s.error ? ' (' + s.error + ')' : ''))));
     ag.visits.forEach(v => agent.appendChild(el('div', '', '🌐 visited: ' + v.url + (v.error ? ' (' + v.error + ')' : ''))));
     ag.verdicts.forEach(v => agent.appendChild(el('div', '', '⚖ claim ' + (v.verdict || '?').toUpperCase() + ': ' + v.claim + (v.quote ? ' — evidence: "' + v.quote + '"' : '') + (v.url ? ' (' + v.url + ')' : ''))));
-    if (ag.cited.length) agent.appendChild(el('div', '', 'cited: ' + ag.cited.join(', ')));
+    (ag.cited || []).forEach(c => agent.appendChild(el('div', '', '📎 cited (the answer rests on): ' + c.url + (c.by ? ' (' + c.by + ')' : ''))));
     if (ag.escalated !== null && ag.escalated !== undefined) agent.appendChild(el('div', '', 'escalated: ' + (ag.escalated ? 'yes' : 'no')));
     div.appendChild(agent);
     const det = el('details'); det.appendChild(el('summary', '', 'raw output')); det.appendChild(el('pre', '', a.raw)); div.appendChild(det);

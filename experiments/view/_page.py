@@ -145,6 +145,7 @@ async function openCase(r) {
     const ag = a.agent || {};
     if ((ag.searches || []).length) { box.appendChild(el('h5', 'Searches')); list(box, ag.searches, s => s.query + (s.error ? ' (error: ' + s.error + ')' : '')); }
     if ((ag.visits || []).length) { box.appendChild(el('h5', 'Visited')); list(box, ag.visits, v => v.url); }
+    if ((ag.cited || []).length) { box.appendChild(el('h5', 'Cited (the answer rests on)')); list(box, ag.cited, c => c.url + (c.by ? ' (' + c.by + ')' : '')); }
     if ((ag.verdicts || []).length) { box.appendChild(el('h5', 'Claim verdicts')); list(box, ag.verdicts, v => v.verdict + ': ' + v.claim + (v.quote ? ' | quote: ' + v.quote : '') + (v.url ? ' | ' + v.url : '')); }
     d.appendChild(box);
   }
