@@ -126,7 +126,7 @@ def test_exports_carry_the_one_definition(poisoned_run: Path, tmp_path: Path) ->
 
     rows = {_key(r): r for r in records(poisoned_run)}
     assert main(["export", "parquet", str(poisoned_run), "--out", str(tmp_path / "pq")]) == 0
-    exported = pq.read_table(tmp_path / "pq" / "data" / "records.parquet").to_pylist()
+    exported = pq.read_table(tmp_path / "pq" / "data" / "records" / "train.parquet").to_pylist()
     for row in exported:
         record = rows[_key(row)]
         assert row["poison_cited"] == record["poison"]["cited"]
