@@ -32,7 +32,7 @@ from medmis.defenses import create_defender, load_plugins
 from medmis.experiments import CliError
 from medmis.experiments.analysis import write_plan
 from medmis.experiments.benchmark import Case, render_prompt
-from medmis.experiments.harness import ModelVariant, RunConfig, RunStats, run_experiment
+from medmis.experiments.harness import ModelVariant, Outcome, RunConfig, RunStats, run_experiment
 
 from ._config import (
     AblationConfig,
@@ -278,7 +278,7 @@ async def run_ablation(config: AblationConfig, *, out: Path, progress: bool = Tr
 
     if config.poison is not None:  # the report lists a share never run as "not run"
         write_plan(out, config.poison.shares, _poison_plan(config))
-    outcomes = []
+    outcomes: list[Outcome | None] = []
     summary: dict[str, Any] = {"out": str(out)}
     for run in grid_runs(config, out):
         if outcomes and worst_outcome(outcomes).code == EXIT_STOPPED:  # the cap ends the whole grid
