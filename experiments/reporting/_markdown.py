@@ -19,7 +19,7 @@ __all__ = ["inline_html", "markdown_html"]
 
 _PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 _INLINE = re.compile(
-    r"(?P<ticks>`+)(?P<code>.+?)(?P=ticks)"  # a code span: shown as it is, escapes included
+    r"(?P<ticks>`+)(?P<code>.+?)(?P=ticks)"  # a code span: its backslashes stay as they are
     r"|\\(?P<esc>[\\`*_{}\[\]()#+\-.!|<>~])"  # a backslash escape: the character itself
     r"|\*\*(?P<bold>.+?)\*\*"
 )
@@ -42,7 +42,8 @@ def inline_html(text: str) -> str:
     for m in _INLINE.finditer(text):
         out.append(_text(text[pos:m.start()]))
         if m.group("ticks"):
-            out.append(f"<code>{html.escape(m.group('code').strip(), quote=False)}</code>")
+            # md_cell writes "<" as "&lt;" inside code spans too: the text meant is the character
+            out.append(f"<code>{_text(m.group('code').strip())}</code>")
         elif m.group("esc") is not None:
             out.append(html.escape(m.group("esc"), quote=False))
         else:
