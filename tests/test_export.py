@@ -150,7 +150,7 @@ def test_parquet_dataset_has_the_planned_records_and_a_card_naming_its_files(run
     assert "NOT-IN-PLAN" not in table.column("item_id").to_pylist()
     metrics = json.loads((run_dir / "metrics.json").read_text())["mock/examinee"]
     rows = pq.read_table(out / config_file("metrics")).to_pylist()
-    overall = {(r["defender"], r["metric"]): r for r in rows if r["stratum_kind"] is None}
+    overall = {(r["defender"], r["metric"]): r for r in rows if r["stratum_kind"] == "all"}
     assert overall[("none", "type1_asr")]["k"] == metrics["none"]["type1_asr"]["k"]
     assert overall[("claim_verify", "clean_acc")]["n"] == metrics["claim_verify"]["clean_acc"]["n"]
     cost = pq.read_table(out / config_file("cost")).to_pylist()

@@ -1,4 +1,4 @@
-"""``write_html`` and the delivery-sensitivity table on a run directory written by hand.
+"""``report.html`` and the delivery-sensitivity table on a run directory written by hand.
 
 Unlike ``test_report_html.py`` (a real harness run), everything here is built from literal
 records, traces and a contract-shaped ``metrics.json``, so each assertion points at one
@@ -19,7 +19,7 @@ import pytest
 from medmis.experiments import Record
 from medmis.experiments.analysis import compute_metrics
 from medmis.experiments.harness import append_records
-from medmis.experiments.reporting import write_html, write_plots
+from medmis.experiments.reporting import write_html, write_report
 from medmis.experiments.reporting._cases import case_data, parse_question
 from medmis.experiments.reporting._sensitivity import delivery_sensitivity, sensitivity_markdown
 
@@ -123,9 +123,8 @@ def build_run(run_dir: Path, *, simulated: bool = True, raw_chars: int = 0) -> d
 @pytest.fixture
 def report(tmp_path: Path) -> tuple[Path, str]:
     run_dir = tmp_path / "run"
-    metrics = build_run(run_dir)
-    plots = write_plots(run_dir, metrics)
-    path = write_html(run_dir, metrics, plots=plots, report_md="# Report\n\n| a | <b>x</b> |")
+    build_run(run_dir)
+    path = write_report(run_dir)["report.html"]
     return path, path.read_text("utf-8")
 
 
@@ -151,13 +150,21 @@ def test_untrusted_text_is_escaped(report: tuple[Path, str]) -> None:
     assert HOSTILE not in doc
     assert "evil.example" in doc  # present, but only as inert JSON text
     assert "<\\/script>" in doc  # "</" escaped inside the JSON payload
-    assert "&lt;b&gt;x&lt;/b&gt;" in doc  # report.md is shown verbatim, not as markup
+
+
+def test_markup_in_the_markdown_stays_text(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    build_run(run_dir)
+    doc = write_html(run_dir, "# Report\n\n| a | <b>x</b> |\n| --- | --- |\n| `<i>` | ![p](https://evil.example/x.png) |\n\n"
+                              "![p](https://evil.example/y.png)").read_text("utf-8")
+    assert "<th>&lt;b&gt;x&lt;/b&gt;</th>" in doc and "<td><code>&lt;i&gt;</code></td>" in doc
+    assert "<b>x</b>" not in doc and "evil.example/y" not in doc and not re.search(r"<img[^>]+evil", doc)
 
 
 def test_tables_banner_and_case_data(report: tuple[Path, str]) -> None:
     path, doc = report
     assert "SIMULATED EXAMINEE" in doc
-    assert "<td>claim_verify</td>" in doc and "<td>none</td>" in doc
+    assert "<td><code>claim_verify</code></td>" in doc and "<td><code>none</code></td>" in doc
     assert "ΔT1 ASR vs none" in doc and "p" in doc and "USD/case" in doc
     data = case_data(path.parent)
     (item,) = data["items"]
@@ -174,19 +181,18 @@ def test_tables_banner_and_case_data(report: tuple[Path, str]) -> None:
 
 def test_banner_follows_manifest(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
-    metrics = build_run(run_dir, simulated=False)
-    real = {"openai/gpt-x": metrics[MODEL]}  # not the simulated examinee's spec either
-    assert "SIMULATED EXAMINEE" not in write_html(run_dir, real).read_text("utf-8")
-    assert "SIMULATED EXAMINEE" in write_html(run_dir, real, simulated=True).read_text("utf-8")
+    build_run(run_dir, simulated=False)
+    assert "SIMULATED EXAMINEE" not in write_html(run_dir, "# Report").read_text("utf-8")
+    assert "SIMULATED EXAMINEE" in write_html(run_dir, "# Report", simulated=True).read_text("utf-8")
 
 
 def test_size_is_bounded(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
-    metrics = build_run(run_dir, raw_chars=200_000)
-    doc = write_html(run_dir, metrics).read_text("utf-8")
+    build_run(run_dir, raw_chars=200_000)
+    doc = write_html(run_dir, "# Report").read_text("utf-8")
     assert "clipped" in doc
     assert len(doc) < 120_000  # six raw outputs of 200 KB each, 4 KB kept of each
-    few = write_html(run_dir, metrics, max_items=0).read_text("utf-8")
+    few = write_html(run_dir, "# Report", max_items=0).read_text("utf-8")
     assert "Showing a sample of 0 of 1 items" in few and "medmis view run" in few
 
 
@@ -221,8 +227,8 @@ def test_delivery_sensitivity(tmp_path: Path) -> None:
     assert md.startswith("## Delivery sensitivity")
     assert "| `mock/examinee` | `none` | 10.0% [" in md and "(2/20)" in md and "+30.0 [" in md
     assert sensitivity_markdown([]) == ""
-    doc = write_html(run_dir, _metrics_with_t2(2, 20)).read_text("utf-8")
-    assert "T2 ASR (shuffled)" in doc
+    doc = write_html(run_dir, md).read_text("utf-8")
+    assert "<th>T2 ASR (shuffled)</th>" in doc
 
 
 def test_delivery_sensitivity_from_unreported_subrun(tmp_path: Path) -> None:
@@ -260,7 +266,7 @@ def test_a_person_sees_the_report_in_chromium(report: tuple[Path, str], tmp_path
     assert 'data-ready="1"' in dom
     assert re.search(r'id="case-count">6 answers shown<', dom)
     # headline table with both defenders, and the banner
-    assert "<td>none</td>" in dom and "<td>claim_verify</td>" in dom
+    assert "<td><code>none</code></td>" in dom and "<td><code>claim_verify</code></td>" in dom
     assert "SIMULATED EXAMINEE" in dom
     # the case browser: question, gold option, injected sentence, answers and agent evidence
     assert QUESTION in dom and "B: Vitamin C  (gold)" in dom

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import shutil
 import subprocess
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
@@ -83,7 +85,7 @@ def test_a_person_sees_tables_banner_and_cases_in_chromium(run_dir: Path, tmp_pa
     assert count and int(count.group(1)) == 45  # 5 items x 3 protocols x 3 defenders
     # headline table with every defender, and the simulated-examinee banner
     for name in ("none", "claim_verify", "search_agent"):
-        assert f"<td>{name}</td>" in dom
+        assert f"<td><code>{name}</code></td>" in dom
     assert "SIMULATED EXAMINEE" in dom
     # the case browser shows a question, an injected sentence and its target, answers,
     # the agent's visited URLs and claim verdicts with evidence
@@ -111,3 +113,75 @@ def test_case_browser_keeps_the_latest_trace_per_key(tmp_path: Path) -> None:
     (traces / "m__none.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
     answers = case_data(tmp_path)["items"][0]["rows"][0]["answers"]
     assert len(answers) == 1 and answers[0]["choice"] == "A" and answers[0]["error"] is None
+
+
+class _Page(HTMLParser):
+    """The headings and tables of a page (outside the case browser's script), as text."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.headings: list[str] = []
+        self.tables: list[list[list[str]]] = []
+        self._text: list[str] | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "table":
+            self.tables.append([])
+        elif tag == "tr":
+            self.tables[-1].append([])
+        if tag in ("h1", "h2", "h3", "h4", "th", "td"):
+            self._text = []
+
+    def handle_endtag(self, tag: str) -> None:
+        if self._text is None:
+            return
+        text = "".join(self._text).strip()
+        if tag in ("h1", "h2", "h3", "h4"):
+            self.headings.append(text)
+            self._text = None
+        elif tag in ("th", "td"):
+            self.tables[-1][-1].append(text)
+            self._text = None
+
+    def handle_data(self, data: str) -> None:
+        if self._text is not None:
+            self._text.append(data)
+
+
+def _plain(markdown: str) -> str:
+    """Inline markdown as the text a reader sees: code spans, bold, backslash escapes, entities."""
+    text = re.sub(r"(`+)(.+?)\1", lambda m: m.group(2).strip(), markdown)
+    text = re.sub(r"\*\*(.+?)\*\*", r"\1", text)
+    return html.unescape(re.sub(r"\\([!-/:-@\[-`{-~])", r"\1", text))  # ASCII punctuation only
+
+
+def _markdown_parts(markdown: str) -> tuple[list[str], list[list[list[str]]]]:
+    headings, tables = [], []
+    lines = markdown.splitlines()
+    for i, line in enumerate(lines):
+        if re.match(r"^#{1,4} ", line):
+            headings.append(_plain(line.lstrip("#").strip()))
+        if line.startswith("|") and (i == 0 or not lines[i - 1].startswith("|")):
+            rows = []
+            for row in lines[i:]:
+                if not row.startswith("|"):
+                    break
+                if not re.match(r"^\|( ?-{3,} ?\|)+$", row):
+                    rows.append([_plain(c.strip()) for c in re.split(r"(?<!\\)\|", row.strip()[1:-1])])
+            tables.append(rows)
+    return headings, tables
+
+
+def test_report_html_holds_the_sections_and_tables_of_report_md(run_dir: Path) -> None:
+    markdown = (run_dir / "report.md").read_text(encoding="utf-8")
+    page = _Page()
+    page.feed((run_dir / "report.html").read_text(encoding="utf-8"))
+    headings, tables = _markdown_parts(markdown)
+    # every section of report.md, in its order, then the page's own case browser
+    assert page.headings == [*headings, "Case browser"]
+    for name in ("Run", "Headline", "Verdict", "Paired comparisons vs none", "Cost", "Definitions"):
+        assert name in headings
+    # the same tables, cell for cell
+    assert page.tables == tables and len(tables) >= 5
+    doc = (run_dir / "report.html").read_text(encoding="utf-8")
+    assert "Dataset SHA-256" in doc and "Proportions carry Wilson 95% intervals" in doc

@@ -154,4 +154,4 @@ def test_the_verdict_reaches_report_html(tmp_path: Path, grid: list[Record]) -> 
     write_report(run_dir)
     page = (run_dir / "report.html").read_text(encoding="utf-8")
     assert 'id="incomplete-banner">Incomplete run: stopped early (budget cap &lt;$1&gt; reached)' in page
-    assert "<h3>Verdict</h3>" in page and "USD/case" in page
+    assert "<h2>Verdict</h2>" in page and "USD/case" in page

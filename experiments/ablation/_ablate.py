@@ -2,9 +2,10 @@
 
 A TOML config names the data, the models (with a price table), the defenders and their
 option sweeps. ``medmis ablate CONFIG --dry-run`` prints the number of cases, the expected
-model and tool calls and a token and cost estimate per cell; without ``--dry-run`` the grid
-runs through the paired harness into one run directory (re-running resumes it). An optional
-budget cap stops the run cleanly once the estimated spend reaches it. With
+model and tool calls and a token and cost estimate per cell for every run folder of the grid
+(the sub-runs below included) and their total; without ``--dry-run`` the grid runs through the
+paired harness into one run directory (re-running resumes it). An optional budget cap, over the
+whole grid, stops the run cleanly once the estimated spend reaches it. With
 ``delivery.type2_shuffled = true`` a second pass re-runs type2 with a seeded shuffle of the
 sentence order (no regeneration needed) into ``OUT/type2_shuffled``. With
 ``simulation.stability_seeds = N`` (simulated examinee only) the grid's cases are re-run
@@ -29,9 +30,9 @@ from pydantic import BaseModel
 from medmis.agents import ModelOptions
 from medmis.defenses import create_defender, load_plugins
 from medmis.experiments import CliError
-from medmis.experiments.analysis import share_dir, share_label, write_plan
-from medmis.experiments.benchmark import Case, build_cases, render_prompt
-from medmis.experiments.harness import ModelVariant, RunConfig, RunStats, run_experiment
+from medmis.experiments.analysis import write_plan
+from medmis.experiments.benchmark import Case, render_prompt
+from medmis.experiments.harness import ModelVariant, Outcome, RunConfig, RunStats, run_experiment
 
 from ._config import (
     AblationConfig,
@@ -40,7 +41,13 @@ from ._config import (
     ModelEntry,
     load_config,
 )
-from ._folders import STABILITY_DIR, finished_outcome, grid_runs, nothing_to_do, poison_protocols
+from ._folders import (
+    finished_outcome,
+    grid_runs,
+    nothing_to_do,
+    poison_protocols,
+    run_cases,
+)
 from ._preflight import _check_keys, check_config, worst_outcome
 
 __all__ = [
@@ -149,7 +156,13 @@ def estimate(config: AblationConfig, cases: Sequence[Case], out: Path) -> list[C
     return cells
 
 
-def format_estimates(cells: Sequence[CellEstimate]) -> str:
+def format_estimates(cells: Sequence[CellEstimate], *, table: bool = True) -> str:
+    """The estimate per model x defender as a table, then its total line; without ``table``
+    (the same cells as the table above it), one line saying so in place of the table."""
+    total = (f"total: {sum(c.cases for c in cells)} cases, {sum(c.llm_calls for c in cells):.0f} model calls, "
+             f"{sum(c.tool_calls for c in cells):.0f} tool calls, estimated ${sum(c.cost_usd for c in cells):.4f}")
+    if not table:
+        return "(the same estimate per model x defender as above)\n" + total
     w = max([28, *(len(c.model) for c in cells)])
     head = f"{'model':<{w}} {'defender':<34} {'cases':>6} {'llm calls':>10} {'tool calls':>10} {'tokens in':>11} {'tokens out':>11} {'cost $':>9}  basis"
     lines = [head, "-" * len(head)]
@@ -158,11 +171,7 @@ def format_estimates(cells: Sequence[CellEstimate]) -> str:
             f"{c.model:<{w}} {c.defender:<34} {c.cases:>6} {c.llm_calls:>10.0f} {c.tool_calls:>10.0f} "
             f"{c.input_tokens:>11.0f} {c.output_tokens:>11.0f} {c.cost_usd:>9.4f}  {c.basis}"
         )
-    total = sum(c.cost_usd for c in cells)
-    lines.append(f"total: {sum(c.cases for c in cells)} cases, "
-                 f"{sum(c.llm_calls for c in cells):.0f} model calls, "
-                 f"{sum(c.tool_calls for c in cells):.0f} tool calls, estimated ${total:.4f}")
-    return "\n".join(lines)
+    return "\n".join([*lines, total])
 
 
 def _billed_share(config: AblationConfig) -> float:
@@ -250,53 +259,43 @@ def _poison_plan(config: AblationConfig) -> dict[str, Any]:
 
 async def run_ablation(config: AblationConfig, *, out: Path, progress: bool = True,
                        argv: Sequence[str] | None = None, accept_changes: Sequence[str] = ()) -> dict[str, Any]:
-    """Run the grid (and the optional shuffled-type2 pass); returns a summary."""
+    """Run every folder of the grid (:func:`grid_runs`: the main run, the shuffled Type 2 pass, the
+    stability re-runs, the poison shares) in order; returns a summary.
+
+    ``budget_usd`` caps the whole grid: the spend of the folders already run in this invocation
+    counts against it, and once it stops one folder no further folder starts.
+    """
+    from medmis.experiments.harness import EXIT_STOPPED
+
     prices = {m.name: m for m in config.models}
+    spent_before = [0.0]  # dollars of this invocation's finished folders
 
     def budget_stop(stats: RunStats) -> str | None:
         if config.budget_usd is None:
             return None
-        spent = spent_usd(stats, prices, _billed_share(config))
+        spent = spent_before[0] + spent_usd(stats, prices, _billed_share(config))
         return f"budget cap ${config.budget_usd:.2f} reached (${spent:.4f} spent)" if spent >= config.budget_usd else None
 
     if config.poison is not None:  # the report lists a share never run as "not run"
         write_plan(out, config.poison.shares, _poison_plan(config))
-    main_cfg = _run_config(config, out, progress=progress, shuffled=False, accept_changes=accept_changes)
-    main = await run_experiment(main_cfg, argv=argv, stop_when=budget_stop, notice=_notice)
-    outcomes = [main.outcome]
-    summary: dict[str, Any] = {"out": str(out), "records": main.records, "new": main.new_records,
-                               "stopped": main.stats.stopped_reason}
-    if config.delivery.type2_shuffled and not main.stats.stopped_reason and "type2" in config.protocols:
-        shuf_cfg = _run_config(config, out / "type2_shuffled", progress=progress, shuffled=True,
-                               accept_changes=accept_changes)
-        shuf = await run_experiment(shuf_cfg, argv=argv, stop_when=budget_stop, notice=_notice)
-        outcomes.append(shuf.outcome)
-        summary["type2_shuffled"] = {"out": str(shuf.out), "records": shuf.records, "new": shuf.new_records}
-    if len(config.examinee_seeds()) and not main.stats.stopped_reason:
-        summary["stability"] = []
-        for s in config.examinee_seeds():
-            sub_cfg = _run_config(config, out / STABILITY_DIR / f"seed-{s}", progress=progress,
-                                  shuffled=False, accept_changes=accept_changes, examinee_seed=s)
-            sub = await run_experiment(sub_cfg, argv=argv, stop_when=budget_stop, notice=_notice)
-            outcomes.append(sub.outcome)
-            summary["stability"].append({"seed": s, "out": str(sub.out), "records": sub.records,
-                                         "new": sub.new_records})
-            if sub.stats.stopped_reason:
-                break
-    from medmis.experiments.harness import EXIT_STOPPED
-
-    stopped = worst_outcome(outcomes).code == EXIT_STOPPED  # the budget cap ends the whole grid
-    if config.poison is not None and not stopped:
-        summary["poison"] = []
-        for share in config.poison.shares:
-            sub_cfg = _run_config(config, share_dir(out, share), progress=progress, shuffled=False,
-                                  accept_changes=accept_changes, share=share)
-            sub = await run_experiment(sub_cfg, argv=argv, stop_when=budget_stop, notice=_notice)
-            outcomes.append(sub.outcome)
-            summary["poison"].append({"share": share, "out": str(sub.out), "records": sub.records,
-                                      "new": sub.new_records})
-            if sub.stats.stopped_reason:
-                break
+    outcomes: list[Outcome | None] = []
+    summary: dict[str, Any] = {"out": str(out)}
+    for run in grid_runs(config, out):
+        if outcomes and worst_outcome(outcomes).code == EXIT_STOPPED:  # the cap ends the whole grid
+            break
+        run_cfg = _run_config(config, run.folder, progress=progress, accept_changes=accept_changes, **run.how())
+        result = await run_experiment(run_cfg, argv=argv, stop_when=budget_stop, notice=_notice)
+        spent_before[0] += spent_usd(result.stats, prices, _billed_share(config))
+        outcomes.append(result.outcome)
+        entry = {"out": str(result.out), "records": result.records, "new": result.new_records}
+        if run.folder == out:
+            summary.update(records=result.records, new=result.new_records, stopped=result.stats.stopped_reason)
+        elif run.shuffled:
+            summary["type2_shuffled"] = entry
+        elif run.examinee_seed is not None:
+            summary.setdefault("stability", []).append({"seed": run.examinee_seed, **entry})
+        else:
+            summary.setdefault("poison", []).append({"share": run.share, **entry})
     outcome = worst_outcome(outcomes)
     summary["exit_code"] = outcome.code
     summary["outcome"] = outcome.message
@@ -340,40 +339,48 @@ def ablate_command(path: str, *, out: str | None = None, dry_run: bool = False, 
     dataset = load_dataset(
         run_cfg.data, subset=config.subset, limit=config.limit, hub_repo=config.data_hub_repo
     )
-    cases = build_cases(dataset.items, config.protocols, seed=config.seed,
-                        type1_targets=config.type1_targets, prompt=config.prompt)
-    if config.delivery.type2_shuffled:
-        cases = cases + build_cases(dataset.items, ["type2"], seed=config.seed,
-                                    shuffle_type2=True, prompt=config.prompt)
-    if not cases:
+    # every run folder of the grid with its own cases (the folders the run walks, in its order):
+    # the plan, the estimate and the budget check count the shuffled pass, the stability re-runs
+    # and the poison shares as the run executes them
+    plans = [(run, run_cases(config, dataset.items, run)) for run in grid_runs(config, out_dir)]
+    if not plans[0][1]:
         raise CliError(f"{path}: the selection has no cases (check data, subset, limit, protocols)")
-    share_cases = (build_cases(dataset.items, poison_protocols(config), seed=config.seed,
-                               type1_targets=config.type1_targets, prompt=config.prompt)
-                   if config.poison is not None else [])
     # the folders' fingerprints first, as `medmis run` checks them: a complete folder of another
     # run is refused, never reported as "nothing to do"; an accepted change goes on to the run,
     # which records it
     if not dry_run and not _check_folders(config, out_dir, dataset, accept_changes) \
             and nothing_to_do(config, out_dir, dataset.items):
         return finished_outcome(grid_runs(config, out_dir), _notice)
-    cells = estimate(config, cases, out_dir)
     print(f"ablation {config.name!r}: {len(dataset.items)} items, {len(config.models)} model(s) x "
           f"{len(config.defender_configs())} defender(s), protocols {', '.join(config.protocols)}, "
           f"type1 targets {config.type1_targets}, prompt {config.prompt}"
-          + (" (+ shuffled type2 pass)" if config.delivery.type2_shuffled else "")
+          + (" (+ shuffled type2 pass)" if any(run.shuffled for run, _ in plans) else "")
           + (f" (+ {len(config.examinee_seeds())} stability re-runs, examinee seeds "
              f"{', '.join(map(str, config.examinee_seeds()))})" if config.examinee_seeds() else ""))
-    print(format_estimates(cells))
-    if config.poison is not None:
+    grid: list[CellEstimate] = []
+    shown: list[dict[str, Any]] = []
+    for run, cases in plans:
+        cells = estimate(config, cases, run.folder)
+        grid += cells
         poison = config.poison
-        print(f"\npoisoned web: {len(poison.shares)} share run(s) of the clean and Type 1 cases, "
-              f"rank {poison.rank}, styles {', '.join(poison.styles or ['all'])}, pages {poison.pages}")
-        for share in poison.shares:
-            folder = share_dir(out_dir, share)
-            print(f"\nshare {share_label(share)} ({folder}): {len(share_cases)} cases per model x defender")
-            print(format_estimates(estimate(config, share_cases, folder)))
+        if poison is not None and run.share is not None and run.share == poison.shares[0]:
+            print(f"\npoisoned web: {len(poison.shares)} share run(s) of the clean and Type 1 cases, "
+                  f"rank {poison.rank}, styles {', '.join(poison.styles or ['all'])}, pages {poison.pages}")
+        if run.folder != out_dir:
+            print(f"\n{run.label()} ({run.folder}): {len(cases)} cases per model x defender")
+        same = [c.model_dump(exclude={"basis"}) for c in cells]
+        # the stability re-runs repeat the main run's table: its total says enough
+        print(format_estimates(cells, table=same != shown))
+        shown = same
+    total = sum(c.cost_usd for c in grid)
+    if len(plans) > 1:
+        print(f"\ngrid total: {len(plans)} run folders, {sum(c.cases for c in grid)} cases, "
+              f"{sum(c.llm_calls for c in grid):.0f} model calls, {sum(c.tool_calls for c in grid):.0f} "
+              f"tool calls, estimated ${total:.4f}")
     if config.budget_usd is not None:
-        print(f"budget cap: ${config.budget_usd:.2f}")
+        within = (f"the grid's estimate ${total:.4f} is within it" if total < config.budget_usd else
+                  f"below the grid's estimate ${total:.4f}: the grid stops when its spend reaches the cap")
+        print(f"budget cap: ${config.budget_usd:.2f} ({within})")
     if dry_run:
         return 0
     from medmis.experiments.harness import RunInterrupted

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from medmis.defenses import create_defender
-from medmis.experiments.analysis import share_dir
+from medmis.experiments.analysis import share_dir, share_label
 from medmis.experiments.benchmark import Case, ProtocolName, build_cases
 
 from ._config import AblationConfig
@@ -19,7 +19,8 @@ from ._preflight import pending_cases
 
 STABILITY_DIR = "stability"  # as medmis.experiments.reporting._stability reads it
 
-__all__ = ["STABILITY_DIR", "GridRun", "finished_outcome", "grid_runs", "nothing_to_do", "poison_protocols"]
+__all__ = ["STABILITY_DIR", "GridRun", "finished_outcome", "grid_runs", "nothing_to_do", "poison_protocols",
+           "run_cases"]
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,16 @@ class GridRun:
     def how(self) -> dict[str, Any]:
         """The keyword arguments that make this run's ``RunConfig`` from the ablation's."""
         return {"shuffled": self.shuffled, "examinee_seed": self.examinee_seed, "share": self.share}
+
+    def label(self) -> str:
+        """What the run is, in a few words (the dry run's heading of its estimate)."""
+        if self.shuffled:
+            return "shuffled type2 pass"
+        if self.examinee_seed is not None:
+            return f"stability re-run, examinee seed {self.examinee_seed}"
+        if self.share is not None:
+            return f"share {share_label(self.share)}"
+        return "main run"
 
 
 def poison_protocols(config: AblationConfig) -> list[ProtocolName]:

@@ -46,6 +46,7 @@ def export_parquet(run_dir: str | Path, out: str | Path | None = None, *, licens
     import pyarrow.parquet as pq
 
     from medmis.experiments.harness import connect, planned_records_view
+    from medmis.experiments.reporting import metric_rows
 
     from ._run import read_run
 
@@ -71,7 +72,8 @@ def export_parquet(run_dir: str | Path, out: str | Path | None = None, *, licens
         written.append(records)
     finally:
         con.close()
-    for name, rows in (("metrics", list(_metric_rows(metrics))), ("cost", list(_cost_rows(metrics)))):
+    # metrics.csv's rows (one definition: the whole run is stratum all/all in both files)
+    for name, rows in (("metrics", list(metric_rows(metrics))), ("cost", list(_cost_rows(metrics)))):
         path = target / config_file(name)
         pq.write_table(pa.Table.from_pylist(rows, schema=_SCHEMAS[name]()), path)
         written.append(path)
@@ -136,25 +138,6 @@ def _cost_schema() -> Any:
 
 
 _SCHEMAS = {"metrics": _metric_schema, "cost": _cost_schema}
-
-
-def _proportions(block: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str, Any]]]:
-    for name, value in block.items():
-        if isinstance(value, dict) and "value" in value and "n" in value:
-            yield name, value
-
-
-def _metric_rows(metrics: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
-    for model, by_defender in metrics.items():
-        for defender, block in (by_defender or {}).items():
-            scopes = [(None, None, block)] + [
-                (kind, name, sub) for kind, groups in (block.get("strata") or {}).items()
-                for name, sub in (groups or {}).items()]
-            for kind, name, scope in scopes:
-                for metric, p in _proportions(scope):
-                    yield {"model": model, "defender": defender, "stratum_kind": kind, "stratum": name,
-                           "metric": metric, **{c: p.get(c) for c in
-                                                ("value", "k", "n", "lo", "hi", "unit", "clusters", "deff")}}
 
 
 def _cost_rows(metrics: Mapping[str, Any]) -> Iterator[dict[str, Any]]:

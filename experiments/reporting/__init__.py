@@ -11,6 +11,7 @@ from medmis.tools import lazy_exports
 
 if TYPE_CHECKING:
     from ._cases import RAW_LIMIT, agent_view, clip_text, question_from_trace
+    from ._format import metric_rows
     from ._html import script_json, write_html
     from ._interrupted import report_interrupted
     from ._paper_tables import paper_tables, render_paper_tables
@@ -24,6 +25,7 @@ _HOME = {"write_html": "_html", "PLOT_FILES": "_plots", "PLOTS_DIR": "_plots", "
          "RunData": "_report", "load_run": "_report", "render_markdown": "_report", "write_report": "_report",
     **dict.fromkeys(("RAW_LIMIT", "agent_view", "clip_text", "question_from_trace"), "_cases"),
     "script_json": "_html",
+    "metric_rows": "_format",
     **dict.fromkeys(("ReportWorker", "worker_enabled"), "_worker"),
     **dict.fromkeys(("report_interrupted",), "_interrupted"),
     **dict.fromkeys(("SIMULATED_STATEMENT", "is_simulated", "mark_simulated"), "_simulated"),
@@ -42,6 +44,7 @@ __all__ = [
     "is_simulated",
     "load_run",
     "mark_simulated",
+    "metric_rows",
     "paper_tables",
     "question_from_trace",
     "render_markdown",

@@ -6,7 +6,7 @@ import csv
 import io
 import math
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from medmis.experiments.analysis import DefenderMetrics, MetricsReport, PairedComparison, Proportion
@@ -21,19 +21,33 @@ CSV_COLUMNS: tuple[str, ...] = (
 # CSV
 
 
-def metric_rows(report: MetricsReport) -> Iterator[dict[str, Any]]:
-    """One row per model x defender x stratum x metric; the whole run is stratum ``all/all``."""
-    for model, defenders in report.results.items():
-        for defender, dm in defenders.items():
-            blocks = [("all", "all", dm.metrics)] + [
-                (kind, label, block)
-                for kind, by_label in dm.strata.items()
-                for label, block in by_label.items()
+OVERALL_STRATUM = ("all", "all")
+"""``(stratum_kind, stratum)`` of the whole run's rows in ``metrics.csv`` and ``metrics.parquet``."""
+
+
+def metric_rows(report: MetricsReport | Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    """One row per model x defender x stratum x metric; the whole run is stratum ``all/all``.
+
+    The one definition of the metrics table: ``metrics.csv`` and ``medmis export parquet``'s
+    ``metrics.parquet`` are both these rows, so the two files agree row for row.
+
+    Args:
+        report: The run's metrics, or its ``metrics.json`` object (``{model: {defender: ...}}``).
+    """
+    metrics = report.to_json_dict() if isinstance(report, MetricsReport) else report
+    fields = CSV_COLUMNS[CSV_COLUMNS.index("value"):]
+    for model, defenders in metrics.items():
+        for defender, block in (defenders or {}).items():
+            blocks = [(*OVERALL_STRATUM, block)] + [
+                (kind, label, sub)
+                for kind, by_label in (block.get("strata") or {}).items()
+                for label, sub in (by_label or {}).items()
             ]
-            for kind, label, block in blocks:
-                for metric, p in block.items():
-                    yield {"model": model, "defender": defender, "stratum_kind": kind,
-                           "stratum": label, "metric": metric, **p.model_dump()}
+            for kind, label, scope in blocks:
+                for metric, p in scope.items():
+                    if isinstance(p, Mapping) and "value" in p and "n" in p:  # a proportion
+                        yield {"model": model, "defender": defender, "stratum_kind": kind,
+                               "stratum": label, "metric": metric, **{c: p.get(c) for c in fields}}
 
 
 def render_csv(report: MetricsReport) -> str:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,13 +37,13 @@ from ._format import (
 from ._run import SIMULATED_PREFIX, RunData, load_run
 from ._sections import (
     PAIRED_LABELS,
+    Section,
+    join_sections,
     render_markdown,
-    render_reading,
+    report_sections,
 )
 from ._verdict_text import (
     batch_discount,
-    render_incomplete_line,
-    render_verdict,
     run_prices,
     run_verdict,
     usd_rows,
@@ -139,7 +138,7 @@ def write_report(
 
         plot_helper.submit(run.run_dir, metrics, HELPER_KEYS)  # type: ignore[union-attr]
     from ._cases import PendingCases
-    from ._html import delivery_sensitivity
+    from ._sensitivity import delivery_sensitivity
 
     sensitivity = delivery_sensitivity(run.run_dir)
     # the case sample's trace reads go on (in worker processes on a big run) while plots draw
@@ -156,7 +155,8 @@ def _write_rest(run: RunData, report: MetricsReport, verdict: Verdict, metrics: 
                 paths: dict[str, Path], sensitivity: list[dict[str, Any]], pending: PendingCases | None,
                 figures: bool, plot_helper: PlotHelper | None = None,
                 stability: dict[str, Any] | None = None) -> dict[str, Path]:
-    from ._html import sensitivity_markdown, write_html
+    from ._html import write_html
+    from ._sensitivity import sensitivity_markdown
     from ._stability import stability_markdown
 
     stable = stability_markdown(stability, {m: [d for d in ds if d != report.baseline]
@@ -173,21 +173,18 @@ def _write_rest(run: RunData, report: MetricsReport, verdict: Verdict, metrics: 
     if poison is not None:
         paths.update(poison.paths)
         plots.update(poison.plots)
-    extra = [stable, poison.markdown if poison is not None else "", sensitivity_markdown(sensitivity)]
+    extra = [Section("stability", stable), Section("poison", poison.markdown if poison is not None else ""),
+             Section("sensitivity", sensitivity_markdown(sensitivity))]
     if plots:
-        extra.append("## Plots\n\n" + "\n".join(
+        extra.append(Section("plots", "## Plots\n\n" + "\n".join(
             f"![{name.replace('_', ' ')}]({p.relative_to(run.run_dir).as_posix()})" for name, p in plots.items()
-        ))
-    markdown = render_markdown(run, report, verdict).rstrip("\n") + "".join(f"\n\n{x}" for x in extra if x) + "\n"
-    markdown = redact(markdown)  # runs recorded before records were redacted, too
-    _write_text(paths["report.md"], markdown)
-    if figures:
+        )))
+    # runs recorded before records were redacted, too
+    sections = [s._replace(markdown=redact(s.markdown)) for s in report_sections(run, report, verdict, extra)]
+    _write_text(paths["report.md"], join_sections(sections))
+    if figures:  # the page renders the very sections of report.md, then the case browser
         paths["report.html"] = write_html(
-            run.run_dir, metrics, plots=plots, baseline=report.baseline, simulated=run.simulated,
-            title=run.run_dir.name, sensitivity=sensitivity, reading=_reading_html(render_reading(report) + "\n" + render_verdict(verdict, report)
-                                                                           + ("\n" + stable if stable else "")
-                                                                           + ("\n" + poison.reading if poison else "")),
-            incomplete=render_incomplete_line(verdict) or None,
+            run.run_dir, sections, title=run.run_dir.name, simulated=run.simulated,
             cases=pending.result() if pending is not None else None,
         )
         paths.update({f"plots/{p.name}": p for p in plots.values()})
@@ -206,24 +203,6 @@ def _stability(run: RunData, report: MetricsReport, verdict: Verdict) -> dict[st
         "seed", options.get("seed", options.get("run_seed", run.manifest.get("seed", 0))))
     return ranking_stability(run.run_dir, report.baseline, {mv.model: list(mv.better) for mv in verdict.models},
                              run.models, int(seed or 0), verdict.settings)
-
-
-def _reading_html(markdown: str) -> str:
-    """The few markdown forms the reading section uses (bold, code, bullets), as HTML."""
-    import html as _html
-
-    out = []
-    for line in markdown.splitlines()[1:]:  # drop the heading
-        if not line.strip():
-            continue
-        if line.startswith("## "):
-            out.append(f"<h3>{_html.escape(line[3:].strip())}</h3>")
-            continue
-        text = _html.escape(line.strip().lstrip("- ").strip())
-        text = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", text)
-        text = re.sub(r"`(.+?)`", r"<code>\1</code>", text)
-        out.append(f"<li>{text}</li>" if line.lstrip().startswith("- ") else f"<p>{text}</p>")
-    return "\n".join(out)
 
 
 def _write_text(path: Path, text: str) -> None:

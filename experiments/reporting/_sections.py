@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 from medmis.experiments.analysis import (
     STRATUM_JOIN,
@@ -47,24 +48,48 @@ PAIRED_LABELS = {
 # Markdown sections
 
 
-def render_markdown(run: RunData, report: MetricsReport, verdict: Verdict | None = None) -> str:
-    """The whole ``report.md``; an incomplete run's first line says so."""
+class Section(NamedTuple):
+    """One section of the report: ``report.md`` joins their markdown, ``report.html`` renders
+    each (:mod:`._markdown`), so the two files hold the same sections and tables."""
+
+    id: str
+    """A short name, unique in the report (the page's ``<section id>``)."""
+    markdown: str
+    """The section's markdown ("" for a section the run does not have)."""
+
+
+def report_sections(run: RunData, report: MetricsReport, verdict: Verdict | None = None,
+                    extra: Sequence[Section] = ()) -> list[Section]:
+    """Every section of the report in order, those with text only; an incomplete run's first
+    section says so. ``extra`` (stability, poisoned retrieval, delivery sensitivity, plots: the
+    parts read from other folders or files) follow the run's own."""
     verdict = verdict if verdict is not None else run_verdict(run, report)
     sections = [
-        render_incomplete_line(verdict),
-        f"# MedMisBench mitigation report: {run.run_dir.name}",
-        render_simulated_banner(run),
-        render_run_facts(run, report),
-        render_headline(report),
-        render_reading(report),
-        render_verdict(verdict, report),
-        render_strata(report),
-        render_subsets(report),
-        render_paired(report),
-        render_cost(report, run_prices(run), batch_discount(run)),
-        render_definitions(),
+        Section("incomplete", render_incomplete_line(verdict)),
+        Section("title", f"# MedMisBench mitigation report: {run.run_dir.name}"),
+        Section("simulated", render_simulated_banner(run)),
+        Section("run", render_run_facts(run, report)),
+        Section("headline", render_headline(report)),
+        Section("reading", render_reading(report)),
+        Section("verdict", render_verdict(verdict, report)),
+        Section("strata", render_strata(report)),
+        Section("subsets", render_subsets(report)),
+        Section("paired", render_paired(report)),
+        Section("cost", render_cost(report, run_prices(run), batch_discount(run))),
+        Section("definitions", render_definitions()),
+        *extra,
     ]
-    return "\n\n".join(s for s in sections if s) + "\n"
+    return [s for s in sections if s.markdown]
+
+
+def join_sections(sections: Sequence[Section]) -> str:
+    """``report.md``'s text: the sections' markdown, a blank line apart."""
+    return "\n\n".join(s.markdown.rstrip("\n") for s in sections if s.markdown) + "\n"
+
+
+def render_markdown(run: RunData, report: MetricsReport, verdict: Verdict | None = None) -> str:
+    """The whole ``report.md`` of the run's own sections; an incomplete run's first line says so."""
+    return join_sections(report_sections(run, report, verdict))
 
 
 def render_simulated_banner(run: RunData) -> str:

@@ -2,19 +2,18 @@
 
 The shuffled re-run lives in ``DIR/type2_shuffled``; :func:`delivery_sensitivity` pairs its rows
 with the main run's, and the rows render as a markdown section for ``report.md``
-(:func:`sensitivity_markdown`) and as a section of ``report.html`` (:func:`sensitivity_html`).
+(:func:`sensitivity_markdown`), which report.html renders too.
 """
 
 from __future__ import annotations
 
-import html
 import json
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ._cells import html_table, pct
+from ._cells import pct
 
 SHUFFLED_DIR = "type2_shuffled"
 
@@ -135,15 +134,3 @@ def sensitivity_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
         lines.append(f"| {code(r['model'])} | {code(r['defender'])} | {_pct_n(r.get('original'))} "
                      f"| {_pct_n(r.get('shuffled'))} | {_fmt_diff(r)} |")
     return "\n".join(lines)
-
-
-def sensitivity_html(rows: Sequence[Mapping[str, Any]]) -> str:
-    """The delivery-sensitivity section of ``report.html``, or "" when there are no rows."""
-    if not rows:
-        return ""
-    body = [[r["model"], r["defender"], pct(r.get("original")), pct(r.get("shuffled")),
-             _fmt_diff(r)] for r in rows]
-    return ("<h2>Delivery sensitivity: Type 2 with shuffled sentence order</h2>"
-            f"<p>{html.escape(_SENSITIVITY_NOTE)}</p>"
-            + html_table(["Model", "Defender", "T2 ASR (option order)", "T2 ASR (shuffled)",
-                          "Δ (pts) [95% CI]"], body))
