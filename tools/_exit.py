@@ -84,3 +84,42 @@ def sigterm_as_interrupt() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+_signals = 0  # SIGINT and SIGTERM that arrived while some block noted them (see noting_signals)
+
+
+def signals_seen() -> int:
+    """How many SIGINT / SIGTERM arrived within a :func:`noting_signals` block of this process."""
+    return _signals
+
+
+@contextlib.contextmanager
+def noting_signals() -> Iterator[None]:
+    """Within the block, SIGINT and SIGTERM are counted (:func:`signals_seen`) before they go
+    to the handler that was there, so code that catches ``KeyboardInterrupt`` from code it
+    runs (a plug-in's import, a defender) can tell a real signal from one that code raised.
+    Only in the main thread, and only over a handler that is a Python function (the default
+    action and an ignored signal are left as they are); the previous handlers come back."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    installed: dict[int, tuple[object, object]] = {}
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        previous = signal.getsignal(signum)
+        if not callable(previous):
+            continue
+
+        def note(number: int, frame: FrameType | None, previous: object = previous) -> None:
+            global _signals
+            _signals += 1
+            previous(number, frame)  # type: ignore[operator]
+
+        signal.signal(signum, note)
+        installed[signum] = (note, previous)
+    try:
+        yield
+    finally:
+        for signum, (note, previous) in installed.items():
+            if signal.getsignal(signum) is note:  # unless someone has replaced it since
+                signal.signal(signum, previous)  # type: ignore[arg-type]

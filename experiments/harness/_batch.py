@@ -42,6 +42,7 @@ from ._outcome import RunInterrupted
 from ._prepare import ClaimedFolder, write_invalid_rows
 from ._progress import RunProgress
 from ._runner import Harness
+from ._solve import solve_case
 
 BATCH_PROVIDERS = ("openai", "google")
 
@@ -141,7 +142,7 @@ class BatchHarness(Harness):
             before = len(chat.collected)
             ctx = DefenderContext(model=chat, model_spec=spec, retry=RetryPolicy.none())
             try:
-                await d(case.view(), ctx)
+                await solve_case(d, case.view(), ctx, timeout_s=self.config.case_timeout_s)
             except RequestCollected:
                 pass
             except Exception as exc:

@@ -40,7 +40,7 @@ from medmis.experiments.benchmark import (
     plan_cases,
     prompt_preset,
 )
-from medmis.tools import collect_from_here, redact
+from medmis.tools import CaseTools, collect_from_here, noting_signals, redact
 
 from ._caseloop import CaseLoop, fork_blocker, resolve_processes
 from ._config import (
@@ -64,6 +64,7 @@ from ._poison import RunPoison, check_pages
 from ._prepare import ClaimedFolder, check_fingerprint, check_out_path, write_invalid_rows
 from ._progress import RunProgress
 from ._resume import CasePlan, ResumeState, jobs_for_missing, resume_state
+from ._solve import solve_case
 
 # Re-exported: callers import the run's types from here as well as from the package.
 __all__ = [
@@ -271,11 +272,14 @@ class Harness:
         The defender is handed the case's :class:`CaseView` and a context of services; the
         case itself (gold, target, sentence labels, protocol) stays here for grading.
         """
-        poison = self.poison.case(case, self.tools() if defender.uses_tools else None) if self.poison else None
+        web = self.tools() if defender.uses_tools else None
+        poison = self.poison.case(case, web) if self.poison else None
+        web = poison.tools if poison else web
         ctx = DefenderContext(
             model=self.model(spec),
             model_spec=spec,
-            tools=poison.tools if poison else (self.tools() if defender.uses_tools else None),
+            # the facade, whatever the toolset: the poisoned layer and its counts stay here
+            tools=CaseTools() if web is not None else None,
             model_factory=self._pool.get,
             retry=self.retry,
             tool_timeout_s=self.config.tool_timeout_s,
@@ -283,7 +287,7 @@ class Harness:
         )
         start = time.perf_counter()
         try:
-            answer = await defender(case.view(), ctx)
+            answer = await solve_case(defender, case.view(), ctx, timeout_s=self.config.case_timeout_s, tools=web)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -349,17 +353,20 @@ class Harness:
         planned = self._planned = self.plan_cases(dataset)
         check_pages(self.poison, dataset.items, planned, self.notice)  # no page for any Type 1 case: exit 2
         fingerprint = self.fingerprint(dataset)
-        try:
-            with ClaimedFolder(self.out, fingerprint, accept_changes=self.config.accept_changes,
-                               notice=self.notice) as claim:
-                try:
-                    return await self._run_claimed(planned, dataset, claim)
-                except OSError as exc:  # the cases' own failures are on their records: this is the folder's
-                    raise self._write_failed(WriteFailed(exc.filename or self.out / "records.jsonl", exc)) from None
-                except WriteFailed as failure:
-                    raise self._write_failed(failure) from None
-        except OSError as exc:  # the folder could not be claimed (its lock, its manifest)
-            raise WriteFailed(exc.filename or self.out, exc) from None
+        # signals are noted from here (inside the event loop, over asyncio.run's own handler):
+        # a KeyboardInterrupt a defender raises is its case's error, a real one stops the run
+        with noting_signals():
+            try:
+                with ClaimedFolder(self.out, fingerprint, accept_changes=self.config.accept_changes,
+                                   notice=self.notice) as claim:
+                    try:
+                        return await self._run_claimed(planned, dataset, claim)
+                    except OSError as exc:  # the cases' own failures are on their records: this is the folder's
+                        raise self._write_failed(WriteFailed(exc.filename or self.out / "records.jsonl", exc)) from None
+                    except WriteFailed as failure:
+                        raise self._write_failed(failure) from None
+            except OSError as exc:  # the folder could not be claimed (its lock, its manifest)
+                raise WriteFailed(exc.filename or self.out, exc) from None
 
     def _write_failed(self, failure: WriteFailed) -> WriteFailed:
         """Note in the manifest (when it can still be written) that a write failed."""
