@@ -33,7 +33,7 @@ from medmis.tools import bulk_transfers, redact
 
 from ._batch_model import BatchChat, BatchRequest, RequestCollected
 from ._batch_providers import BatchDriver, JobStatus, driver_for
-from ._batch_store import BatchBook, BatchJob, CaseKey
+from ._batch_store import BATCHES_FILE, BatchBook, BatchJob, CaseKey
 from ._caseloop import CaseLoop
 from ._config import RunResult, RunSetupError
 from ._io import repair_torn_tail
@@ -99,6 +99,10 @@ class BatchHarness(Harness):
         self.cancel = cancel
         self._answering: str | None = None  # the job whose results pass 2 is writing
         self._drivers: dict[str, BatchDriver] = {}
+
+    def output_paths(self) -> tuple[list[str | Path], list[str | Path]]:
+        files, folders = super().output_paths()
+        return [*files, BATCHES_FILE], folders
 
     def check_models(self) -> None:
         # first: a provider without a batch API is refused before its SDK is even imported

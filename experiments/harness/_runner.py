@@ -56,12 +56,19 @@ from ._config import (
 )
 from ._fingerprint import FingerprintDiff, merge_fingerprints, run_fingerprint
 from ._io import WriteFailed, repair_torn_tail
+from ._lock import LOCK_FILE, OWNER_FILE
 from ._manifest import is_simulated, mark_outcome, package_versions, scrub_argv, write_manifest
 from ._models import ModelPool
 from ._outcome import Outcome, RunInterrupted, record_outcome
-from ._plan import describe_outside, has_plan, write_plan
+from ._plan import PLAN_FILE, describe_outside, has_plan, write_plan
 from ._poison import RunPoison, check_pages
-from ._prepare import ClaimedFolder, check_fingerprint, check_out_path, write_invalid_rows
+from ._prepare import (
+    ClaimedFolder,
+    check_fingerprint,
+    check_out_path,
+    check_writable,
+    write_invalid_rows,
+)
 from ._progress import RunProgress
 from ._resume import CasePlan, ResumeState, jobs_for_missing, resume_state
 from ._solve import solve_case
@@ -239,10 +246,27 @@ class Harness:
         models = {spec: self._pool.raw(spec) for spec in self.config.models}
         return run_fingerprint(self.config, self.defenders, dataset, models)
 
+    def output_paths(self) -> tuple[list[str | Path], list[str | Path]]:
+        """The files and folders this run writes in its folder (an absolute cache folder as it
+        is): what :func:`._prepare.check_writable` checks before anything is made."""
+        files: list[str | Path] = [LOCK_FILE, OWNER_FILE, "manifest.json", PLAN_FILE, "records.jsonl",
+                                   INVALID_ROWS_FILE]
+        files += [self._trace_file(m, d.label) for m in self.config.models for d in self.defenders]
+        folders: list[str | Path] = ["traces"]
+        if self.config.cache != "live":
+            folders.append(self._cache_dir())
+        return files, folders
+
+    def check_outputs(self) -> None:
+        """Refuse (``RunSetupError``) a folder where a path this run writes cannot be written,
+        before anything is made: ``--out`` a file, a folder in place of a trace file, ..."""
+        check_out_path(self.out)
+        check_writable(self.out, *self.output_paths())
+
     def check_folder(self, dataset: Any | None = None) -> FingerprintDiff | None:
         """:meth:`run`'s checks before it claims the folder, writing nothing: how the run
         differs from the folder's (None for a new folder). Raises ``RunSetupError`` as it would."""
-        check_out_path(self.out)
+        self.check_outputs()
         self.check_models()
         dataset = dataset if dataset is not None else self.load_dataset()
         return check_fingerprint(self.out, self.fingerprint(dataset), self.config.accept_changes)[1]
@@ -347,7 +371,7 @@ class Harness:
     async def run(self) -> RunResult:
         # Every user mistake is found before OUT is made: the path, the model specs and keys,
         # the data; then the folder is claimed (lock + fingerprint) for the rest of the run.
-        check_out_path(self.out)
+        self.check_outputs()
         self.check_models()
         dataset = self.load_dataset()
         planned = self._planned = self.plan_cases(dataset)
