@@ -249,3 +249,30 @@ async def test_a_visited_poisoned_page_reads_as_its_backends_pages(backend: str)
                 "jina": {"reader", "goal_instruction", "reader_chars"}}[backend]
     assert set(read.metadata) == expected
     assert URL not in json.dumps(read.metadata) and "X/1" not in read.model_dump_json()
+
+
+@pytest.mark.parametrize(("mode", "hit"), [("live", None), ("record", False), ("refresh", False), ("replay", True)])
+async def test_a_visited_poisoned_page_reports_the_cache_as_the_webs_pages_do(mode: str, hit: bool | None) -> None:
+    """The trace's ``cache_hit`` of a visit outside the corpus: what the store below would say
+    of a page (a hit in replay, a fresh fetch when recording), never None beside a bool."""
+    from medmis.tools import PoisonedPage, PoisonedWeb, cache_probe
+
+    class Store:
+        def __init__(self, mode: str) -> None:
+            self.mode = mode
+
+    class Below:
+        store = Store(mode) if mode != "live" else None
+
+        async def search(self, query: str, *, max_results: int = 5) -> list[Any]:
+            return []
+
+        async def visit(self, url: str, *, goal: str | None = None, max_chars: int = 6000) -> Any:
+            raise AssertionError(url)
+
+    page = PoisonedPage(id="X/1#B/blog", case_key="X/1#B", item_key="X/1", target="B", style="blog",
+                        claim="c", title=TITLE, url=URL, text=TEXT)
+    web = PoisonedWeb(Below(), [page], share=1.0)
+    with cache_probe() as probe:
+        await web.visit(URL, goal="first line")
+    assert probe.result is hit

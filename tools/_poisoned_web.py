@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 from ._corpus import CorpusDocument, url_key
 from ._jina import MIN_CHARS as JINA_MIN_CHARS
 from ._poison_types import PoisonedPage, PoisonRank
+from ._probe import mark_cache
 from ._text import split_sentences, tokenize, widen
 from ._types import Page, SearchResponse, SearchResult, SerpResult, ToolError, Toolset
 from ._visit import page_from_document
@@ -157,6 +158,11 @@ class PoisonedWeb:
             return await self._web.visit(url, goal=goal, max_chars=max_chars)
         goal = " ".join(goal.split()) if goal else ""
         self.tally.visited += 1
+        mode = getattr(getattr(self._web, "store", None), "mode", "live")
+        if not self._corpus_like and mode != "live":
+            # a page of the web below goes through its store, which the trace's cache_hit
+            # shows: a replayed page is a hit, a recorded one a fresh fetch; so is this one
+            mark_cache(mode == "replay")
         if self._reader:  # as Jina Reader returns a page: the whole text, clipped, no focusing
             limit = max(JINA_MIN_CHARS, int(max_chars))
             return Page(url=url, final_url=doc.url, title=doc.title, text=doc.text[:limit],
