@@ -142,3 +142,34 @@ def test_an_exit_raised_by_an_entry_point_plugin_at_import_is_one_line_exit_2(tm
     assert lines[0].startswith("medmis: defender 'exiting_def': plug-in entry point exiting_def"), lines[0]
     assert raised.split("(")[0] in lines[0]
     assert not out.exists()
+
+
+def test_a_real_signal_inside_a_defender_still_stops_the_run(tmp_path: Path) -> None:
+    """SIGTERM to a background run (SIGINT ignored) while a defender's code runs arrives there
+    as KeyboardInterrupt: it stops the run (exit 3), it is not that case's error."""
+    import signal
+
+    marker = tmp_path / "inside"
+    plugin = tmp_path / "defense.py"
+    plugin.write_text(PLUGIN.replace("{what}", "blocks in its own code").replace(
+        "{first}", f"import pathlib, time; pathlib.Path({str(marker)!r}).touch(); time.sleep(60)"))
+    out = tmp_path / "run"
+    env = {**os.environ, "MEDMIS_REPORT_WORKER": "0"}
+    proc = subprocess.Popen([sys.executable, "-m", "medmis.experiments.cli", *run_args(out, plugin)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    try:
+        deadline = time.monotonic() + 60
+        while not marker.exists() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        assert marker.exists(), proc.communicate(timeout=5)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 3, err
+    assert "stopped early: interrupted" in err
+    records = (out / "records.jsonl").read_text(encoding="utf-8") if (out / "records.jsonl").exists() else ""
+    assert "DefenderExit" not in records

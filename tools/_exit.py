@@ -26,9 +26,9 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import FrameType
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from ._switch import switched_on
 
@@ -104,22 +104,28 @@ def noting_signals() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    installed: dict[int, tuple[object, object]] = {}
+    installed: list[tuple[signal.Signals, Handler, Handler]] = []
     for signum in (signal.SIGINT, signal.SIGTERM):
-        previous = signal.getsignal(signum)
-        if not callable(previous):
-            continue
-
-        def note(number: int, frame: FrameType | None, previous: object = previous) -> None:
-            global _signals
-            _signals += 1
-            previous(number, frame)  # type: ignore[operator]
-
-        signal.signal(signum, note)
-        installed[signum] = (note, previous)
+        before = signal.getsignal(signum)
+        if callable(before):
+            note = _noting(before)
+            signal.signal(signum, note)
+            installed.append((signum, note, before))
     try:
         yield
     finally:
-        for signum, (note, previous) in installed.items():
+        for signum, note, before in installed:
             if signal.getsignal(signum) is note:  # unless someone has replaced it since
-                signal.signal(signum, previous)  # type: ignore[arg-type]
+                signal.signal(signum, before)
+
+
+Handler = Callable[[int, FrameType | None], Any]
+
+
+def _noting(handler: Handler) -> Handler:
+    def note(number: int, frame: FrameType | None) -> Any:
+        global _signals
+        _signals += 1
+        return handler(number, frame)
+
+    return note
