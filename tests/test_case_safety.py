@@ -173,3 +173,32 @@ def test_a_real_signal_inside_a_defender_still_stops_the_run(tmp_path: Path) -> 
     assert "stopped early: interrupted" in err
     records = (out / "records.jsonl").read_text(encoding="utf-8") if (out / "records.jsonl").exists() else ""
     assert "DefenderExit" not in records
+
+
+def test_an_ablation_config_sets_the_case_deadline(tmp_path: Path) -> None:
+    what, first = MISBEHAVIOUR["hangs"]
+    (tmp_path / "defense.py").write_text(PLUGIN.replace("{what}", what).replace("{first}", first))
+    out = tmp_path / "out"
+    config = tmp_path / "grid.toml"
+    config.write_text(f"""
+name = "deadline"
+data = "{SAMPLE.as_posix()}"
+limit = 2
+protocols = ["clean"]
+out = "{out.as_posix()}"
+plugins = ["defense.py"]
+processes = 1
+case_timeout = 1
+
+[[models]]
+spec = "mock/examinee"
+
+[[defenders]]
+name = "misbehaves_once"
+""", encoding="utf-8")
+    done = medmis("ablate", str(config), "--no-progress", timeout=90)
+    assert done.returncode == 1, done.stderr
+    records = [json.loads(x) for x in (out / "records.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert len(records) == 2
+    assert [r["error"] for r in records if r["error"]] == [
+        "CaseTimeout: no answer within the case deadline of 1 s (--case-timeout)"]
