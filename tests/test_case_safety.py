@@ -43,6 +43,10 @@ MISBEHAVIOUR = {
     "hangs": ("awaits forever", "await asyncio.Event().wait()"),
     "system_exit": ("SystemExit(5)", "raise SystemExit(5)"),
     "keyboard_interrupt": ("KeyboardInterrupt", "raise KeyboardInterrupt"),
+    # in a task it starts: asyncio re-raises it out of the event loop unless the task is guarded
+    "system_exit_in_a_task": ("SystemExit(5) in a gathered task",
+                              "async def sub():\n                raise SystemExit(5)\n"
+                              "            await asyncio.gather(sub(), asyncio.sleep(0))"),
 }
 
 
@@ -68,6 +72,7 @@ def one_line(err: str) -> str:
     ("hangs", "CaseTimeout: no answer within the case deadline of 1 s (--case-timeout)"),
     ("system_exit", "DefenderExit: the defender raised SystemExit(5); only a signal stops a run"),
     ("keyboard_interrupt", "DefenderExit: the defender raised KeyboardInterrupt; only a signal stops a run"),
+    ("system_exit_in_a_task", "DefenderExit: the defender raised SystemExit(5); only a signal stops a run"),
 ])
 def test_a_misbehaving_defender_is_one_case_error_and_the_run_completes(tmp_path: Path, kind: str,
                                                                          error: str) -> None:
