@@ -27,6 +27,7 @@ from pydantic import ValidationError
 
 from medmis.experiments.benchmark import Answer, Case, CaseView, as_view
 from medmis.graphs import DefenderContext, DefenderOptions, SolveFn
+from medmis.tools import noting_signals, signals_seen
 
 ENTRY_POINT_GROUP = "medmis.defenders"
 
@@ -144,9 +145,13 @@ def _load_entry_points() -> None:
         return
     _entry_points_loaded = True
     for ep in entry_points(group=ENTRY_POINT_GROUP):
+        signals = signals_seen()
         try:
-            ep.load()
-        except Exception as exc:  # one broken plug-in must not take the others down
+            with noting_signals():
+                ep.load()
+        except (Exception, SystemExit, KeyboardInterrupt) as exc:  # one broken plug-in must not take the others down
+            if isinstance(exc, KeyboardInterrupt) and signals_seen() > signals:
+                raise  # a real Ctrl-C (or SIGTERM) during the import stops the command
             lines = str(exc).strip().splitlines()
             why = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
             _BROKEN[ep.name] = (f"plug-in entry point {ep.name} = {ep.value} ({ENTRY_POINT_GROUP}) "

@@ -18,6 +18,8 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
+from medmis.tools import noting_signals, signals_seen
+
 from ._base import _REGISTRY, DefenderConfigError, DefenderSpec, _load_entry_points
 
 __all__ = ["MODULE_PREFIX", "load_plugins"]
@@ -66,10 +68,14 @@ def _load_one(path: Path) -> list[str]:
     module = importlib.util.module_from_spec(spec)
     before = dict(_REGISTRY)
     sys.modules[module_name] = module  # dataclasses and pydantic look their module up while it runs
+    signals = signals_seen()
     try:
-        spec.loader.exec_module(module)
-    except (Exception, SystemExit) as exc:  # whatever the file raises is its problem, in one line
+        with noting_signals():
+            spec.loader.exec_module(module)
+    except (Exception, SystemExit, KeyboardInterrupt) as exc:  # what the file raises is its problem, in one line
         _undo(before, module_name)
+        if isinstance(exc, KeyboardInterrupt) and signals_seen() > signals:
+            raise  # a real Ctrl-C (or SIGTERM) during the import stops the command
         raise DefenderConfigError(f"plug-in {path}: {_why(exc)}") from None
     resolved = path.resolve()
     added = [n for n, s in _REGISTRY.items() if before.get(n) is not s]

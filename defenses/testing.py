@@ -30,7 +30,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 
 from medmis.agents import BlockedResponseError, ScriptedChatModel, message_text
 from medmis.experiments.benchmark import Answer, Case, CaseView, ContextSentence, Item
-from medmis.tools import Page, SearchResult, ToolError
+from medmis.tools import Page, SearchResult, ToolError, routed
 
 from ._base import DefenderContext, create_defender, get_spec
 
@@ -361,9 +361,10 @@ async def check_defender(
     for protocol in protocols:
         for label, make in toolsets.items():
             model = ScriptedChatModel(outputs=FakeExaminee(item, tool_turns=2))
-            ctx = DefenderContext(model=model, model_spec="mock/fake", tools=make())
-            where = f"{name} on {protocol} with {label}"
-            answer = await create_defender(name, options)(toy_view(item, protocol), ctx)
+            with routed(make()) as tools:  # the facade a run hands a defender (medmis.tools.CaseTools)
+                ctx = DefenderContext(model=model, model_spec="mock/fake", tools=tools)
+                where = f"{name} on {protocol} with {label}"
+                answer = await create_defender(name, options)(toy_view(item, protocol), ctx)
             assert isinstance(answer, Answer), f"{where}: did not return an Answer"
             assert answer.error is None, f"{where}: error {answer.error}"
             assert answer.choice in item.options, f"{where}: no option parsed from {answer.raw!r}"

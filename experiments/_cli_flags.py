@@ -306,3 +306,7 @@ def base_url_list(values: Sequence[str] | None) -> list[str]:
     if any(not u for u in urls):
         raise CliError("--model-base-url: empty URL")
     return urls
+
+
+seconds_above_zero = _float_range(0.0, None, "a number of seconds above 0")
+"""An argparse type: seconds, a number above 0 (``--case-timeout``)."""

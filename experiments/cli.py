@@ -35,6 +35,7 @@ from medmis.experiments._cli_flags import (
     parse_kv,
     parse_prices,
     poison_value,
+    seconds_above_zero,
     split,
     thinking_budget,
 )
@@ -113,6 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--max-retries", type=int_at_least(0), default=4,
                      help="retries of a failed model request (default 4)")
     run.add_argument("--retry-errors", action="store_true", help="re-run only the keys whose record is an error")
+    run.add_argument("--case-timeout", type=seconds_above_zero, default=None, metavar="S",
+                     help="seconds a defender has to answer one case; past it the case is recorded "
+                          "as an error and the run goes on (default 1800: 30 minutes)")
     run.add_argument("--price", action="append", default=[], metavar="MODEL=IN,OUT",
                      help="USD per million input and output tokens for MODEL (repeatable); the "
                           "report then shows dollar cost per case and per 1,000 cases")
@@ -246,6 +250,7 @@ def _run_command(args: argparse.Namespace, argv: Sequence[str], worker: Any) -> 
         out=args.out,
         max_connections=args.max_connections, processes=args.processes, helper_timeout_s=args.helper_timeout,
         max_retries=args.max_retries,
+        **({"case_timeout_s": args.case_timeout} if args.case_timeout is not None else {}),
         cache=args.cache,
         cache_dir=args.cache_dir,
         search=args.search,

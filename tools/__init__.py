@@ -16,7 +16,14 @@ if TYPE_CHECKING:
     from ._cassette import import_cassette
     from ._cli import tools_search, tools_visit
     from ._corpus import CorpusDocument, LocalSearch, load_corpus, url_key
-    from ._exit import collect_from_here, exit_now, sigterm_as_interrupt
+    from ._exit import (
+        collect_from_here,
+        exit_now,
+        noting_signals,
+        signals_seen,
+        sigterm_as_interrupt,
+    )
+    from ._facade import CaseTools, routed
     from ._jina import JINA_DEFAULT_BASE_URL, JinaReader
     from ._llm_cache import StoreCache, attach_cache
     from ._poison_types import (
@@ -133,7 +140,9 @@ _HOME = {
     **dict.fromkeys(("import_cassette",), "_cassette"),
     **dict.fromkeys(("tools_search", "tools_visit"), "_cli"),
     **dict.fromkeys(("url_key",), "_corpus"),
-    **dict.fromkeys(("collect_from_here", "exit_now", "sigterm_as_interrupt"), "_exit"),
+    **dict.fromkeys(("collect_from_here", "exit_now", "noting_signals", "sigterm_as_interrupt", "signals_seen"),
+                    "_exit"),
+    **dict.fromkeys(("CaseTools", "routed"), "_facade"),
     **dict.fromkeys(("JINA_DEFAULT_BASE_URL",), "_jina"),
     **dict.fromkeys(
         (
@@ -166,6 +175,7 @@ __all__ = [
     "BoundedAsyncClient",
     "CacheMode",
     "CacheProbe",
+    "CaseTools",
     "CorpusDocument",
     "JinaReader",
     "LocalSearch",
@@ -215,6 +225,7 @@ __all__ = [
     "locale_hints",
     "make_tools",
     "mark_cache",
+    "noting_signals",
     "one_line",
     "pages_digest",
     "redact",
@@ -224,8 +235,10 @@ __all__ = [
     "remember_url",
     "render_page",
     "render_search_results",
+    "routed",
     "run_cache",
     "scrub_url",
+    "signals_seen",
     "sigterm_as_interrupt",
     "split_sentences",
     "switched_on",

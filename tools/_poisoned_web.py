@@ -25,18 +25,21 @@ from __future__ import annotations
 import hashlib
 import inspect
 import random
+import re
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ._corpus import CorpusDocument, url_key
+from ._jina import MIN_CHARS as JINA_MIN_CHARS
 from ._poison_types import PoisonedPage, PoisonRank
+from ._probe import mark_cache
 from ._text import split_sentences, tokenize, widen
 from ._types import Page, SearchResponse, SearchResult, SerpResult, ToolError, Toolset
 from ._visit import page_from_document
 from ._web import MAX_SEARCH_RESULTS, _with_scheme
 
-__all__ = ["PoisonTally", "PoisonedWeb", "poisoned_positions", "poisoned_slots", "snippet"]
+__all__ = ["PoisonTally", "PoisonedWeb", "document_id", "poisoned_positions", "poisoned_slots", "snippet"]
 
 SNIPPET_CHARS = 300
 R = TypeVar("R", bound=SearchResult)
@@ -87,6 +90,8 @@ class PoisonedWeb:
             one that is not among ``pages`` answers as a missing page (404).
         corpus_like: The web below serves a local corpus: a visited poisoned page's
             ``metadata`` reads as a corpus document's, else as a fetched page's.
+        reader: The web below reads pages through a reader service (Jina Reader): a visited
+            poisoned page outside the corpus reads as that service's page.
         tally: Where the counts go (default: a new :class:`PoisonTally`).
     """
 
@@ -100,15 +105,18 @@ class PoisonedWeb:
         seed: str = "",
         withheld: Collection[str] = (),
         corpus_like: bool = False,
+        reader: bool = False,
         tally: PoisonTally | None = None,
     ) -> None:
         self._web = web
         docs = sorted({url_key(p.url): p for p in pages}.values(), key=lambda p: (p.id, p.url))
-        self._docs = {url_key(p.url): CorpusDocument(id=p.url, title=p.title, url=p.url, text=p.text) for p in docs}
+        self._docs = {url_key(p.url): CorpusDocument(id=document_id(p.url), title=p.title, url=p.url, text=p.text)
+                      for p in docs}
         self._share = share
         self._rank: PoisonRank = rank
         self._seed = hashlib.sha256(seed.encode()).hexdigest()
         self._corpus_like = corpus_like
+        self._reader = reader
         self._withheld = withheld
         self.tally = tally if tally is not None else PoisonTally()
 
@@ -149,12 +157,24 @@ class PoisonedWeb:
                 raise ToolError(f"{url} returned HTTP 404", kind="http")
             return await self._web.visit(url, goal=goal, max_chars=max_chars)
         goal = " ".join(goal.split()) if goal else ""
-        read = page_from_document(doc, url, goal=goal or None, max_chars=max(200, int(max_chars)))
         self.tally.visited += 1
+        mode = getattr(getattr(self._web, "store", None), "mode", "live")
+        if not self._corpus_like and mode != "live":
+            # a page of the web below goes through its store, which the trace's cache_hit
+            # shows: a replayed page is a hit, a recorded one a fresh fetch; so is this one
+            mark_cache(mode == "replay")
+        if self._reader:  # as Jina Reader returns a page: the whole text, clipped, no focusing
+            limit = max(JINA_MIN_CHARS, int(max_chars))
+            return Page(url=url, final_url=doc.url, title=doc.title, text=doc.text[:limit],
+                        metadata={"reader": "jina", "goal_instruction": bool(goal), "reader_chars": len(doc.text)},
+                        truncated=len(doc.text) > limit)
+        read = page_from_document(doc, url, goal=goal or None, max_chars=max(200, int(max_chars)))
         if self._corpus_like:
             return read
+        # as a direct fetch reads an HTML page: the host trafilatura names, the type, the focus
         focus = {k: v for k, v in read.metadata.items() if k not in ("source", "id")}
-        return read.model_copy(update={"metadata": {"content_type": "text/html", **focus}})
+        host = doc.url.split("://", 1)[-1].split("/", 1)[0].split(":", 1)[0].lower()
+        return read.model_copy(update={"metadata": {"hostname": host, "content_type": "text/html", **focus}})
 
     # -- placing -----------------------------------------------------------------------------
     def _place(self, query: str, max_results: int, results: list[R], kind: type[R]) -> list[R]:
@@ -205,6 +225,18 @@ def _by_slot(out: list[R], original: list[R]) -> list[R]:
             update["position"] = i + 1
         fixed.append(r.model_copy(update=update))
     return fixed
+
+
+def document_id(url: str) -> str:
+    """A corpus-shaped id for a page at ``url``: ``doc-`` and a slug of the URL's last path
+    segment (its host when it has no path), as the bundled corpus names its documents. A
+    visited poisoned page carries it, so its ``metadata["id"]`` reads as a corpus document's
+    (its URL, or the page file's id naming the case, would tell it apart)."""
+    rest = url.split("://", 1)[-1].split("?", 1)[0].split("#", 1)[0]
+    host, _, path = rest.partition("/")
+    segments = [s for s in path.split("/") if s]
+    slug = re.sub(r"[^a-z0-9]+", "-", (segments[-1] if segments else host).lower()).strip("-")
+    return f"doc-{slug or 'page'}"
 
 
 def snippet(text: str, query: str, limit: int = SNIPPET_CHARS) -> str:

@@ -203,6 +203,9 @@ class AblationConfig(BaseModel):
     """Processes sharing each run's calls, as ``medmis run --processes``."""
     helper_timeout_s: float | None = Field(default=None, gt=0)
     """As ``medmis run --helper-timeout`` (default: the model timeout + 30 s)."""
+    case_timeout: float | None = Field(default=None, gt=0)
+    """As ``medmis run --case-timeout``: seconds a defender has to answer one case (default
+    1800); past it the case is an error and the run goes on. Not part of any fingerprint."""
     max_retries: int = Field(default=4, ge=0)
     retry_errors: bool = False
     """As ``medmis run --retry-errors`` (``medmis ablate --retry-errors``), in every run of the

@@ -33,7 +33,7 @@ from medmis.tools import bulk_transfers, redact
 
 from ._batch_model import BatchChat, BatchRequest, RequestCollected
 from ._batch_providers import BatchDriver, JobStatus, driver_for
-from ._batch_store import BatchBook, BatchJob, CaseKey
+from ._batch_store import BATCHES_FILE, BatchBook, BatchJob, CaseKey
 from ._caseloop import CaseLoop
 from ._config import RunResult, RunSetupError
 from ._io import repair_torn_tail
@@ -42,6 +42,7 @@ from ._outcome import RunInterrupted
 from ._prepare import ClaimedFolder, write_invalid_rows
 from ._progress import RunProgress
 from ._runner import Harness
+from ._solve import solve_case
 
 BATCH_PROVIDERS = ("openai", "google")
 
@@ -99,6 +100,10 @@ class BatchHarness(Harness):
         self._answering: str | None = None  # the job whose results pass 2 is writing
         self._drivers: dict[str, BatchDriver] = {}
 
+    def output_paths(self) -> tuple[list[str | Path], list[str | Path]]:
+        files, folders = super().output_paths()
+        return [*files, BATCHES_FILE], folders
+
     def check_models(self) -> None:
         # first: a provider without a batch API is refused before its SDK is even imported
         check_batchable([self.config.spec_of(m) for m in self.config.models], self.defenders, self.config.cache)
@@ -141,7 +146,7 @@ class BatchHarness(Harness):
             before = len(chat.collected)
             ctx = DefenderContext(model=chat, model_spec=spec, retry=RetryPolicy.none())
             try:
-                await d(case.view(), ctx)
+                await solve_case(d, case.view(), ctx, timeout_s=self.config.case_timeout_s)
             except RequestCollected:
                 pass
             except Exception as exc:

@@ -13,6 +13,10 @@ from medmis.agents import ModelOptions
 from medmis.experiments.benchmark import PROTOCOLS, PromptName, ProtocolName, Record, Type1Targets
 from medmis.tools import PoisonSettings
 
+DEFAULT_CASE_TIMEOUT_S = 1800.0
+"""A case's deadline unless ``--case-timeout`` says otherwise: 30 minutes, far above what an
+agentic defender's calls take (each model call has its own timeout and retry deadline)."""
+
 CacheMode = Literal["live", "record", "replay", "refresh"]
 SearchBackendName = Literal["tavily", "serper", "local"]
 VisitBackendName = Literal["direct", "jina"]
@@ -100,6 +104,9 @@ class RunConfig(BaseModel):
     retry_base_delay: float = 1.0
     retry_deadline_s: float = 300.0
     tool_timeout_s: float = 30.0
+    case_timeout_s: float = Field(default=DEFAULT_CASE_TIMEOUT_S, gt=0)
+    """Seconds a defender has to answer one case (``--case-timeout``): past it the case is an
+    error and the run goes on (``._solve``). Operational: not part of the fingerprint."""
     cache: CacheMode = "live"
     cache_dir: str | None = None
     search: SearchBackendName = "local"

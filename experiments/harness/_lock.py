@@ -19,10 +19,10 @@ from filelock import FileLock, Timeout
 
 from ._config import RunSetupError
 
-__all__ = ["LOCK_FILE", "RunLock"]
+__all__ = ["LOCK_FILE", "OWNER_FILE", "RunLock"]
 
 LOCK_FILE = ".medmis.lock"
-_OWNER_FILE = ".medmis.lock.owner"
+OWNER_FILE = ".medmis.lock.owner"
 
 
 class RunLock:
@@ -38,7 +38,7 @@ class RunLock:
 
     def _holder(self) -> str:
         try:
-            owner = json.loads((self.out / _OWNER_FILE).read_text(encoding="utf-8"))
+            owner = json.loads((self.out / OWNER_FILE).read_text(encoding="utf-8"))
             return f"pid {owner['pid']} on {owner['host']}, since {owner['since']}"
         except (OSError, ValueError, KeyError, TypeError):
             return "another process"
@@ -53,11 +53,11 @@ class RunLock:
             ) from None
         owner = {"pid": os.getpid(), "host": socket.gethostname(),
                  "since": datetime.now(UTC).isoformat(timespec="seconds")}
-        (self.out / _OWNER_FILE).write_text(json.dumps(owner) + "\n", encoding="utf-8")
+        (self.out / OWNER_FILE).write_text(json.dumps(owner) + "\n", encoding="utf-8")
 
     def release(self) -> None:
         if self._lock.is_locked:
-            (self.out / _OWNER_FILE).unlink(missing_ok=True)
+            (self.out / OWNER_FILE).unlink(missing_ok=True)
             self._lock.release()
 
     def __enter__(self) -> RunLock:

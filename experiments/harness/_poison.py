@@ -5,7 +5,9 @@ and manifest.
 A Type 1 case whose key (``SUBSET/id#TARGET``) has pages of the configured styles searches
 through a :class:`~medmis.tools._poisoned_web.PoisonedWeb` holding them; clean and Type 2
 cases search through one holding none (their results pass unchanged, and no page of the
-file is ever fetched). Only this bookkeeping knows which results were poisoned: the record's
+file is ever fetched). The defender never holds that layer: its ``ctx.tools`` is the
+:class:`~medmis.tools.CaseTools` facade every case gets, routed to the layer while the case
+runs (``._solve``). Only this bookkeeping knows which results were poisoned: the record's
 ``poison`` block and ``"poisoned": true`` on the trace's search results and visited pages are
 written after the defender has answered.
 """
@@ -121,14 +123,16 @@ class RunPoison:
         tally = PoisonTally()
         if tools is not None:
             corpus = isinstance(getattr(tools, "backend", None), LocalSearch)
+            reader = getattr(tools, "reader", None) is not None  # pages read through Jina Reader
             tools = PoisonedWeb(tools, pages, share=self.settings.share, rank=self.settings.rank,
-                                seed=f"{key}\x00{self.seed}", withheld=self.urls, corpus_like=corpus, tally=tally)
+                                seed=f"{key}\x00{self.seed}", withheld=self.urls, corpus_like=corpus,
+                                reader=reader and not corpus, tally=tally)
         return CasePoison(self.settings, pages, tools, tally)
 
 
 class CasePoison:
-    """One case's poisoned web (``tools``, what the defender is handed) and the bookkeeping
-    the defender never reaches: its pages and, once it has answered, its exposure."""
+    """One case's poisoned web (``tools``, what the defender's facade forwards to) and the
+    bookkeeping the defender never reaches: its pages and, once it has answered, its exposure."""
 
     def __init__(self, settings: PoisonSettings, pages: tuple[PoisonedPage, ...], tools: Any,
                  tally: PoisonTally) -> None:

@@ -9,8 +9,9 @@ half-made on disk.
 from __future__ import annotations
 
 import json
+import os
 import shutil
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ from ._fingerprint import FingerprintDiff, accept_name, compare_fingerprints, le
 from ._identity import describe_medmis
 from ._lock import RunLock
 
-__all__ = ["ClaimedFolder", "check_fingerprint", "check_out_path", "recorded_fingerprint",
+__all__ = ["ClaimedFolder", "check_fingerprint", "check_out_path", "check_writable", "recorded_fingerprint",
            "write_invalid_rows"]
 
 
@@ -30,6 +31,41 @@ def check_out_path(out: Path) -> None:
             if not p.is_dir():
                 what = "--out" if p == out else f"--out's parent {p}"
                 raise RunSetupError(f"{what} is a file, not a folder: {p}; choose a folder for --out")
+            return
+
+
+def check_writable(out: Path, files: Iterable[str | Path], folders: Iterable[str | Path] = ()) -> None:
+    """Refuse a run folder where a path the run writes could not be written, before anything is
+    made (a lock, a manifest or an empty ``records.jsonl`` included): a folder where a file
+    goes, a file where a folder goes, or a place this process may not write. ``files`` and
+    ``folders`` are relative to ``out`` (an absolute one, e.g. a cache folder, stays as it is).
+
+    Raises:
+        RunSetupError: One line naming the path and what is wrong with it.
+    """
+    for folder in folders:
+        path = out / folder
+        if path.exists() and not path.is_dir():
+            raise RunSetupError(f"{path} is a file where the run keeps a folder; move it away or choose another --out")
+        _check_parent(path)
+    for file in files:
+        path = out / file
+        if path.is_dir():
+            raise RunSetupError(f"{path} is a folder where the run writes a file; move it away or choose another --out")
+        if path.exists() and not os.access(path, os.W_OK):
+            raise RunSetupError(f"{path} is not writable; make it writable or choose another --out")
+        _check_parent(path)
+
+
+def _check_parent(path: Path) -> None:
+    """The nearest existing folder above ``path`` is a folder this process may write in."""
+    for above in path.parents:
+        if above.exists():
+            if not above.is_dir():
+                raise RunSetupError(f"{above} is a file, not a folder: {path} cannot be written there; "
+                                    "choose another --out")
+            if not os.access(above, os.W_OK | os.X_OK):
+                raise RunSetupError(f"cannot write in {above} (permission denied); choose another --out")
             return
 
 

@@ -40,7 +40,7 @@ from medmis.experiments.benchmark import (
     plan_cases,
     prompt_preset,
 )
-from medmis.tools import collect_from_here, redact
+from medmis.tools import CaseTools, collect_from_here, noting_signals, redact
 
 from ._caseloop import CaseLoop, fork_blocker, resolve_processes
 from ._config import (
@@ -56,14 +56,22 @@ from ._config import (
 )
 from ._fingerprint import FingerprintDiff, merge_fingerprints, run_fingerprint
 from ._io import WriteFailed, repair_torn_tail
+from ._lock import LOCK_FILE, OWNER_FILE
 from ._manifest import is_simulated, mark_outcome, package_versions, scrub_argv, write_manifest
 from ._models import ModelPool
 from ._outcome import Outcome, RunInterrupted, record_outcome
-from ._plan import describe_outside, has_plan, write_plan
+from ._plan import PLAN_FILE, describe_outside, has_plan, write_plan
 from ._poison import RunPoison, check_pages
-from ._prepare import ClaimedFolder, check_fingerprint, check_out_path, write_invalid_rows
+from ._prepare import (
+    ClaimedFolder,
+    check_fingerprint,
+    check_out_path,
+    check_writable,
+    write_invalid_rows,
+)
 from ._progress import RunProgress
 from ._resume import CasePlan, ResumeState, jobs_for_missing, resume_state
+from ._solve import solve_case
 from ._sources import with_sources
 
 # Re-exported: callers import the run's types from here as well as from the package.
@@ -239,10 +247,27 @@ class Harness:
         models = {spec: self._pool.raw(spec) for spec in self.config.models}
         return run_fingerprint(self.config, self.defenders, dataset, models)
 
+    def output_paths(self) -> tuple[list[str | Path], list[str | Path]]:
+        """The files and folders this run writes in its folder (an absolute cache folder as it
+        is): what :func:`._prepare.check_writable` checks before anything is made."""
+        files: list[str | Path] = [LOCK_FILE, OWNER_FILE, "manifest.json", PLAN_FILE, "records.jsonl",
+                                   INVALID_ROWS_FILE]
+        files += [self._trace_file(m, d.label) for m in self.config.models for d in self.defenders]
+        folders: list[str | Path] = ["traces"]
+        if self.config.cache != "live":
+            folders.append(self._cache_dir())
+        return files, folders
+
+    def check_outputs(self) -> None:
+        """Refuse (``RunSetupError``) a folder where a path this run writes cannot be written,
+        before anything is made: ``--out`` a file, a folder in place of a trace file, ..."""
+        check_out_path(self.out)
+        check_writable(self.out, *self.output_paths())
+
     def check_folder(self, dataset: Any | None = None) -> FingerprintDiff | None:
         """:meth:`run`'s checks before it claims the folder, writing nothing: how the run
         differs from the folder's (None for a new folder). Raises ``RunSetupError`` as it would."""
-        check_out_path(self.out)
+        self.check_outputs()
         self.check_models()
         dataset = dataset if dataset is not None else self.load_dataset()
         return check_fingerprint(self.out, self.fingerprint(dataset), self.config.accept_changes)[1]
@@ -272,11 +297,14 @@ class Harness:
         The defender is handed the case's :class:`CaseView` and a context of services; the
         case itself (gold, target, sentence labels, protocol) stays here for grading.
         """
-        poison = self.poison.case(case, self.tools() if defender.uses_tools else None) if self.poison else None
+        web = self.tools() if defender.uses_tools else None
+        poison = self.poison.case(case, web) if self.poison else None
+        web = poison.tools if poison else web
         ctx = DefenderContext(
             model=self.model(spec),
             model_spec=spec,
-            tools=poison.tools if poison else (self.tools() if defender.uses_tools else None),
+            # the facade, whatever the toolset: the poisoned layer and its counts stay here
+            tools=CaseTools() if web is not None else None,
             model_factory=self._pool.get,
             retry=self.retry,
             tool_timeout_s=self.config.tool_timeout_s,
@@ -285,7 +313,7 @@ class Harness:
         start = time.perf_counter()
         view = case.view()
         try:
-            answer = await defender(view, ctx)
+            answer = await solve_case(defender, view, ctx, timeout_s=self.config.case_timeout_s, tools=web)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -347,23 +375,26 @@ class Harness:
     async def run(self) -> RunResult:
         # Every user mistake is found before OUT is made: the path, the model specs and keys,
         # the data; then the folder is claimed (lock + fingerprint) for the rest of the run.
-        check_out_path(self.out)
+        self.check_outputs()
         self.check_models()
         dataset = self.load_dataset()
         planned = self._planned = self.plan_cases(dataset)
         check_pages(self.poison, dataset.items, planned, self.notice)  # no page for any Type 1 case: exit 2
         fingerprint = self.fingerprint(dataset)
-        try:
-            with ClaimedFolder(self.out, fingerprint, accept_changes=self.config.accept_changes,
-                               notice=self.notice) as claim:
-                try:
-                    return await self._run_claimed(planned, dataset, claim)
-                except OSError as exc:  # the cases' own failures are on their records: this is the folder's
-                    raise self._write_failed(WriteFailed(exc.filename or self.out / "records.jsonl", exc)) from None
-                except WriteFailed as failure:
-                    raise self._write_failed(failure) from None
-        except OSError as exc:  # the folder could not be claimed (its lock, its manifest)
-            raise WriteFailed(exc.filename or self.out, exc) from None
+        # signals are noted from here (inside the event loop, over asyncio.run's own handler):
+        # a KeyboardInterrupt a defender raises is its case's error, a real one stops the run
+        with noting_signals():
+            try:
+                with ClaimedFolder(self.out, fingerprint, accept_changes=self.config.accept_changes,
+                                   notice=self.notice) as claim:
+                    try:
+                        return await self._run_claimed(planned, dataset, claim)
+                    except OSError as exc:  # the cases' own failures are on their records: this is the folder's
+                        raise self._write_failed(WriteFailed(exc.filename or self.out / "records.jsonl", exc)) from None
+                    except WriteFailed as failure:
+                        raise self._write_failed(failure) from None
+            except OSError as exc:  # the folder could not be claimed (its lock, its manifest)
+                raise WriteFailed(exc.filename or self.out, exc) from None
 
     def _write_failed(self, failure: WriteFailed) -> WriteFailed:
         """Note in the manifest (when it can still be written) that a write failed."""
