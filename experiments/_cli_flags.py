@@ -72,7 +72,7 @@ def add_request_flags(p: argparse.ArgumentParser) -> None:
                         "reply (default 120); a missed deadline is a timeout, retried")
     p.add_argument("--max-response-mb", type=_float_range(0.0, None, "a number of MiB above 0"),
                    default=8.0, metavar="MIB",
-                   help="largest model reply accepted, in MiB (default 8); a larger one is a case "
+                   help="largest model reply accepted, in MiB once decoded (default 8); a larger one is a case "
                         "error (ResponseTooLargeError), not retried")
 
 

@@ -9,6 +9,7 @@ if TYPE_CHECKING:
     from ._bounded import (
         DEFAULT_MAX_RESPONSE_BYTES,
         BoundedAsyncClient,
+        BoundedClient,
         ResponseTooLargeError,
         bulk_transfers,
     )
@@ -124,7 +125,7 @@ _HOME = {
     "tool_schemas": "_types",
     **dict.fromkeys(
         (
-            "BoundedAsyncClient", "DEFAULT_MAX_RESPONSE_BYTES", "ResponseTooLargeError",
+            "BoundedAsyncClient", "BoundedClient", "DEFAULT_MAX_RESPONSE_BYTES", "ResponseTooLargeError",
             "bulk_transfers"
         ),
         "_bounded",
@@ -164,6 +165,7 @@ __all__ = [
     "AllowedHost",
     "Blocklist",
     "BoundedAsyncClient",
+    "BoundedClient",
     "CacheMode",
     "CacheProbe",
     "CorpusDocument",
