@@ -1,5 +1,9 @@
 """A gzip bomb against every HTTP client the toolkit configures: the cap counts decoded bytes.
 
+The clients: each provider's model (both transports, async and sync), a ``langchain:`` model,
+the SDKs' own client classes on the bounded ``httpx2`` client (what they use once the
+toolkit's transport is gone), Serper, Tavily and Jina Reader.
+
 A 4 MB gzip body of zeros inflates to 4 GiB. httpx decodes a reply one network chunk at a
 time, whole, so before the cap counted decoded bytes such a reply took the process to
 gigabytes (a MemoryError at 4.18 GB on a model call) and past its deadline. Here each client
@@ -21,7 +25,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-DEADLINE_S = 5.0
+DEADLINE_S = 10.0  # far above what a capped call takes (~0.2 s): headroom for a loaded machine
 MAX_RSS_MB = 300
 _ZEROS = 4 * 1024 * 1024
 
@@ -106,6 +110,25 @@ async def ask_sync(model):
     model.invoke("hi")  # the SDK's synchronous client
 
 
+def sdk_default(provider):
+    # the SDK's own client class on the bounded httpx2 client (its default is an httpx2 one)
+    import anthropic, openai
+    from medmis.tools._bounded_httpx2 import Httpx2BoundedAsyncClient
+
+    http = Httpx2BoundedAsyncClient(deadline_s=deadline, timeout=deadline)
+    if provider == "openai":
+        return openai.AsyncOpenAI(api_key="sk-test", base_url=url + "/v1", http_client=http, max_retries=0)
+    return anthropic.AsyncAnthropic(api_key="sk-ant-test", base_url=url, http_client=http, max_retries=0)
+
+
+async def ask_sdk(client):
+    if hasattr(client, "chat"):
+        call = lambda: client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+    else:
+        call = lambda: client.messages.create(model="m", max_tokens=8, messages=[{"role": "user", "content": "hi"}])
+    await retry_async(call, RetryPolicy())
+
+
 async def use(tool, call):
     try:
         await call(tool)
@@ -121,6 +144,8 @@ for transport in ("aiohttp", "httpx"):
     cases[f"anthropic/{transport}"] = (lambda t=transport: chat("anthropic/m", url, t), ask)
 cases["openai/sync"] = (lambda: chat("openai/m", url + "/v1"), ask_sync)
 cases["langchain:openai"] = (lambda: chat("langchain:openai:m", url + "/v1"), ask)
+cases["openai-sdk/httpx2"] = (lambda: sdk_default("openai"), ask_sdk)
+cases["anthropic-sdk/httpx2"] = (lambda: sdk_default("anthropic"), ask_sdk)
 cases["serper"] = (lambda: SerperSearch("k", base_url=url, timeout=deadline), lambda s: use(s, lambda s: s.search("q")))
 cases["tavily"] = (lambda: TavilySearch("k", base_url=url, timeout=deadline), lambda s: use(s, lambda s: s.search("q")))
 cases["jina"] = (lambda: JinaReader("k", base_url=url, timeout=deadline),
@@ -158,4 +183,4 @@ def test_a_gzip_bomb_ends_every_call_as_an_error_within_its_deadline_and_memory(
         assert "larger than 8,388,608 bytes" in error, f"{case}: {error!r}"
         assert result["elapsed"] < DEADLINE_S, f"{case} took {result['elapsed']:.1f} s"
         assert result["rss_mb"] < MAX_RSS_MB, f"{case}: peak RSS {result['rss_mb']:.0f} MB"
-    assert len(results) == 11
+    assert len(results) == 13

@@ -222,3 +222,53 @@ def test_a_run_records_a_reply_over_the_cap_as_a_case_error(tmp_path: Path, monk
     assert stop.value.code == 2
     assert "--max-response-mb: expected a number of MiB above 0, got '0'" in capsys.readouterr().err
     assert not (tmp_path / "other").exists()
+
+
+def _clients(library: str, **bounds: Any) -> Any:
+    if library == "httpx2":
+        from medmis.tools._bounded_httpx2 import Httpx2BoundedAsyncClient
+
+        return Httpx2BoundedAsyncClient(timeout=5, **bounds)
+    return BoundedAsyncClient(timeout=5, **bounds)
+
+
+@pytest.mark.parametrize("library", ["httpx", "httpx2"])
+def test_the_sdks_own_http_library_gets_the_same_deadline(library: str) -> None:
+    # httpx2 is what the SDKs' default clients are made of: the bound must not depend on ours
+    server = RawServer(_SLOW_HEAD + b"\r\n{}", drip_s=0.05)
+
+    async def go() -> tuple[BaseException | None, float]:
+        async with server as url, _clients(library, deadline_s=1.0) as client:
+            start = time.monotonic()
+            try:
+                await asyncio.wait_for(client.get(url), timeout=15)
+            except Exception as exc:
+                return exc, time.monotonic() - start
+        return None, time.monotonic() - start
+
+    exc, elapsed = asyncio.run(go())
+    assert isinstance(exc, RequestDeadlineError), repr(exc)
+    assert elapsed < 3, f"{library} held the call {elapsed:.1f} s"
+    if library == "httpx2":
+        import httpx2
+
+        assert isinstance(exc, httpx2.ReadTimeout)  # the SDK reports its own timeout
+
+
+@pytest.mark.parametrize("library", ["httpx", "httpx2"])
+def test_bounded_clients_ask_only_for_encodings_they_decode(library: str) -> None:
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Encoding: zstd\r\nConnection: close\r\n\r\n"
+    server = RawServer(head + b"(\xb5/\xfd not really zstd")
+
+    async def go() -> BaseException | None:
+        async with server as url, _clients(library, deadline_s=5) as client:
+            try:
+                await client.get(url)
+            except Exception as exc:
+                return exc
+        return None
+
+    exc = asyncio.run(go())
+    assert b"\r\naccept-encoding: gzip, deflate\r\n" in server.requests[0].lower()
+    assert type(exc).__name__ == "DecodingError", repr(exc)
+    assert "content encoding 'zstd' is not read" in str(exc)

@@ -27,10 +27,10 @@ from __future__ import annotations
 import asyncio
 import time
 import zlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 
@@ -167,12 +167,17 @@ class DecodedReader:
             yield self._count(self._obj.flush())
 
 
-class _CappedStream(httpx.AsyncByteStream):
-    """A response body decoded by :class:`DecodedReader`, each read under the request's deadline."""
+class _CappedStreamBody:
+    """A response body decoded by :class:`DecodedReader`, each read under the request's deadline.
 
-    def __init__(self, inner: httpx.AsyncByteStream, request: httpx.Request, reader: DecodedReader,
-                 deadline: float | None) -> None:
-        self._inner, self._request, self._reader, self._deadline = inner, request, reader, deadline
+    Shared by the httpx and httpx2 streams (:mod:`._bounded_httpx2`), which add only their
+    library's ``AsyncByteStream`` base; ``decoding_error`` is that library's ``DecodingError``.
+    """
+
+    def __init__(self, inner: Any, request: Any, reader: DecodedReader, deadline: float | None,
+                 decoding_error: Callable[..., Exception]) -> None:
+        self._inner, self._request, self._reader = inner, request, reader
+        self._deadline, self._decoding_error = deadline, decoding_error
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         chunks = self._inner.__aiter__()
@@ -192,75 +197,161 @@ class _CappedStream(httpx.AsyncByteStream):
         except OverCapError:
             raise ResponseTooLargeError(self._request, self._reader.max_bytes or 0) from None
         except zlib.error as exc:
-            raise httpx.DecodingError(f"corrupt {self._reader.encoding} data from "
-                                      f"{_where(self._request.url)}: {exc}", request=self._request) from exc
+            raise self._decoding_error(f"corrupt {self._reader.encoding} data from "
+                                       f"{_where(self._request.url)}: {exc}", request=self._request) from exc
 
     async def aclose(self) -> None:
         await self._inner.aclose()
 
 
-class _SyncCappedStream(httpx.SyncByteStream):
-    """The synchronous :class:`_CappedStream`: the deadline is checked between reads."""
+class _SyncCappedStreamBody:
+    """The synchronous :class:`_CappedStreamBody`: the deadline is checked between reads."""
 
-    def __init__(self, inner: httpx.SyncByteStream, request: httpx.Request, reader: DecodedReader,
-                 deadline: float | None, deadline_s: float | None) -> None:
+    def __init__(self, inner: Any, request: Any, reader: DecodedReader, deadline: float | None,
+                 decoding_error: Callable[..., Exception], deadline_error: Callable[[Any], Exception]) -> None:
         self._inner, self._request, self._reader = inner, request, reader
-        self._deadline, self._deadline_s = deadline, deadline_s
+        self._deadline, self._decoding_error, self._deadline_error = deadline, decoding_error, deadline_error
 
     def __iter__(self) -> Iterator[bytes]:
         try:
             for raw in self._inner:
                 if self._deadline is not None and time.monotonic() > self._deadline:
-                    raise _deadline_error(self._deadline_s, self._request)
+                    raise self._deadline_error(self._request)
                 yield from filter(None, self._reader.feed(raw))
             yield from filter(None, self._reader.finish())
         except OverCapError:
             raise ResponseTooLargeError(self._request, self._reader.max_bytes or 0) from None
         except zlib.error as exc:
-            raise httpx.DecodingError(f"corrupt {self._reader.encoding} data from "
-                                      f"{_where(self._request.url)}: {exc}", request=self._request) from exc
+            raise self._decoding_error(f"corrupt {self._reader.encoding} data from "
+                                       f"{_where(self._request.url)}: {exc}", request=self._request) from exc
 
     def close(self) -> None:
         self._inner.close()
 
 
-def _deadline_error(deadline_s: float | None, request: httpx.Request) -> RequestDeadlineError:
-    return RequestDeadlineError(f"no complete reply within {deadline_s:g} s (the request deadline)",
-                                request=request)
+class _CappedStream(_CappedStreamBody, httpx.AsyncByteStream):
+    pass
 
 
-def _offer_decoded_encodings(client: httpx.Client | httpx.AsyncClient, kwargs: dict[str, Any]) -> None:
-    """Ask for what :class:`DecodedReader` decodes, unless the caller's headers say otherwise."""
-    if "accept-encoding" not in httpx.Headers(kwargs.get("headers")):
-        client.headers["Accept-Encoding"] = ACCEPT_ENCODING
+class _SyncCappedStream(_SyncCappedStreamBody, httpx.SyncByteStream):
+    pass
 
 
-def _reader_for(response: httpx.Response, request: httpx.Request, max_bytes: int) -> DecodedReader | None:
+def _reader_for(response: Any, request: Any, max_bytes: int, decoding_error: Callable[..., Exception]) -> DecodedReader | None:
     """The reader for ``response``'s body, or None when its declared length is under the cap.
 
     Raises:
         ResponseTooLargeError: When an unencoded body declares more than ``max_bytes``.
-        httpx.DecodingError: For an encoding :class:`DecodedReader` does not decode.
+        Exception: ``decoding_error`` for an encoding :class:`DecodedReader` does not decode.
     """
     try:
         reader = DecodedReader(response.headers.get("content-encoding", ""), max_bytes)
     except UnreadableEncodingError as exc:
-        raise httpx.DecodingError(f"the reply from {_where(request.url)}: {exc}", request=request) from None
+        raise decoding_error(f"the reply from {_where(request.url)}: {exc}", request=request) from None
     declared = response.headers.get("content-length", "")
     if not reader.encoded and declared.isdigit():
         if int(declared) > max_bytes:
             raise ResponseTooLargeError(request, max_bytes)
         return None  # the transports never read past a declared length
     if reader.encoded:
-        # the body handed on is the decoded one: httpx must not decode it again, and the
-        # wire length no longer describes it
+        # the body handed on is the decoded one: the client must not decode it again, and
+        # the wire length no longer describes it
         for name in ("content-encoding", "content-length"):
             if name in response.headers:
                 del response.headers[name]
     return reader
 
 
-class BoundedAsyncClient(httpx.AsyncClient):
+class _Bounds:
+    """What the bounded clients of both libraries share: the bounds and the library's types.
+
+    A subclass names its library's ``AsyncByteStream`` and ``SyncByteStream`` subclasses of
+    the bodies above, its ``DecodingError`` and its deadline error.
+    """
+
+    async_stream: ClassVar[type[_CappedStreamBody]] = _CappedStream
+    sync_stream: ClassVar[type[_SyncCappedStreamBody]] = _SyncCappedStream
+    async_base: ClassVar[type] = httpx.AsyncByteStream
+    sync_base: ClassVar[type] = httpx.SyncByteStream
+    decoding_error: ClassVar[Callable[..., Exception]] = httpx.DecodingError
+    deadline_type: ClassVar[Callable[..., Exception]]
+    deadline_s: float | None
+    max_bytes: int | None
+    headers: Any
+
+    def _set_bounds(self, deadline_s: float | None, max_bytes: int | None, given_headers: Any) -> None:
+        self.deadline_s = deadline_s
+        self.max_bytes = max_bytes
+        # ask for what DecodedReader decodes, unless the caller's headers say otherwise
+        if max_bytes is not None and not any(str(k).lower() == "accept-encoding"
+                                             for k in dict(given_headers or {})):
+            self.headers["Accept-Encoding"] = ACCEPT_ENCODING
+
+    def _deadline_error(self, request: Any) -> Exception:
+        return self.deadline_type(f"no complete reply within {self.deadline_s:g} s (the request deadline)",
+                                  request=request)
+
+
+class _AsyncBounded(_Bounds):
+    """``send`` for an async client: one deadline to the reply's last byte, the body capped decoded."""
+
+    async def send(self, request: Any, *, stream: bool = False, **kwargs: Any) -> Any:
+        parent: Any = super()
+        if _BULK.get():
+            return await parent.send(request, stream=stream, **kwargs)
+        deadline = None if self.deadline_s is None else asyncio.get_running_loop().time() + self.deadline_s
+        try:
+            async with asyncio.timeout_at(deadline):
+                response = await parent.send(request, stream=True, **kwargs)
+                cap = self.max_bytes
+                if cap is not None and isinstance(response.stream, self.async_base):
+                    try:
+                        reader = _reader_for(response, request, cap, self.decoding_error)
+                    except Exception:
+                        await response.aclose()
+                        raise
+                    if reader is not None:
+                        response.stream = self.async_stream(response.stream, request, reader, deadline,
+                                                            self.decoding_error)
+                if not stream:
+                    try:
+                        await response.aread()
+                    finally:
+                        await response.aclose()
+        except TimeoutError as exc:  # only ours: transports raise the library's own timeouts
+            raise self._deadline_error(request) from exc
+        return response
+
+
+class _SyncBounded(_Bounds):
+    """``send`` for a sync client. A synchronous call cannot be interrupted by a timer, so the
+    deadline is checked between reads: a call ends at most one per-read ``timeout`` after it."""
+
+    def send(self, request: Any, *, stream: bool = False, **kwargs: Any) -> Any:
+        parent: Any = super()
+        if _BULK.get():
+            return parent.send(request, stream=stream, **kwargs)
+        deadline = None if self.deadline_s is None else time.monotonic() + self.deadline_s
+        response = parent.send(request, stream=True, **kwargs)
+        cap = self.max_bytes
+        if cap is not None and isinstance(response.stream, self.sync_base):
+            try:
+                reader = _reader_for(response, request, cap, self.decoding_error)
+            except Exception:
+                response.close()
+                raise
+            if reader is not None:
+                response.stream = self.sync_stream(response.stream, request, reader, deadline,
+                                                   self.decoding_error, self._deadline_error)
+        if not stream:
+            try:
+                response.read()
+            finally:
+                response.close()
+        return response
+
+
+class BoundedAsyncClient(_AsyncBounded, httpx.AsyncClient):
     """An ``httpx.AsyncClient`` with a whole-request deadline and a decoded reply size cap.
 
     Args:
@@ -272,70 +363,20 @@ class BoundedAsyncClient(httpx.AsyncClient):
         **kwargs: ``httpx.AsyncClient``'s arguments.
     """
 
-    def __init__(self, *, deadline_s: float | None, max_bytes: int | None = DEFAULT_MAX_RESPONSE_BYTES,
-                 **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.deadline_s = deadline_s
-        self.max_bytes = max_bytes
-        _offer_decoded_encodings(self, kwargs)
-
-    async def send(self, request: httpx.Request, *, stream: bool = False, **kwargs: Any) -> httpx.Response:
-        if _BULK.get():
-            return await super().send(request, stream=stream, **kwargs)
-        deadline = None if self.deadline_s is None else asyncio.get_running_loop().time() + self.deadline_s
-        try:
-            async with asyncio.timeout_at(deadline):
-                response = await super().send(request, stream=True, **kwargs)
-                cap = self.max_bytes
-                if cap is not None and isinstance(response.stream, httpx.AsyncByteStream):
-                    try:
-                        reader = _reader_for(response, request, cap)
-                    except httpx.RequestError:
-                        await response.aclose()
-                        raise
-                    if reader is not None:
-                        response.stream = _CappedStream(response.stream, request, reader, deadline)
-                if not stream:
-                    try:
-                        await response.aread()
-                    finally:
-                        await response.aclose()
-        except TimeoutError as exc:  # only ours: transports raise httpx's own timeouts
-            raise _deadline_error(self.deadline_s, request) from exc
-        return response
-
-
-class BoundedClient(httpx.Client):
-    """The synchronous :class:`BoundedAsyncClient`.
-
-    A synchronous call cannot be interrupted by a timer, so the deadline is checked between
-    reads: a call ends at most one per-read ``timeout`` after it.
-    """
+    deadline_type = RequestDeadlineError
 
     def __init__(self, *, deadline_s: float | None, max_bytes: int | None = DEFAULT_MAX_RESPONSE_BYTES,
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.deadline_s = deadline_s
-        self.max_bytes = max_bytes
-        _offer_decoded_encodings(self, kwargs)
+        self._set_bounds(deadline_s, max_bytes, kwargs.get("headers"))
 
-    def send(self, request: httpx.Request, *, stream: bool = False, **kwargs: Any) -> httpx.Response:
-        if _BULK.get():
-            return super().send(request, stream=stream, **kwargs)
-        deadline = None if self.deadline_s is None else time.monotonic() + self.deadline_s
-        response = super().send(request, stream=True, **kwargs)
-        cap = self.max_bytes
-        if cap is not None and isinstance(response.stream, httpx.SyncByteStream):
-            try:
-                reader = _reader_for(response, request, cap)
-            except httpx.RequestError:
-                response.close()
-                raise
-            if reader is not None:
-                response.stream = _SyncCappedStream(response.stream, request, reader, deadline, self.deadline_s)
-        if not stream:
-            try:
-                response.read()
-            finally:
-                response.close()
-        return response
+
+class BoundedClient(_SyncBounded, httpx.Client):
+    """The synchronous :class:`BoundedAsyncClient` (the deadline is checked between reads)."""
+
+    deadline_type = RequestDeadlineError
+
+    def __init__(self, *, deadline_s: float | None, max_bytes: int | None = DEFAULT_MAX_RESPONSE_BYTES,
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._set_bounds(deadline_s, max_bytes, kwargs.get("headers"))
