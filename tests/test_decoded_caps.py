@@ -30,7 +30,7 @@ MAX_RSS_MB = 300
 _ZEROS = 4 * 1024 * 1024
 
 
-def _bomb() -> tuple[bytes, bytes]:
+def gzip_bomb() -> tuple[bytes, bytes]:
     """The head of a gzip stream of zeros and a segment that repeats it by another 4 MiB.
 
     Each segment ends in a full flush, which resets the compressor, so the next 4 MiB of
@@ -71,7 +71,7 @@ class _Bomb(BaseHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def bomb_url() -> Iterator[str]:
-    _Bomb.head, _Bomb.segment = _bomb()
+    _Bomb.head, _Bomb.segment = gzip_bomb()
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Bomb)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:

@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 import pytest
 from raw_http import RawServer
+from test_decoded_caps import gzip_bomb
 
 from medmis.agents import ModelOptions, aclose_transports, classify, load_model
 from medmis.tools._bounded import BoundedAsyncClient, RequestDeadlineError, ResponseTooLargeError
@@ -173,16 +174,23 @@ def test_web_backends_have_the_same_deadline_and_cap(kind: str, monkeypatch: pyt
 
 class _Huge(BaseHTTPRequestHandler):
     sent = 0
+    gzip = False
 
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
+        if self.gzip:
+            self.send_header("Content-Encoding", "gzip")
         self.send_header("Connection", "close")
         self.end_headers()
-        block = b" " * 65536
+        if self.gzip:  # 4 MiB of zeros per segment: 50 MiB decoded in ~50 KB
+            head, segment = gzip_bomb()
+            blocks = [head, *[segment] * 12]
+        else:
+            blocks = [b" " * 65536] * (50 * 16)  # 50 MiB of JSON whitespace, no Content-Length
         try:
-            for _ in range(50 * 16):  # 50 MiB of JSON whitespace, no Content-Length
+            for block in blocks:
                 self.wfile.write(block)
                 type(self).sent += len(block)
         except OSError:
@@ -192,29 +200,32 @@ class _Huge(BaseHTTPRequestHandler):
         pass
 
 
-def test_a_run_records_a_reply_over_the_cap_as_a_case_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize("gzip", [False, True], ids=["plain", "gzip"])
+def test_a_run_records_a_reply_over_the_cap_as_a_case_error(gzip: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
     from test_no_secrets_on_disk import ITEMS
 
     from medmis.experiments.cli import main
 
-    _Huge.sent = 0
+    _Huge.sent, _Huge.gzip = 0, gzip
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Huge)
     threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
     data = tmp_path / "items.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in ITEMS[:1]), encoding="utf-8")
     out = tmp_path / "run"
     try:
         code = main(["run", "--data", str(data), "--model", "openai/m", "--model-base-url",
-                     f"http://127.0.0.1:{server.server_address[1]}/v1", "--defender", "none",
+                     f"http://127.0.0.1:{port}/v1", "--defender", "none",
                      "--protocol", "clean", "--out", str(out), "--max-response-mb", "1", "--no-progress"])
     finally:
         server.shutdown()
         server.server_close()
     assert code == 1  # finished with case errors
     (record,) = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
-    assert record["error"].startswith("ResponseTooLargeError: the reply from http://127.0.0.1:")
-    assert record["error"].endswith("is larger than 1,048,576 bytes (the response size cap)")
+    # one case error naming the server's host and port; counted decoded for a gzip reply
+    assert record["error"] == (f"ResponseTooLargeError: the reply from http://127.0.0.1:{port}/v1/chat/completions "
+                               "is larger than 1,048,576 bytes (the response size cap)")
     assert _Huge.sent < 25 * 2**20  # one attempt (not retried), stopped early
     with pytest.raises(SystemExit) as stop:
         main(["run", "--data", str(data), "--model", "openai/m", "--defender", "none",
