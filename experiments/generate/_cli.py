@@ -7,8 +7,13 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from medmis.experiments import CliError, add_plugin_flag, parse_kv
-from medmis.experiments._cli_flags import add_request_flags, request_options
+from medmis.experiments import (
+    CliError,
+    add_plugin_flag,
+    add_request_flags,
+    parse_kv,
+    request_options,
+)
 
 FORMATS = ("auto", "medqa", "medmcqa", "medxpertqa", "medjourney", "hle", "release")
 PAGES_EPILOG = ("medmis generate pages --help: pages supporting each Type 1 case's false claim "

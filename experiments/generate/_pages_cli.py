@@ -9,8 +9,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from medmis.experiments import EXIT_EPILOG, CliError, OneLineParser, comma_choices, int_at_least
-from medmis.experiments._cli_flags import add_request_flags, request_options
+from medmis.experiments import (
+    EXIT_EPILOG,
+    CliError,
+    OneLineParser,
+    add_request_flags,
+    comma_choices,
+    int_at_least,
+    request_options,
+)
 from medmis.tools import PAGE_STYLES
 
 _AMBIGUOUS = ("`pages` after `generate` is this command; to generate injections from a source "
