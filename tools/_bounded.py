@@ -19,7 +19,9 @@ through) runs under one deadline from the request to the last byte of the reply 
 body through :class:`DecodedReader`; the response handed on carries the decoded body and no
 ``Content-Encoding``, so httpx does not decode it again. It is built on ``send``, the
 response's ``stream`` and its headers only (public httpx API), so it works over any transport
-and mount: aiohttp's, httpx's own with the environment's proxies, a test's mock.
+and mount: aiohttp's, httpx's own with the environment's proxies, a test's mock. The same
+``send`` serves ``httpx2`` clients (:mod:`._bounded_httpx2`), which is what the SDKs' own
+default clients are made of.
 """
 
 from __future__ import annotations
