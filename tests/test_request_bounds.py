@@ -12,6 +12,7 @@ import json
 import threading
 import time
 import tracemalloc
+import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -283,3 +284,29 @@ def test_bounded_clients_ask_only_for_encodings_they_decode(library: str) -> Non
     assert b"\r\naccept-encoding: gzip, deflate\r\n" in server.requests[0].lower()
     assert type(exc).__name__ == "DecodingError", repr(exc)
     assert "content encoding 'zstd' is not read" in str(exc)
+
+
+def _compress(body: bytes, encoding: str) -> bytes:
+    if encoding == "gzip":
+        return zlib.compress(body, wbits=16 + zlib.MAX_WBITS)
+    if encoding == "deflate":
+        return zlib.compress(body)  # zlib-wrapped, as the RFC has it
+    obj = zlib.compressobj(wbits=-zlib.MAX_WBITS)  # raw deflate, as some servers send it
+    return obj.compress(body) + obj.flush()
+
+
+@pytest.mark.parametrize("library", ["httpx", "httpx2"])
+@pytest.mark.parametrize("encoding", ["gzip", "deflate", "raw-deflate"])
+def test_a_compressed_reply_under_the_cap_is_decoded_once(library: str, encoding: str) -> None:
+    body = json.dumps({"ok": "ü" * 5000}).encode()
+    packed = _compress(body, encoding)
+    head = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Encoding: "
+            + encoding.removeprefix("raw-").encode() + b"\r\nContent-Length: " + str(len(packed)).encode() + b"\r\n\r\n")
+
+    async def go() -> Any:
+        async with RawServer(head + packed) as url, _clients(library, deadline_s=5, max_bytes=len(body)) as client:
+            return await client.get(url)
+
+    response = asyncio.run(go())
+    assert response.json() == {"ok": "ü" * 5000}
+    assert "content-encoding" not in response.headers  # the body handed on is the decoded one
