@@ -285,8 +285,7 @@ class _Bounds:
         self.deadline_s = deadline_s
         self.max_bytes = max_bytes
         # ask for what DecodedReader decodes, unless the caller's headers say otherwise
-        if max_bytes is not None and not any(str(k).lower() == "accept-encoding"
-                                             for k in dict(given_headers or {})):
+        if max_bytes is not None and "accept-encoding" not in httpx.Headers(given_headers):
             self.headers["Accept-Encoding"] = ACCEPT_ENCODING
 
     def _deadline_error(self, request: Any) -> Exception:
