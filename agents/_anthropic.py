@@ -134,7 +134,7 @@ class AnthropicChat(ChatAnthropic):
 
     @cached_property
     def _client(self) -> anthropic.Client:
-        bridge = HttpxBridge(sync_client(self.http_timeout_s))
+        bridge = HttpxBridge(sync_client(self.http_timeout_s, max_response_bytes=self.max_response_bytes))
         return anthropic.Client(**self._client_params, http_client=httpx2.Client(transport=bridge))
 
     @cached_property
@@ -194,6 +194,9 @@ class AnthropicChat(ChatAnthropic):
             result = super()._generate(messages, stop, run_manager, **kwargs)
         except _BODY_ERRORS as exc:
             raise MalformedResponseError(f"anthropic response could not be parsed: {exc}"[:300]) from exc
+        except anthropic.APIConnectionError as exc:
+            raise_size_cap(exc)
+            raise
         return _with_parsed(result) if native else result
 
     async def _agenerate(

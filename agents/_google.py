@@ -184,7 +184,7 @@ class GeminiChat(BaseChatModel):
             base_url=self.base_url,
             timeout=int(self.timeout_s * 1000),  # the SDK takes milliseconds
             retry_options=types.HttpRetryOptions(attempts=1),
-            httpx_client=sync_client(self.timeout_s),
+            httpx_client=sync_client(self.timeout_s, max_response_bytes=self.max_response_bytes),
             httpx_async_client=async_client(self.timeout_s, max_response_bytes=self.max_response_bytes),
         )
         return genai.Client(api_key=self.api_key.get_secret_value(), http_options=options)

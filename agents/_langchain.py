@@ -10,7 +10,12 @@ only one; ``extra`` (``--model-option``) goes through verbatim as constructor ar
 Thinking budgets and Gemini thinking levels are provider-specific: pass them in ``extra``
 under the integration's own name (e.g. ``thinking={"type": "adaptive"}`` for Anthropic).
 
-Such a model keeps the integration's own transport (often ``httpx2``), retries nothing
+An integration whose model takes ``http_client`` and ``http_async_client`` (ChatOpenAI and
+the integrations built on it) is handed the toolkit's bounded clients (:mod:`._transport`:
+the request deadline and the decoded reply cap), unless ``extra`` names its own. Any other
+keeps the integration's own transport (often ``httpx2``), which the toolkit cannot bound
+through a public API (use the toolkit's own ``anthropic/``, ``google/`` or ``openai/`` spec
+for a bounded client). Such a model retries nothing
 itself, and declares no structured-output support, so the ``paper`` preset asks it for JSON
 through the prompt only. Its provider family — where the preset puts the answer instruction —
 is the integration's ``ls_provider`` (see :func:`medmis.agents._capabilities.provider_family`).
@@ -24,6 +29,10 @@ from langchain_core.language_models import BaseChatModel
 
 from ._errors import ModelConfigError
 from ._registry import ModelOptions
+from ._transport import async_client, sync_client
+
+# The constructor arguments LangChain's OpenAI-family models make their SDK clients from.
+_HTTP_CLIENT_FIELDS = ("http_client", "http_async_client")
 
 
 def _init_chat_model() -> Any:
@@ -64,7 +73,17 @@ def build(model_id: str, opts: ModelOptions) -> BaseChatModel:
     kwargs.update(opts.extra)
     init_chat_model = _init_chat_model()
     try:
-        return init_chat_model(model, model_provider=provider, **kwargs)  # type: ignore[no-any-return]
+        chat = init_chat_model(model, model_provider=provider, **kwargs)
+        fields = getattr(type(chat), "model_fields", {})
+        if all(name in fields and name not in opts.extra for name in _HTTP_CLIENT_FIELDS):
+            # the integration makes its SDK client from these when it is built: build it again
+            # with the bounded ones (its class is known only once it exists)
+            chat = init_chat_model(
+                model, model_provider=provider, **kwargs,
+                http_client=sync_client(opts.timeout_s, max_response_bytes=opts.max_response_bytes),
+                http_async_client=async_client(opts.timeout_s, max_response_bytes=opts.max_response_bytes),
+            )
+        return chat  # type: ignore[no-any-return]
     except ImportError as exc:
         # LangChain's message names the package: "... requires the langchain-x package ..."
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

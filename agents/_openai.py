@@ -140,6 +140,9 @@ class OpenAIChat(ChatOpenAI):
             return super()._generate(messages, stop, run_manager, **kwargs)
         except _BODY_ERRORS as exc:
             raise MalformedResponseError(f"openai response could not be parsed: {exc}"[:300]) from exc
+        except openai.APIConnectionError as exc:
+            raise_size_cap(exc)
+            raise
 
     async def _agenerate(
         self,
@@ -275,7 +278,7 @@ def build(model_id: str, opts: ModelOptions) -> BaseChatModel:
         max_retries=0,
         # Legacy httpx clients, not the SDK's default httpx2: the toolkit's record/replay layer,
         # respx-mocked tests and ``classify`` all speak httpx (on aiohttp underneath, _transport).
-        http_client=sync_client(opts.timeout_s),
+        http_client=sync_client(opts.timeout_s, max_response_bytes=opts.max_response_bytes),
         http_async_client=async_client(opts.timeout_s, max_response_bytes=opts.max_response_bytes),
         use_responses_api=False,
         stream_usage=False,

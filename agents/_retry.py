@@ -18,7 +18,7 @@ from typing import TypeVar
 
 import httpx
 
-from ._errors import MalformedResponseError, TransientModelError
+from ._errors import MalformedResponseError, TransientModelError, raise_size_cap
 
 T = TypeVar("T")
 
@@ -134,6 +134,9 @@ async def retry_async(
         try:
             return await fn()
         except Exception as exc:
+            # an SDK's "connection error" over a reply past the size cap (any client, LangChain's
+            # integrations too) fails as the cap's own error, naming the server, and is not retried
+            raise_size_cap(exc)
             retryable, retry_after = classify(exc)
             if not retryable or attempt > policy.max_retries:
                 raise

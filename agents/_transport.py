@@ -33,7 +33,7 @@ from typing import Any
 
 import httpx
 
-from medmis.tools import DEFAULT_MAX_RESPONSE_BYTES, BoundedAsyncClient
+from medmis.tools import DEFAULT_MAX_RESPONSE_BYTES, BoundedAsyncClient, BoundedClient
 
 from ._options import HTTP_LIMITS
 
@@ -229,11 +229,13 @@ class _LazySyncTransport(httpx.BaseTransport):
             self._inner.close()
 
 
-def sync_client(timeout_s: float) -> httpx.Client:
-    """An ``httpx.Client`` for an SDK's synchronous calls (httpx's own transport, made lazily)."""
+def sync_client(timeout_s: float, *, max_response_bytes: int | None = DEFAULT_MAX_RESPONSE_BYTES) -> httpx.Client:
+    """An ``httpx.Client`` for an SDK's synchronous calls (httpx's own transport, made lazily),
+    with the same deadline and decoded reply cap as :func:`async_client`."""
+    bounds: dict[str, Any] = {"deadline_s": timeout_s, "max_bytes": max_response_bytes}
     if _proxied():
-        return httpx.Client(timeout=timeout_s, limits=httpx.Limits(**HTTP_LIMITS))
-    return httpx.Client(timeout=timeout_s, transport=_LazySyncTransport())
+        return BoundedClient(timeout=timeout_s, limits=httpx.Limits(**HTTP_LIMITS), **bounds)
+    return BoundedClient(timeout=timeout_s, transport=_LazySyncTransport(), **bounds)
 
 
 async def aclose_transports() -> None:

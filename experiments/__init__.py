@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what type checkers see of the names used across subpackages
     from ._argtypes import EXIT_EPILOG, OneLineParser, comma_choices, int_at_least  # noqa: F401
-    from ._cli_flags import add_plugin_flag, parse_kv  # noqa: F401
+    from ._cli_flags import add_plugin_flag, add_request_flags, parse_kv, request_options  # noqa: F401
     from ._errors import CliError  # noqa: F401
 
 _SUBPACKAGES = ("benchmark", "harness", "analysis", "reporting", "ablation", "api")
@@ -36,6 +36,8 @@ _EXPORTS: dict[str, str] = {
     "EXIT_EPILOG": "_argtypes",
     "parse_kv": "_cli_flags",
     "add_plugin_flag": "_cli_flags",
+    "add_request_flags": "_cli_flags",
+    "request_options": "_cli_flags",
     # benchmark
     **dict.fromkeys(
         (

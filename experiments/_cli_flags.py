@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from medmis.experiments._argtypes import int_at_least
 from medmis.experiments._errors import CliError
 
 
@@ -66,14 +67,24 @@ def add_plugin_flag(p: argparse.ArgumentParser) -> None:
 
 
 def add_request_flags(p: argparse.ArgumentParser) -> None:
+    """How each model request is bounded and retried: ``--model-timeout``, ``--max-response-mb``
+    and ``--max-retries`` (``run``, ``generate``, ``generate pages``; the first two are read
+    with :func:`request_options`)."""
     p.add_argument("--model-timeout", type=_float_range(0.0, None, "a number of seconds above 0"),
                    default=120.0, metavar="S",
                    help="seconds for each model request, from sending it to the last byte of the "
                         "reply (default 120); a missed deadline is a timeout, retried")
     p.add_argument("--max-response-mb", type=_float_range(0.0, None, "a number of MiB above 0"),
                    default=8.0, metavar="MIB",
-                   help="largest model reply accepted, in MiB (default 8); a larger one is a case "
+                   help="largest model reply accepted, in MiB once decoded (default 8); a larger one is a case "
                         "error (ResponseTooLargeError), not retried")
+    p.add_argument("--max-retries", type=int_at_least(0), default=4, metavar="N",
+                   help="retries of a failed model request (default 4)")
+
+
+def request_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``ModelOptions`` fields :func:`add_request_flags`' flags set."""
+    return {"timeout_s": args.model_timeout, "max_response_bytes": int(args.max_response_mb * 2**20)}
 
 
 def add_decoding_flags(p: argparse.ArgumentParser) -> None:

@@ -35,6 +35,7 @@ from medmis.experiments._cli_flags import (
     parse_kv,
     parse_prices,
     poison_value,
+    request_options,
     seconds_above_zero,
     split,
     thinking_budget,
@@ -111,8 +112,6 @@ def build_parser() -> argparse.ArgumentParser:
                           "these differing fields (named by the refusal; recorded in manifest.json)")
     run.add_argument("--max-connections", type=int_at_least(1), default=8,
                      help="ceiling on concurrent cases and model calls; halved on 429s, regrown (default 8)")
-    run.add_argument("--max-retries", type=int_at_least(0), default=4,
-                     help="retries of a failed model request (default 4)")
     run.add_argument("--retry-errors", action="store_true", help="re-run only the keys whose record is an error")
     run.add_argument("--case-timeout", type=seconds_above_zero, default=None, metavar="S",
                      help="seconds a defender has to answer one case; past it the case is recorded "
@@ -235,8 +234,7 @@ def _run_command(args: argparse.Namespace, argv: Sequence[str], worker: Any) -> 
         models=split(args.model),
         model_options=ModelOptions(
             base_urls=tuple(base_url_list(args.model_base_url)),
-            timeout_s=args.model_timeout,
-            max_response_bytes=int(args.max_response_mb * 2**20),
+            **request_options(args),
             extra=parse_flat(args.model_option, "--model-option"),
             **decoding_options(args),  # only the values given: the preset decides the rest
         ),

@@ -12,6 +12,7 @@ import json
 import threading
 import time
 import tracemalloc
+import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from typing import Any
 import httpx
 import pytest
 from raw_http import RawServer
+from test_decoded_caps import gzip_bomb
 
 from medmis.agents import ModelOptions, aclose_transports, classify, load_model
 from medmis.tools._bounded import BoundedAsyncClient, RequestDeadlineError, ResponseTooLargeError
@@ -173,16 +175,23 @@ def test_web_backends_have_the_same_deadline_and_cap(kind: str, monkeypatch: pyt
 
 class _Huge(BaseHTTPRequestHandler):
     sent = 0
+    gzip = False
 
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
+        if self.gzip:
+            self.send_header("Content-Encoding", "gzip")
         self.send_header("Connection", "close")
         self.end_headers()
-        block = b" " * 65536
+        if self.gzip:  # 4 MiB of zeros per segment: 50 MiB decoded in ~50 KB
+            head, segment = gzip_bomb()
+            blocks = [head, *[segment] * 12]
+        else:
+            blocks = [b" " * 65536] * (50 * 16)  # 50 MiB of JSON whitespace, no Content-Length
         try:
-            for _ in range(50 * 16):  # 50 MiB of JSON whitespace, no Content-Length
+            for block in blocks:
                 self.wfile.write(block)
                 type(self).sent += len(block)
         except OSError:
@@ -192,29 +201,32 @@ class _Huge(BaseHTTPRequestHandler):
         pass
 
 
-def test_a_run_records_a_reply_over_the_cap_as_a_case_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize("gzip", [False, True], ids=["plain", "gzip"])
+def test_a_run_records_a_reply_over_the_cap_as_a_case_error(gzip: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
     from test_no_secrets_on_disk import ITEMS
 
     from medmis.experiments.cli import main
 
-    _Huge.sent = 0
+    _Huge.sent, _Huge.gzip = 0, gzip
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Huge)
     threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
     data = tmp_path / "items.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in ITEMS[:1]), encoding="utf-8")
     out = tmp_path / "run"
     try:
         code = main(["run", "--data", str(data), "--model", "openai/m", "--model-base-url",
-                     f"http://127.0.0.1:{server.server_address[1]}/v1", "--defender", "none",
+                     f"http://127.0.0.1:{port}/v1", "--defender", "none",
                      "--protocol", "clean", "--out", str(out), "--max-response-mb", "1", "--no-progress"])
     finally:
         server.shutdown()
         server.server_close()
     assert code == 1  # finished with case errors
     (record,) = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
-    assert record["error"].startswith("ResponseTooLargeError: the reply from http://127.0.0.1:")
-    assert record["error"].endswith("is larger than 1,048,576 bytes (the response size cap)")
+    # one case error naming the server's host and port; counted decoded for a gzip reply
+    assert record["error"] == (f"ResponseTooLargeError: the reply from http://127.0.0.1:{port}/v1/chat/completions "
+                               "is larger than 1,048,576 bytes (the response size cap)")
     assert _Huge.sent < 25 * 2**20  # one attempt (not retried), stopped early
     with pytest.raises(SystemExit) as stop:
         main(["run", "--data", str(data), "--model", "openai/m", "--defender", "none",
@@ -222,3 +234,79 @@ def test_a_run_records_a_reply_over_the_cap_as_a_case_error(tmp_path: Path, monk
     assert stop.value.code == 2
     assert "--max-response-mb: expected a number of MiB above 0, got '0'" in capsys.readouterr().err
     assert not (tmp_path / "other").exists()
+
+
+def _clients(library: str, **bounds: Any) -> Any:
+    if library == "httpx2":
+        from medmis.tools._bounded_httpx2 import Httpx2BoundedAsyncClient
+
+        return Httpx2BoundedAsyncClient(timeout=5, **bounds)
+    return BoundedAsyncClient(timeout=5, **bounds)
+
+
+@pytest.mark.parametrize("library", ["httpx", "httpx2"])
+def test_the_sdks_own_http_library_gets_the_same_deadline(library: str) -> None:
+    # httpx2 is what the SDKs' default clients are made of: the bound must not depend on ours
+    server = RawServer(_SLOW_HEAD + b"\r\n{}", drip_s=0.05)
+
+    async def go() -> tuple[BaseException | None, float]:
+        async with server as url, _clients(library, deadline_s=1.0) as client:
+            start = time.monotonic()
+            try:
+                await asyncio.wait_for(client.get(url), timeout=15)
+            except Exception as exc:
+                return exc, time.monotonic() - start
+        return None, time.monotonic() - start
+
+    exc, elapsed = asyncio.run(go())
+    assert isinstance(exc, RequestDeadlineError), repr(exc)
+    assert elapsed < 3, f"{library} held the call {elapsed:.1f} s"
+    if library == "httpx2":
+        import httpx2
+
+        assert isinstance(exc, httpx2.ReadTimeout)  # the SDK reports its own timeout
+
+
+@pytest.mark.parametrize("library", ["httpx", "httpx2"])
+def test_bounded_clients_ask_only_for_encodings_they_decode(library: str) -> None:
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Encoding: zstd\r\nConnection: close\r\n\r\n"
+    server = RawServer(head + b"(\xb5/\xfd not really zstd")
+
+    async def go() -> BaseException | None:
+        async with server as url, _clients(library, deadline_s=5) as client:
+            try:
+                await client.get(url)
+            except Exception as exc:
+                return exc
+        return None
+
+    exc = asyncio.run(go())
+    assert b"\r\naccept-encoding: gzip, deflate\r\n" in server.requests[0].lower()
+    assert type(exc).__name__ == "DecodingError", repr(exc)
+    assert "content encoding 'zstd' is not read" in str(exc)
+
+
+def _compress(body: bytes, encoding: str) -> bytes:
+    if encoding == "gzip":
+        return zlib.compress(body, wbits=16 + zlib.MAX_WBITS)
+    if encoding == "deflate":
+        return zlib.compress(body)  # zlib-wrapped, as the RFC has it
+    obj = zlib.compressobj(wbits=-zlib.MAX_WBITS)  # raw deflate, as some servers send it
+    return obj.compress(body) + obj.flush()
+
+
+@pytest.mark.parametrize("library", ["httpx", "httpx2"])
+@pytest.mark.parametrize("encoding", ["gzip", "deflate", "raw-deflate"])
+def test_a_compressed_reply_under_the_cap_is_decoded_once(library: str, encoding: str) -> None:
+    body = json.dumps({"ok": "ü" * 5000}).encode()
+    packed = _compress(body, encoding)
+    head = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Encoding: "
+            + encoding.removeprefix("raw-").encode() + b"\r\nContent-Length: " + str(len(packed)).encode() + b"\r\n\r\n")
+
+    async def go() -> Any:
+        async with RawServer(head + packed) as url, _clients(library, deadline_s=5, max_bytes=len(body)) as client:
+            return await client.get(url)
+
+    response = asyncio.run(go())
+    assert response.json() == {"ok": "ü" * 5000}
+    assert "content-encoding" not in response.headers  # the body handed on is the decoded one

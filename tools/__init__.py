@@ -9,6 +9,7 @@ if TYPE_CHECKING:
     from ._bounded import (
         DEFAULT_MAX_RESPONSE_BYTES,
         BoundedAsyncClient,
+        BoundedClient,
         ResponseTooLargeError,
         bulk_transfers,
     )
@@ -131,7 +132,7 @@ _HOME = {
     "tool_schemas": "_types",
     **dict.fromkeys(
         (
-            "BoundedAsyncClient", "DEFAULT_MAX_RESPONSE_BYTES", "ResponseTooLargeError",
+            "BoundedAsyncClient", "BoundedClient", "DEFAULT_MAX_RESPONSE_BYTES", "ResponseTooLargeError",
             "bulk_transfers"
         ),
         "_bounded",
@@ -173,6 +174,7 @@ __all__ = [
     "AllowedHost",
     "Blocklist",
     "BoundedAsyncClient",
+    "BoundedClient",
     "CacheMode",
     "CacheProbe",
     "CaseTools",

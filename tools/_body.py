@@ -2,8 +2,9 @@
 
 httpx decodes ``Content-Encoding`` one network chunk at a time, and a single 64 KB gzip chunk
 can expand to hundreds of megabytes before any size check sees it. Here the raw bytes are
-decompressed with an output limit per step, so memory stays within the cap whatever the
-compression ratio. Bodies are also sniffed: a binary file served without a text content type
+decompressed by :class:`~medmis.tools._bounded.DecodedReader` (the reader the bounded HTTP
+clients use too), with an output limit per step, so memory stays within the cap whatever
+the compression ratio. Bodies are also sniffed: a binary file served without a text content type
 (a PDF, an image, an archive) must not reach the model as text.
 """
 
@@ -13,10 +14,11 @@ import zlib
 
 import httpx
 
+from ._bounded import ACCEPT_ENCODING, DecodedReader, OverCapError, UnreadableEncodingError
 from ._types import ToolError
 
-# what we advertise; anything else in Content-Encoding is refused rather than decoded blind
-ACCEPT_ENCODING = "gzip, deflate"
+__all__ = ["ACCEPT_ENCODING", "binary_kind", "read_body"]
+
 _SNIFF_BYTES = 4096
 _BINARY_MAGIC: tuple[tuple[bytes, str], ...] = (
     (b"%PDF-", "a PDF document"),
@@ -30,35 +32,6 @@ _BINARY_MAGIC: tuple[tuple[bytes, str], ...] = (
 )
 
 
-class _Decoder:
-    """Incremental gzip/deflate decoder that never emits more than ``limit`` bytes at once."""
-
-    def __init__(self, encoding: str) -> None:
-        self.encoding = encoding
-        # gzip: header-aware; deflate: zlib-wrapped per RFC, raw deflate tried on failure
-        wbits = 16 + zlib.MAX_WBITS if encoding in ("gzip", "x-gzip") else zlib.MAX_WBITS
-        self._obj = zlib.decompressobj(wbits)
-        self._raw_fallback = encoding == "deflate"
-
-    def feed(self, data: bytes, limit: int) -> bytes:
-        try:
-            return self._obj.decompress(data, limit)
-        except zlib.error:
-            if not self._raw_fallback:
-                raise
-            self._raw_fallback = False
-            self._obj = zlib.decompressobj(-zlib.MAX_WBITS)
-            return self._obj.decompress(data, limit)
-
-    def more(self, limit: int) -> bytes:
-        """Output still held back by the limit (call until it returns nothing)."""
-        return self._obj.decompress(self._obj.unconsumed_tail, limit)
-
-    @property
-    def pending(self) -> bool:
-        return bool(self._obj.unconsumed_tail)
-
-
 async def read_body(response: httpx.Response, url: httpx.URL, max_bytes: int) -> bytes:
     """The decoded body of a streamed response, at most ``max_bytes`` of it.
 
@@ -67,32 +40,23 @@ async def read_body(response: httpx.Response, url: httpx.URL, max_bytes: int) ->
             encoding is unsupported or the compressed data is corrupt.
     """
     too_large = ToolError(f"{url} is larger than {max_bytes:,} bytes; too large to read", kind="content")
-    declared = response.headers.get("content-length", "")
-    encodings = [e.strip().lower() for e in response.headers.get("content-encoding", "").split(",")]
-    encodings = [e for e in encodings if e and e != "identity"]
-    if not encodings and declared.isdigit() and int(declared) > max_bytes:
-        raise too_large
-    if len(encodings) > 1 or (encodings and encodings[0] not in ("gzip", "x-gzip", "deflate")):
+    try:
+        reader = DecodedReader(response.headers.get("content-encoding", ""), max_bytes)
+    except UnreadableEncodingError:
         raise ToolError(
-            f"{url} is sent with content encoding {', '.join(encodings)!r}, which is not read",
+            f"{url} is sent with content encoding {response.headers['content-encoding']!r}, which is not read",
             kind="content",
-        )
-    decoder = _Decoder(encodings[0]) if encodings else None
+        ) from None
+    declared = response.headers.get("content-length", "")
+    if not reader.encoded and declared.isdigit() and int(declared) > max_bytes:
+        raise too_large
     chunks: list[bytes] = []
-    total = 0
     try:
         async for raw in response.aiter_raw():
-            if decoder is None:
-                out = [raw]
-            else:
-                out = [decoder.feed(raw, max_bytes - total + 1)]
-                while decoder.pending and total + sum(map(len, out)) <= max_bytes:
-                    out.append(decoder.more(max_bytes - total - sum(map(len, out)) + 1))
-            for piece in out:
-                total += len(piece)
-                if total > max_bytes:
-                    raise too_large
-                chunks.append(piece)
+            chunks.extend(reader.feed(raw))
+        chunks.extend(reader.finish())
+    except OverCapError:
+        raise too_large from None
     except zlib.error as exc:
         raise ToolError(f"{url} sent corrupt compressed data ({exc})", kind="content") from exc
     return b"".join(chunks)

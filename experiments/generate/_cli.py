@@ -7,7 +7,13 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from medmis.experiments import CliError, add_plugin_flag, parse_kv
+from medmis.experiments import (
+    CliError,
+    add_plugin_flag,
+    add_request_flags,
+    parse_kv,
+    request_options,
+)
 
 FORMATS = ("auto", "medqa", "medmcqa", "medxpertqa", "medjourney", "hle", "release")
 PAGES_EPILOG = ("medmis generate pages --help: pages supporting each Type 1 case's false claim "
@@ -56,6 +62,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     g.add_argument("--price", default=None, metavar="IN,OUT", help="generator price, USD per million tokens")
     g.add_argument("--model-base-url", default=None, metavar="URL",
                    help="base URL of the generator's API (gateway, proxy or local server)")
+    add_request_flags(g)
     g.add_argument("--decoding", choices=["paper", "reference"], default="reference",
                    help="generator settings: reference (InjectionGeneration.ipynb: generation at 1.0; "
                         "default) or paper (temperature 0, App. C.1); extraction is always at 0")
@@ -112,7 +119,7 @@ def run_generate(args: argparse.Namespace, argv: Sequence[str]) -> int:
             stages=args.stages, seed=args.seed, limit=args.limit, max_connections=args.max_connections,
             cache=args.cache, cache_dir=Path(args.cache_dir) if args.cache_dir else None,
             budget_usd=args.budget_usd, price=parse_price(args.price), base_url=args.model_base_url,
-            decoding=args.decoding, temperature=generation_temperature(args.decoding, args.temperature),
+            **request_options(args), max_retries=args.max_retries, decoding=args.decoding, temperature=generation_temperature(args.decoding, args.temperature),
             argv=["medmis", *argv], attack=args.attack, against=against,
             against_options=parse_kv(args.defender_option, "--defender-option"),
         )

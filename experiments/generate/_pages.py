@@ -48,6 +48,7 @@ from ._run import (
     _read_jsonl,
     _run_jobs,
     _usd,
+    retry_policy,
 )
 from ._schemas import PageReply, ReplyError, page_schema, parse_reply
 
@@ -323,7 +324,7 @@ def generate_pages(cfg: PagesConfig) -> int:
         todo = [j for j in jobs if j.id not in done]
         spent = [float((previous or {}).get("totals", {}).get("usd") or 0.0)]
         try:
-            errors, stopped = asyncio.run(_run_jobs(cfg, PagePipeline(model, cfg.generator), todo, spent))
+            errors, stopped = asyncio.run(_run_jobs(cfg, PagePipeline(model, cfg.generator, retry_policy(cfg)), todo, spent))
         finally:
             if store is not None:
                 store.close()

@@ -9,7 +9,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from medmis.experiments import EXIT_EPILOG, CliError, OneLineParser, comma_choices, int_at_least
+from medmis.experiments import (
+    EXIT_EPILOG,
+    CliError,
+    OneLineParser,
+    add_request_flags,
+    comma_choices,
+    int_at_least,
+    request_options,
+)
 from medmis.tools import PAGE_STYLES
 
 _AMBIGUOUS = ("`pages` after `generate` is this command; to generate injections from a source "
@@ -54,6 +62,7 @@ def pages_parser() -> argparse.ArgumentParser:
     p.add_argument("--price", default=None, metavar="IN,OUT", help="generator price, USD per million tokens")
     p.add_argument("--model-base-url", default=None, metavar="URL",
                    help="base URL of the generator's API (gateway, proxy or local server)")
+    add_request_flags(p)
     p.add_argument("--temperature", type=float, default=1.0,
                    help="generation temperature (default 1.0, as generate's reference preset)")
     p.add_argument("--dry-run", action="store_true", help="print cases, pages, calls, tokens and cost; call nothing")
@@ -80,6 +89,7 @@ def run_pages(args: argparse.Namespace, argv: Sequence[str]) -> int:
         max_connections=args.max_connections, cache=args.cache,
         cache_dir=Path(args.cache_dir) if args.cache_dir else None, budget_usd=args.budget_usd,
         price=parse_price(args.price), base_url=args.model_base_url, temperature=args.temperature,
+        **request_options(args), max_retries=args.max_retries,
         argv=["medmis", *argv],
     )
     try:

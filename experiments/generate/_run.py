@@ -15,7 +15,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from medmis.experiments import CliError
 from medmis.experiments.harness import repair_torn_tail
@@ -26,6 +26,9 @@ from ._finish import exit_status, write_manifest_file
 from ._pipeline import FINAL_STATUSES, Job, Pipeline, Stages, sample_provenance
 from ._release import Cycle, release_jobs_input, stratified_sample
 from ._sources import detect_format, read_source
+
+if TYPE_CHECKING:
+    from medmis.agents import RetryPolicy
 
 CacheMode = Literal["live", "record", "replay", "refresh"]
 
@@ -47,6 +50,11 @@ class GenerationSettings:
     price: tuple[float, float] | None = None  # USD per million input, output tokens
     base_url: str | None = None
     temperature: float = 1.0  # the reference generates at 1.0 and extracts at 0.0
+    # how each generator request is bounded and retried (--model-timeout, --max-response-mb,
+    # --max-retries, as on `medmis run`); not in the fingerprint: they do not change a reply
+    timeout_s: float = 120.0
+    max_response_bytes: int | None = 8 * 1024 * 1024
+    max_retries: int = 4
     argv: list[str] = field(default_factory=list)
 
     def side(self, suffix: str) -> Path:
@@ -171,7 +179,7 @@ def fingerprint(cfg: GenerateConfig, mode: str) -> dict[str, Any]:
 
 
 def _endpoint(cfg: GenerationSettings) -> str | None:
-    """The server the generator talks to: ``--base-url`` or its provider's environment
+    """The server the generator talks to: ``--model-base-url`` or its provider's environment
     variable (``OPENAI_BASE_URL`` …), credentials stripped."""
     from medmis.agents import ModelOptions, effective_base_url
     from medmis.experiments.harness import bare_url
@@ -288,12 +296,20 @@ def _model(cfg: GenerationSettings, temperature: float, store: Any) -> Any:
     """The generator at ``temperature``, behind the record/replay store when there is one."""
     from medmis.agents import ModelOptions, load_model
 
-    chat = load_model(cfg.generator, ModelOptions(temperature=temperature, base_url=cfg.base_url, seed=None))
+    chat = load_model(cfg.generator, ModelOptions(temperature=temperature, base_url=cfg.base_url, seed=None,
+                                                  timeout_s=cfg.timeout_s, max_response_bytes=cfg.max_response_bytes))
     if store is not None:
         from medmis.tools import attach_cache
 
         chat = attach_cache(chat, store)
     return chat
+
+
+def retry_policy(cfg: GenerationSettings) -> RetryPolicy:
+    """The retry policy of every generator call (``--max-retries``)."""
+    from medmis.agents import RetryPolicy
+
+    return RetryPolicy(max_retries=cfg.max_retries)
 
 
 def _models(cfg: GenerateConfig, store: Any) -> tuple[Any, Any]:
@@ -359,9 +375,9 @@ def generate(cfg: GenerateConfig) -> int:
         if cfg.attack == "adaptive":
             from ._adaptive import AdaptivePipeline
 
-            pipeline = AdaptivePipeline(model, extract_model, stages=cfg.stages)
+            pipeline = AdaptivePipeline(model, extract_model, stages=cfg.stages, retry=retry_policy(cfg))
         else:
-            pipeline = Pipeline(model, extract_model, stages=cfg.stages)
+            pipeline = Pipeline(model, extract_model, stages=cfg.stages, retry=retry_policy(cfg))
         try:
             errors, stopped = asyncio.run(_run_jobs(cfg, pipeline, todo, spent))
         finally:
