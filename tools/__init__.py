@@ -69,6 +69,21 @@ if TYPE_CHECKING:
         render_search_results,
         tool_schemas,
     )
+    from ._userfile import (
+        MAX_DEPTH,
+        UNIQUE_KEYS,
+        DuplicateKeyError,
+        UserFileError,
+        json_file,
+        json_lines,
+        json_value,
+        toml_file,
+        toml_value,
+        too_deep,
+        too_deep_cause,
+        unique_pairs,
+        validation_line,
+    )
     from ._visit import extract_html, fetch_page, focus_text
     from ._web import PageReader, WebTools, make_tools
 
@@ -146,6 +161,14 @@ _HOME = {
     **dict.fromkeys(("switched_on",), "_switch"),
     **dict.fromkeys(("TAVILY_DEFAULT_BASE_URL",), "_tavily"),
     **dict.fromkeys(("split_sentences",), "_text"),
+    **dict.fromkeys(
+        (
+            "MAX_DEPTH", "UNIQUE_KEYS", "DuplicateKeyError", "UserFileError", "json_file", "json_lines",
+            "json_value", "too_deep", "too_deep_cause", "toml_file", "toml_value", "unique_pairs",
+            "validation_line",
+        ),
+        "_userfile",
+    ),
 }
 __getattr__ = lazy_exports(__name__, _HOME, globals())
 
@@ -154,12 +177,14 @@ __all__ = [
     "DEFAULT_MAX_RESPONSE_BYTES",
     "DEFAULT_PAGES",
     "JINA_DEFAULT_BASE_URL",
+    "MAX_DEPTH",
     "PAGE_STYLES",
     "PAPER_SEARCH_TOOL",
     "PAPER_VISIT_TOOL",
     "SEARCH_TOOL_NAME",
     "SERPER_DEFAULT_BASE_URL",
     "TAVILY_DEFAULT_BASE_URL",
+    "UNIQUE_KEYS",
     "VISIT_TOOL_NAME",
     "AllowedHost",
     "Blocklist",
@@ -167,6 +192,7 @@ __all__ = [
     "CacheMode",
     "CacheProbe",
     "CorpusDocument",
+    "DuplicateKeyError",
     "JinaReader",
     "LocalSearch",
     "Page",
@@ -192,6 +218,7 @@ __all__ = [
     "ToolError",
     "Toolset",
     "UrlPolicy",
+    "UserFileError",
     "VisitArgs",
     "WebTools",
     "add_cache_parser",
@@ -208,7 +235,10 @@ __all__ = [
     "focus_text",
     "import_cassette",
     "is_secret_name",
+    "json_file",
+    "json_lines",
     "json_needs_redaction",
+    "json_value",
     "lazy_exports",
     "load_corpus",
     "load_pages",
@@ -229,8 +259,14 @@ __all__ = [
     "sigterm_as_interrupt",
     "split_sentences",
     "switched_on",
+    "toml_file",
+    "toml_value",
+    "too_deep",
+    "too_deep_cause",
     "tool_schemas",
     "tools_search",
     "tools_visit",
+    "unique_pairs",
     "url_key",
+    "validation_line",
 ]

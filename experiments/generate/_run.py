@@ -19,7 +19,7 @@ from typing import Any, Literal, Protocol
 
 from medmis.experiments import CliError
 from medmis.experiments.harness import repair_torn_tail
-from medmis.tools import redact_json, scrub_url
+from medmis.tools import json_file, redact_json, scrub_url
 
 from . import _prompts as P
 from ._finish import exit_status, write_manifest_file
@@ -274,7 +274,7 @@ def _check_resume(cfg: GenerationSettings, fp: dict[str, Any]) -> dict[str, Any]
         if cfg.out.exists() and cfg.out.stat().st_size:
             raise CliError(f"{cfg.out} exists and was not written by medmis generate; choose another --out")
         return None
-    previous: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    previous: dict[str, Any] = json_file(path)
     recorded = previous.get("fingerprint") or {}
     # a field an older version did not record is not compared
     diff = sorted(k for k in fp if k in recorded and recorded[k] != fp[k])

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from medmis.tools import redact_json
+from medmis.tools import json_file, redact_json
 
 from ._cases import MAX_ITEMS, case_data
 from ._cells import html_table, pct, pct_n
@@ -214,8 +214,8 @@ def _img(name: str, path: Path) -> str:
 def _read_manifest(run_dir: Path) -> dict[str, Any]:
     path = run_dir / "manifest.json"
     try:
-        data = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
-    except (OSError, json.JSONDecodeError):
+        data = json_file(path) if path.exists() else {}
+    except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
 
