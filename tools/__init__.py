@@ -74,6 +74,7 @@ if TYPE_CHECKING:
         UNIQUE_KEYS,
         DuplicateKeyError,
         UserFileError,
+        deep_line,
         json_file,
         json_lines,
         json_value,
@@ -163,7 +164,7 @@ _HOME = {
     **dict.fromkeys(("split_sentences",), "_text"),
     **dict.fromkeys(
         (
-            "MAX_DEPTH", "UNIQUE_KEYS", "DuplicateKeyError", "UserFileError", "json_file", "json_lines",
+            "MAX_DEPTH", "UNIQUE_KEYS", "DuplicateKeyError", "UserFileError", "deep_line", "json_file", "json_lines",
             "json_value", "too_deep", "too_deep_cause", "toml_file", "toml_value", "unique_pairs",
             "validation_line",
         ),
@@ -229,6 +230,7 @@ __all__ = [
     "case_key",
     "collect_from_here",
     "configured_secrets",
+    "deep_line",
     "exit_now",
     "extract_html",
     "fetch_page",

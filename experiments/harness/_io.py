@@ -113,10 +113,7 @@ def read_records(path: str | Path, *, dedupe: bool = True) -> list[Record]:
             if is_last and not (isinstance(exc, UserFileError) and exc.kind in ("depth", "duplicate")):
                 break  # torn write of a killed run; the case will be redone
             why = exc.cause if isinstance(exc, UserFileError) else f"not a record ({_first_problem(exc)})"
-            raise RecordsFileError(
-                f"{p}:{lineno}: unreadable record, {why}; only a torn last line is repaired "
-                "automatically: fix or delete this line, then re-run"
-            ) from None
+            raise unreadable_record(p, lineno, why) from None
     if not dedupe:
         return records
     latest: dict[tuple[str, str, str, str, str | None], Record] = {}
@@ -129,6 +126,12 @@ def read_records(path: str | Path, *, dedupe: bool = True) -> list[Record]:
     if rewritten:
         warn_rewritten(p, rewritten)
     return list(latest.values())
+
+
+def unreadable_record(path: Path, line: int | None, why: str) -> RecordsFileError:
+    """The error for a line of ``records.jsonl`` no reader accepts (the same for every reader)."""
+    return RecordsFileError(f"{path}:{line}: unreadable record, {why}; only a torn last line is repaired "
+                            "automatically: fix or delete this line, then re-run")
 
 
 def _answer(record: Record) -> tuple[str | None, bool | None, str | None]:

@@ -21,7 +21,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._io import complete_length, read_records, warn_rewritten
+from medmis.tools import UserFileError, deep_line
+
+from ._io import complete_length, read_records, unreadable_record, warn_rewritten
 
 if TYPE_CHECKING:
     import duckdb
@@ -99,7 +101,16 @@ def _sql_str(text: str) -> str:
 
 @contextmanager
 def _complete_lines(path: Path) -> Iterator[Path]:
-    """``path``, or a temporary copy up to its last newline when the last line is torn."""
+    """``path``, or a temporary copy up to its last newline when the last line is torn.
+
+    Raises:
+        RecordsFileError: A line nests deeper than ``read_records`` accepts (DuckDB would
+            read it: the fast path refuses what the exact reader refuses).
+    """
+    try:
+        deep_line(path)
+    except UserFileError as exc:
+        raise unreadable_record(path, exc.line, exc.cause) from None
     size = path.stat().st_size
     with path.open("rb") as fh:
         cut = complete_length(fh, size)
