@@ -289,7 +289,7 @@ def test_duplicate_page_urls_within_one_case_are_refused(tmp_path: Path, capsys:
 
 
 @pytest.mark.parametrize(("change", "expect"), [
-    (lambda r: r.pop("title"), "title: missing (required)"),
+    (lambda r: r.pop("title"), "title: Field required"),
     (lambda r: r.update(colour="red"), "colour: unknown field (not allowed here)"),
     (lambda r: r.update(url="file:///etc/passwd"), "url: url 'file:///etc/passwd' is not an absolute http(s) URL"),
     (lambda r: r.update(style="poster"), "style: style 'poster' is not one of guideline"),

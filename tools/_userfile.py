@@ -261,7 +261,7 @@ def toml_file(path: str | Path) -> dict[str, Any]:
 def validation_line(exc: ValidationError, *, limit: int = 200) -> str:
     """A pydantic ``ValidationError`` as one line: each failing field and why.
 
-    ``"url: Value error, url 'file:///x' is not an absolute http(s) URL; title: Field required"``
+    ``"url: url 'file:///x' is not an absolute http(s) URL; title: Field required"``
     (at most three problems, then how many more), without the input echo and the
     documentation link pydantic adds.
     """
@@ -273,8 +273,6 @@ def validation_line(exc: ValidationError, *, limit: int = 200) -> str:
         msg = str(problem.get("msg", kind))
         if kind == "extra_forbidden":
             msg = "unknown field (not allowed here)"
-        elif kind == "missing":
-            msg = "missing (required)"
         else:
             msg = msg.removeprefix("Value error, ").removeprefix("Assertion failed, ")
         parts.append(f"{where}: {msg}")

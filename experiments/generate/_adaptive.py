@@ -27,7 +27,7 @@ from typing import Any
 from medmis.agents import StructuredOutput
 from medmis.experiments import CliError
 from medmis.experiments.benchmark import Item
-from medmis.tools import json_file
+from medmis.tools import json_file, json_value
 
 from . import _prompts as P
 from ._pipeline import Job, Outcome, Pipeline
@@ -297,7 +297,7 @@ def data_attack(path: Path) -> str | None:
         with path.open(encoding="utf-8") as fh:
             for line in fh:
                 if line.strip():
-                    row = json.loads(line)
+                    row = json_value(line, path, None)
                     break
             else:
                 return None

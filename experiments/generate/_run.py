@@ -19,7 +19,7 @@ from typing import Any, Literal, Protocol
 
 from medmis.experiments import CliError
 from medmis.experiments.harness import repair_torn_tail
-from medmis.tools import json_file, redact_json, scrub_url
+from medmis.tools import json_file, json_lines, redact_json, scrub_url
 
 from . import _prompts as P
 from ._finish import exit_status, write_manifest_file
@@ -257,7 +257,7 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     repair_torn_tail(path)
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [row for _number, row in json_lines(path.read_bytes(), path)]
 
 
 def _append(path: Path, obj: dict[str, Any]) -> None:

@@ -19,6 +19,7 @@ from medmis.tools import (
     json_needs_redaction,
     json_value,
     redact_obj,
+    validation_line,
 )
 
 
@@ -112,7 +113,7 @@ def read_records(path: str | Path, *, dedupe: bool = True) -> list[Record]:
             # holding a key twice
             if is_last and not (isinstance(exc, UserFileError) and exc.kind in ("depth", "duplicate")):
                 break  # torn write of a killed run; the case will be redone
-            why = exc.cause if isinstance(exc, UserFileError) else f"not a record ({_first_problem(exc)})"
+            why = exc.cause if isinstance(exc, UserFileError) else f"not a record ({validation_line(exc)})"
             raise unreadable_record(p, lineno, why) from None
     if not dedupe:
         return records
@@ -157,12 +158,6 @@ def warn_rewritten(path: Path, keys: list[tuple[str, str, str, str, str | None]]
     print(f"medmis: warning: {path} records (model, defender, protocol, item, target) = "
           f"({model}, {defender}, {protocol}, {item}, {target}) again with another answer{more}; "
           "rule: the last line of a key is used", file=sys.stderr)
-
-
-def _first_problem(exc: ValidationError) -> str:
-    first = exc.errors()[0]
-    where = ".".join(str(p) for p in first["loc"]) or "record"
-    return f"{where}: {first['msg']}"
 
 
 def repair_torn_tail(path: str | Path) -> None:

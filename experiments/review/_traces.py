@@ -17,7 +17,7 @@ from typing import Any
 from medmis.agents import content_text
 from medmis.experiments.benchmark import DataError, load_dataset
 from medmis.experiments.reporting import question_from_trace
-from medmis.tools import json_file
+from medmis.tools import json_file, json_value
 
 from ._pack import ReviewError, TraceLine
 
@@ -46,7 +46,7 @@ def read_trace_lines(path: Path, wanted: set[CaseKey] | None, items: set[str]) -
     with path.open(encoding="utf-8", errors="replace") as fh:
         for line in fh:
             try:
-                obj = json.loads(line)
+                obj = json_value(line, path, None)
             except ValueError:
                 continue
             if not isinstance(obj, dict):
