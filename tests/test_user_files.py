@@ -119,6 +119,10 @@ def _report_records(tmp: Path, run: Path) -> tuple[Path, list[str]]:
     return _records(tmp, run), ["report", str(run)]
 
 
+def _resume_records(tmp: Path, run: Path) -> tuple[Path, list[str]]:
+    return _records(tmp, run), run_args(run)
+
+
 def _manifest(run: Path) -> Path:
     path = run / "manifest.json"
     manifest = json.loads(path.read_text(encoding="utf-8"))
@@ -154,6 +158,7 @@ READERS: dict[str, Callable[[Path, Path], tuple[Path, list[str]]]] = {
     "run --data": _run_data,
     "cache import": _cache_import,
     "report over records.jsonl": _report_records,
+    "resume over records.jsonl": _resume_records,
     "report over manifest.json": _report_manifest,
     "resume over manifest.json": _resume_manifest,
     "run --poison pages=": _poison_pages,
