@@ -21,12 +21,13 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
-import json
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from medmis.tools import UserFileError, json_value
 
 DATA_SUFFIXES: tuple[str, ...] = (".jsonl", ".json", ".csv", ".parquet")
 _LETTERS = "abcdefghijklmnopqrstuvwxyz"
@@ -140,16 +141,16 @@ def _rows(file: Path) -> list[Any]:
     if suffix == ".csv":
         return list(csv.DictReader(io.StringIO(text)))
     if text.lstrip().startswith("["):
-        loaded = json.loads(text)
+        loaded = json_value(text, file)
         return loaded if isinstance(loaded, list) else []
     rows = []
-    for line in text.splitlines():
-        line = line.strip()
-        if line:
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.strip():
             try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
+                rows.append(json_value(line, file, number))
+            except UserFileError as exc:
+                if exc.kind != "json":  # nested too deep, a key twice: never skipped silently
+                    raise
     return rows
 
 

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from medmis.experiments._argtypes import int_at_least
 from medmis.experiments._errors import CliError
+from medmis.tools import UserFileError, json_value
 
 
 def add_cache_flags(p: argparse.ArgumentParser, *, search: bool = True) -> None:
@@ -195,12 +195,23 @@ def parse_kv(pairs: Sequence[str], flag: str) -> dict[str, dict[str, Any]]:
         name, dot, key = head.partition(".")
         if not sep or not dot or not key:
             raise CliError(f"{flag} expects NAME.KEY=VALUE, got {pair!r}")
-        try:
-            value: Any = json.loads(raw)
-        except json.JSONDecodeError:
-            value = raw
-        out.setdefault(name, {})[key] = value
+        out.setdefault(name, {})[key] = flag_value(raw, flag)
     return out
+
+
+def flag_value(raw: str, flag: str) -> Any:
+    """A flag's ``VALUE``: JSON when it parses (by the loader every user file goes through),
+    else the text itself (``raw``, the same object).
+
+    Raises:
+        CliError: The value nests too deep or names a key twice: it is JSON, but not usable.
+    """
+    try:
+        return json_value(raw, flag, None)
+    except UserFileError as exc:
+        if exc.kind in ("depth", "duplicate"):
+            raise CliError(str(exc)) from None
+        return raw
 
 
 def _split_top(text: str) -> list[str]:
@@ -236,10 +247,8 @@ def parse_defenders(value: str) -> list[tuple[str, dict[str, Any]]]:
             key, sep, raw = pair.partition("=")
             if not sep or not key.strip():
                 raise CliError(f"--defender {name}[...] expects KEY=VALUE pairs, got {pair!r}")
-            try:
-                options[key.strip()] = json.loads(raw)
-            except json.JSONDecodeError:
-                options[key.strip()] = raw.strip()
+            value = flag_value(raw, "--defender")
+            options[key.strip()] = raw.strip() if value is raw else value
         out.append((name.strip(), options))
     return out
 
@@ -267,10 +276,7 @@ def parse_flat(pairs: Sequence[str], flag: str) -> dict[str, Any]:
         key, sep, raw = pair.partition("=")
         if not sep or not key:
             raise CliError(f"{flag} expects KEY=VALUE, got {pair!r}")
-        try:
-            out[key] = json.loads(raw)
-        except json.JSONDecodeError:
-            out[key] = raw
+        out[key] = flag_value(raw, flag)
     return out
 
 

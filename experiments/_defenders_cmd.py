@@ -19,6 +19,8 @@ from typing import Any, Literal
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
+from medmis.tools import json_file
+
 __all__ = ["OptionInfo", "describe_options", "format_type", "load_run_plugins", "run"]
 
 
@@ -118,12 +120,11 @@ def load_run_plugins(run_dir: Path, notice: Callable[[str], None]) -> None:
     """A run folder's local plug-in files (``--plugin``, recorded in its manifest), loaded
     before its report is rewritten so the verdict knows their controls; a file no longer there
     is said in one line and its defenders are reported without it."""
-    import json
 
     from medmis.defenses import load_plugins
 
     try:
-        config = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8")).get("config") or {}
+        config = json_file(run_dir / "manifest.json").get("config") or {}
     except (OSError, ValueError, AttributeError):
         return
     for path in config.get("plugins") or []:

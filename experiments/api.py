@@ -9,10 +9,11 @@ wrote, ``compare`` is the table of ``medmis compare``.
 from __future__ import annotations
 
 import asyncio
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from medmis.tools import json_file
 
 if TYPE_CHECKING:
     import duckdb
@@ -82,7 +83,7 @@ class RunFolder:
 
 
 def _json(path: Path) -> dict[str, Any]:
-    return json.loads(path.read_text("utf-8")) if path.exists() else {}
+    return json_file(path) if path.exists() else {}
 
 
 def load_run(run_dir: str | Path) -> RunFolder:

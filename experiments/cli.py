@@ -408,10 +408,12 @@ def _config_errors() -> tuple[type[BaseException], ...]:
     from medmis.agents import MissingKeyError, ModelConfigError
     from medmis.defenses import DefenderConfigError
     from medmis.experiments.harness import RecordsFileError, RunSetupError, WriteFailed
+    from medmis.tools import UserFileError
 
     errors: list[type[BaseException]] = [
         CliError, MissingKeyError, ModelConfigError, DefenderConfigError, RunSetupError,
         OSError, RecordsFileError, WriteFailed,  # WriteFailed: 2 or 3 (its exit_code)
+        UserFileError,  # any user file (data, records, manifest, cassette, pages, config)
     ]
     try:
         from medmis.experiments.benchmark import DataError

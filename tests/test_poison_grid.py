@@ -160,7 +160,10 @@ def test_each_share_runs_into_its_folder_and_a_rerun_checks_every_folder_first(
     assert main(["ablate", str(path), "--no-progress"]) == 1
     captured = capsys.readouterr()
     assert "nothing to do:" in captured.out and "and its 2 other run folder(s)" in captured.out
-    assert "1 of " in one_line(captured.err)
+    # an answered key recorded again (here: as an error) is announced with the rule applied
+    warning, summary = captured.err.strip().splitlines()
+    assert "again with another answer" in warning and "the last line of a key is used" in warning
+    assert "1 of " in one_line(summary)
     # a share folder holding another run is refused before "nothing to do", naming the field
     manifest_path = folder / "manifest.json"
     manifest = json.loads(manifest_path.read_text(encoding="utf-8"))

@@ -172,7 +172,7 @@ def test_toml_syntax_error_names_file_and_line(tmp_path: Path, capsys: pytest.Ca
     config = write_ablation(tmp_path, MODELS + DEFENDERS + "seed = = 1\n")
     code, err = call(["ablate", str(config)], capsys)
     line = one_line_exit_2(code, err)
-    assert str(config) in line and "line 8" in line
+    assert f"{config}:8: not valid TOML" in line
 
 
 def test_finished_ablation_says_nothing_to_do(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

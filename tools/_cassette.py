@@ -34,6 +34,7 @@ from medmis.tools._redact import configured_secrets
 from medmis.tools._shapes import value_problem
 from medmis.tools._store import RecordStore
 from medmis.tools._types import StoreCorruptError
+from medmis.tools._userfile import UserFileError, json_value
 
 
 class CassetteError(ValueError):
@@ -125,7 +126,7 @@ def import_cassette(store: RecordStore, path: str | Path, *, overwrite: bool = F
                 raw = data.decode("utf-8")
                 if not raw.strip():
                     continue
-                entry = _parse_line(raw)
+                entry = _parse_line(json_value(raw, path, number))
                 problem = value_problem(entry.kind, entry.value)
                 if problem is not None:
                     raise CassetteError(f"{path}:{number}: {_key_label(entry.kind, entry.key)}: {problem}")
@@ -143,6 +144,8 @@ def import_cassette(store: RecordStore, path: str | Path, *, overwrite: bool = F
         except (ValueError, KeyError, TypeError) as exc:
             if isinstance(exc, CassetteError):
                 raise
+            if isinstance(exc, UserFileError):
+                raise CassetteError(f"{exc.file}:{exc.line}: not a cassette entry: {exc.cause}") from None
             reason = " ".join(str(exc).split()) or type(exc).__name__
             if isinstance(exc, KeyError):
                 reason = f"missing field {reason}"
@@ -172,8 +175,7 @@ def import_cassette(store: RecordStore, path: str | Path, *, overwrite: bool = F
     return len(entries)
 
 
-def _parse_line(raw: str) -> Entry:
-    data = json.loads(raw)
+def _parse_line(data: Any) -> Entry:
     if not isinstance(data, dict) or not isinstance(data.get("key"), dict):
         raise ValueError("expected an object with a 'key' object")
     extra = set(data) - {"kind", "key", "value", "created"}

@@ -20,6 +20,7 @@ import httpx
 
 from ._text import split_sentences, tokenize, widen
 from ._types import SearchResult, ToolError
+from ._userfile import UserFileError, json_value
 
 log = logging.getLogger(__name__)
 
@@ -76,9 +77,12 @@ def _read_jsonl(path: Path) -> Iterable[CorpusDocument]:
             if not line.strip():
                 continue
             try:
-                row = json.loads(line)
+                row = json_value(line, path, n)
                 url, text = str(row["url"]), str(row["text"])
-            except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            except UserFileError as exc:
+                log.warning("skipping %s", exc)
+                continue
+            except (KeyError, TypeError) as exc:
                 log.warning("skipping %s:%d: %s", path, n, exc)
                 continue
             yield CorpusDocument(

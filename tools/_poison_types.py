@@ -11,11 +11,12 @@ Poisoned pages are written to evaluate defenses only: each one argues for a fals
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from ._userfile import UserFileError, json_lines, validation_line
 
 PAGE_STYLES: tuple[str, ...] = ("guideline", "forum", "preprint", "blog", "encyclopedia")
 """The attacker's page styles: a guideline excerpt, a clinician forum post, a preprint abstract,
@@ -117,22 +118,34 @@ class PoisonExposure(BaseModel):
 
 
 def load_pages(path: str | Path) -> list[PoisonedPage]:
-    """Read a poisoned-page file; a bad line is one :class:`ValueError` naming ``file:line``."""
+    """Read a poisoned-page file; a bad line is one :class:`ValueError` naming ``file:line``.
+
+    A line must be a JSON object (no key named twice, nested within the shared limit) with
+    :class:`PoisonedPage`'s fields; the message names the field and the cause. One case's
+    pages must have distinct URLs: search shows a URL once, so a repeated one would count
+    as a page the case never saw.
+
+    Raises:
+        UserFileError: The file cannot be read, or its first line that is not a usable page
+            (``file:line: cause``).
+    """
     path = Path(path)
     pages: list[PoisonedPage] = []
+    first_line: dict[tuple[str, str], int] = {}
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{path}: cannot read poisoned pages ({exc})") from exc
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
+        data = path.read_bytes()
+    except OSError as exc:
+        raise UserFileError(path, None, f"cannot read poisoned pages ({exc.strerror or exc})") from None
+    for number, row in json_lines(data, path):
         try:
-            pages.append(PoisonedPage.model_validate(json.loads(line)))
-        except (json.JSONDecodeError, ValidationError) as exc:
-            first = str(exc).splitlines()
-            detail = first[-1].strip() if isinstance(exc, ValidationError) else first[0]
-            raise ValueError(f"{path}:{number}: not a poisoned page ({detail})") from exc
+            page = PoisonedPage.model_validate(row)
+        except ValidationError as exc:
+            raise UserFileError(path, number, f"not a poisoned page: {validation_line(exc)}") from None
+        seen = first_line.setdefault((page.case_key, page.url), number)
+        if seen != number:
+            raise UserFileError(path, number, f"url {page.url!r} is already a page of case {page.case_key} "
+                                              f"(line {seen}); a case's pages need distinct URLs")
+        pages.append(page)
     return pages
 
 

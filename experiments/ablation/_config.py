@@ -30,7 +30,15 @@ from medmis.experiments.benchmark import (
     is_hub_address,
 )
 from medmis.experiments.harness import CacheMode, DefenderConfig
-from medmis.tools import PAGE_STYLES, PoisonRank, PoisonSettings
+from medmis.tools import (
+    PAGE_STYLES,
+    PoisonRank,
+    PoisonSettings,
+    UserFileError,
+    toml_file,
+    too_deep,
+    too_deep_cause,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -286,7 +294,14 @@ _DICT_AS_MODEL: dict[tuple[type[BaseModel], str], type[BaseModel]] = {
 
 def parse_value(raw: str) -> Any:
     """A command-line value: TOML (``0.2``, ``true``, ``"x"``, ``[1, 2]``), else JSON
-    (``null``), else the text itself."""
+    (``null``), else the text itself.
+
+    Raises:
+        CliError: The value nests deeper than a config file may (TOML and JSON decoders
+            recurse once a level).
+    """
+    if too_deep(raw) is not None:
+        raise CliError(f"--set value: {too_deep_cause()}")
     try:
         return tomllib.loads(f"v = {raw}")["v"]
     except tomllib.TOMLDecodeError:
@@ -366,10 +381,9 @@ def load_config(path: str | Path, overrides: Sequence[str] = ()) -> AblationConf
             not a valid config (the first problem, in one line).
     """
     try:
-        with open(path, "rb") as fh:
-            raw = tomllib.load(fh)
-    except tomllib.TOMLDecodeError as exc:
-        raise CliError(f"{path}: not valid TOML: {exc}") from None
+        raw = toml_file(path)
+    except UserFileError as exc:
+        raise CliError(str(exc)) from None
     except OSError as exc:
         raise CliError(f"{path}: cannot read the config ({exc.strerror or exc})") from None
     for pair in overrides:

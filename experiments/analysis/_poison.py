@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from medmis.tools import json_file
+
 from ._metrics import MetricsReport, PairedComparison
 from ._units import Proportion
 
@@ -74,7 +76,7 @@ def planned_shares(run_dir: str | Path) -> tuple[list[tuple[float, Path]], dict[
         return [], {}
     plan: dict[str, Any] = {}
     try:
-        loaded = json.loads((root / SHARES_FILE).read_text(encoding="utf-8"))
+        loaded = json_file(root / SHARES_FILE)
         plan = loaded if isinstance(loaded, dict) else {}
     except (OSError, ValueError):
         plan = {}

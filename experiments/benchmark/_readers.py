@@ -13,6 +13,15 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from medmis.tools import (
+    UNIQUE_KEYS,
+    DuplicateKeyError,
+    UserFileError,
+    json_value,
+    too_deep,
+    too_deep_cause,
+)
+
 from ._dataset import DataError, RowIssue
 
 DATA_SUFFIXES: tuple[str, ...] = (".jsonl", ".json", ".csv", ".parquet")
@@ -22,34 +31,18 @@ Row = tuple[int | None, Any]
 number (Parquet, hub)."""
 
 
-class _DuplicateKey(ValueError):
-    """A JSON object names a key twice (``json`` would silently keep the last value)."""
-
-    def __init__(self, key: str) -> None:
-        super().__init__(key)
-        self.key = key
-
-
-def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    obj = dict(pairs)
-    if len(obj) != len(pairs):  # the rare case: find the key named twice
-        seen: set[str] = set()
-        for key, _ in pairs:
-            if key in seen:
-                raise _DuplicateKey(key)
-            seen.add(key)
-    return obj
-
-
-# the C scanner calls the hook once per object with its pairs: one dict() per row, as before
-_DECODER = json.JSONDecoder(object_pairs_hook=_unique_pairs)
-
-
 def _duplicate_issue(file: str, line: int | None, loose: Any, key: str) -> RowIssue:
     """The problem of a row naming ``key`` twice (``loose``: the row read without the check)."""
     item_id = str(loose["id"]) if isinstance(loose, dict) and loose.get("id") is not None else None
     return RowIssue(file, line, item_id, key,
                     f"duplicate key {key!r} in the row (JSON would keep only its last value)")
+
+
+def _file_issue(error: UserFileError) -> RowIssue:
+    """A row the shared loader refused (nested too deep, not JSON, a key named twice)."""
+    if error.key is not None:
+        return _duplicate_issue(error.file, error.line, None, error.key)
+    return RowIssue(error.file, error.line, None, "row", error.cause)
 
 
 def _read_jsonl(data: bytes, file: str) -> tuple[list[Row], list[RowIssue]]:
@@ -63,11 +56,12 @@ def _read_jsonl(data: bytes, file: str) -> tuple[list[Row], list[RowIssue]]:
         if not text:
             continue
         try:
-            rows.append((lineno, _DECODER.decode(text)))
-        except _DuplicateKey as dup:
-            issues.append(_duplicate_issue(file, lineno, json.loads(text), dup.key))
-        except json.JSONDecodeError as exc:
-            issues.append(RowIssue(file, lineno, None, "row", f"unparsable JSON: {exc.msg}"))
+            rows.append((lineno, json_value(text, file, lineno)))
+        except UserFileError as exc:
+            if exc.key is not None:  # the row read without the check names its id
+                issues.append(_duplicate_issue(file, lineno, json_value(text, file, lineno, unique=False), exc.key))
+            else:
+                issues.append(_file_issue(exc))
     return rows, issues
 
 
@@ -78,8 +72,11 @@ def _read_json(data: bytes, file: str) -> tuple[list[Row], list[RowIssue]]:
         return _read_jsonl(data, file)  # a JSON Lines file saved as .json
     if text[start : start + 1] != "[":
         return [], [RowIssue(file, 1, None, "file", "expected a JSON list of row objects")]
+    deep = too_deep(text)
+    if deep is not None:  # json recurses once a level: refuse before decoding any element
+        return [], [_file_issue(UserFileError(file, text.count("\n", 0, deep) + 1, too_deep_cause()))]
     # Decode element by element so each row keeps the line where it starts.
-    decoder = _DECODER
+    decoder = UNIQUE_KEYS
     rows: list[Row] = []
     issues: list[RowIssue] = []
     pos = start + 1
@@ -103,7 +100,7 @@ def _read_json(data: bytes, file: str) -> tuple[list[Row], list[RowIssue]]:
             return rows, issues
         try:
             obj, end = decoder.raw_decode(text, pos)
-        except _DuplicateKey as dup:
+        except DuplicateKeyError as dup:
             # the element's extent, read without the check, to go on with the next row
             loose, end = json.JSONDecoder().raw_decode(text, pos)
             issues.append(_duplicate_issue(file, at(pos), loose, dup.key))

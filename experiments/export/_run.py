@@ -3,13 +3,13 @@ traces, its manifest and metrics."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from medmis.experiments import CliError
+from medmis.tools import json_file, json_value
 
 if TYPE_CHECKING:
     from medmis.experiments.benchmark._types import Record
@@ -44,9 +44,9 @@ class RunFolder:
             with path.open(encoding="utf-8") as fh:
                 for line in fh:
                     try:
-                        obj = json.loads(line)
-                    except json.JSONDecodeError:
-                        continue  # a torn last line of a killed run
+                        obj = json_value(line, path, None)
+                    except ValueError:
+                        continue  # a torn last line of a killed run (or one no reader accepts)
                     if isinstance(obj, dict) and obj.get("model") == model and obj.get("defender") == defender:
                         key = (model, defender, str(obj.get("protocol")),
                                f"{obj.get('subset')}/{obj.get('item_id')}", obj.get("target"))
@@ -58,7 +58,7 @@ class RunFolder:
         if self._metrics is None:
             path = self.dir / "metrics.json"
             try:
-                self._metrics = json.loads(path.read_text(encoding="utf-8"))
+                self._metrics = json_file(path)
             except FileNotFoundError:
                 raise CliError(f"{self.dir}: no metrics.json yet; `medmis report {self.dir}` writes it") from None
             except (OSError, ValueError) as exc:
@@ -84,5 +84,5 @@ def read_run(run_dir: str | Path) -> RunFolder:
     if not records:
         raise CliError(f"{d}: the run has no records yet")
     manifest_path = d / "manifest.json"
-    manifest = json.loads(manifest_path.read_text(encoding="utf-8")) if manifest_path.is_file() else {}
+    manifest = json_file(manifest_path) if manifest_path.is_file() else {}
     return RunFolder(d, manifest, records)

@@ -27,6 +27,7 @@ from typing import Any
 from medmis.agents import StructuredOutput
 from medmis.experiments import CliError
 from medmis.experiments.benchmark import Item
+from medmis.tools import json_file, json_value
 
 from . import _prompts as P
 from ._pipeline import Job, Outcome, Pipeline
@@ -296,7 +297,7 @@ def data_attack(path: Path) -> str | None:
         with path.open(encoding="utf-8") as fh:
             for line in fh:
                 if line.strip():
-                    row = json.loads(line)
+                    row = json_value(line, path, None)
                     break
             else:
                 return None
@@ -314,7 +315,7 @@ def run_attack(run: Path) -> str | None:
     dataset source when that file is still there with the recorded sha256."""
     folder = run if run.is_dir() else run.parent
     try:
-        manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+        manifest = json_file(folder / "manifest.json")
         dataset = manifest["dataset"]
         source = Path(dataset["source"])
     except (OSError, ValueError, KeyError, TypeError):

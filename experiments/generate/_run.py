@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from medmis.experiments import CliError
 from medmis.experiments.harness import repair_torn_tail
-from medmis.tools import redact_json, scrub_url
+from medmis.tools import json_file, json_lines, redact_json, scrub_url
 
 from . import _prompts as P
 from ._finish import exit_status, write_manifest_file
@@ -265,7 +265,7 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     repair_torn_tail(path)
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [row for _number, row in json_lines(path.read_bytes(), path)]
 
 
 def _append(path: Path, obj: dict[str, Any]) -> None:
@@ -282,7 +282,7 @@ def _check_resume(cfg: GenerationSettings, fp: dict[str, Any]) -> dict[str, Any]
         if cfg.out.exists() and cfg.out.stat().st_size:
             raise CliError(f"{cfg.out} exists and was not written by medmis generate; choose another --out")
         return None
-    previous: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    previous: dict[str, Any] = json_file(path)
     recorded = previous.get("fingerprint") or {}
     # a field an older version did not record is not compared
     diff = sorted(k for k in fp if k in recorded and recorded[k] != fp[k])

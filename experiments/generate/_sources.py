@@ -16,7 +16,6 @@ notebook ``InjectionGeneration.ipynb`` reads them; AI-in-Health/MedMisBench).
 from __future__ import annotations
 
 import ast
-import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from medmis.experiments.benchmark import DataError
+from medmis.tools import UserFileError, json_value
 
 SourceFormat = Literal["medqa", "medmcqa", "medxpertqa", "medjourney", "hle"]
 SOURCE_FORMATS: tuple[str, ...] = ("medqa", "medmcqa", "medxpertqa", "medjourney", "hle")
@@ -58,8 +58,10 @@ class SourceItem:
 def _json_rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     text = path.read_text(encoding="utf-8")
     try:
-        whole = json.loads(text)
-    except json.JSONDecodeError:
+        whole = json_value(text, path)
+    except UserFileError as exc:
+        if exc.kind != "json":  # too deep or a key twice: JSON Lines would not read it either
+            raise DataError(str(exc)) from None
         whole = None
     if isinstance(whole, list):
         yield from ((i, r) for i, r in enumerate(whole) if isinstance(r, dict))
@@ -71,9 +73,9 @@ def _json_rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{path}:{i + 1}: not JSON ({exc.msg})") from None
+            row = json_value(line, path, i + 1)
+        except UserFileError as exc:
+            raise DataError(str(exc)) from None
         if isinstance(row, dict):
             yield i, row
 

@@ -9,13 +9,14 @@ folder's lock, so a kill at any moment leaves either the old or the new list.
 
 from __future__ import annotations
 
-import json
 import os
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from medmis.tools import json_file
 
 BATCHES_FILE = "batches.json"
 
@@ -98,4 +99,4 @@ def load_jobs(out: Path) -> list[dict[str, Any]]:
     path = out / BATCHES_FILE
     if not path.exists():
         return []
-    return list(json.loads(path.read_text(encoding="utf-8")).get("jobs", []))
+    return list(json_file(path).get("jobs", []))

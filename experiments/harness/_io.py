@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -12,7 +13,14 @@ from typing import Any, BinaryIO
 from pydantic import ValidationError
 
 from medmis.experiments.benchmark import Record
-from medmis.tools import configured_secrets, json_needs_redaction, redact_obj
+from medmis.tools import (
+    UserFileError,
+    configured_secrets,
+    json_needs_redaction,
+    json_value,
+    redact_obj,
+    validation_line,
+)
 
 
 def scrub_lines(record: Record, trace: dict[str, Any],
@@ -98,33 +106,58 @@ def read_records(path: str | Path, *, dedupe: bool = True) -> list[Record]:
         if not raw.strip():
             continue
         try:
-            records.append(Record.model_validate(json.loads(raw.decode("utf-8"))))
-        except (UnicodeDecodeError, json.JSONDecodeError, ValidationError) as exc:
+            records.append(Record.model_validate(json_value(raw, p, lineno)))
+        except (UserFileError, ValidationError) as exc:
             is_last = all(not rest.strip() for rest in lines[lineno:])
-            if is_last:
+            # a killed run tears its last line: it is cut short, never nested too deep or
+            # holding a key twice
+            if is_last and not (isinstance(exc, UserFileError) and exc.kind in ("depth", "duplicate")):
                 break  # torn write of a killed run; the case will be redone
-            if isinstance(exc, UnicodeDecodeError):
-                why = f"not UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})"
-            elif isinstance(exc, json.JSONDecodeError):
-                why = f"not JSON ({exc.msg})"
-            else:
-                why = f"not a record ({_first_problem(exc)})"
-            raise RecordsFileError(
-                f"{p}:{lineno}: unreadable record, {why}; only a torn last line is repaired "
-                "automatically: fix or delete this line, then re-run"
-            ) from None
+            why = exc.cause if isinstance(exc, UserFileError) else f"not a record ({validation_line(exc)})"
+            raise unreadable_record(p, lineno, why) from None
     if not dedupe:
         return records
     latest: dict[tuple[str, str, str, str, str | None], Record] = {}
+    rewritten: list[tuple[str, str, str, str, str | None]] = []
     for r in records:
+        earlier = latest.get(r.key)
+        if earlier is not None and earlier.error is None and _answer(earlier) != _answer(r):
+            rewritten.append(r.key)
         latest[r.key] = r
+    if rewritten:
+        warn_rewritten(p, rewritten)
     return list(latest.values())
 
 
-def _first_problem(exc: ValidationError) -> str:
-    first = exc.errors()[0]
-    where = ".".join(str(p) for p in first["loc"]) or "record"
-    return f"{where}: {first['msg']}"
+def unreadable_record(path: Path, line: int | None, why: str) -> RecordsFileError:
+    """The error for a line of ``records.jsonl`` no reader accepts (the same for every reader)."""
+    return RecordsFileError(f"{path}:{line}: unreadable record, {why}; only a torn last line is repaired "
+                            "automatically: fix or delete this line, then re-run")
+
+
+def _answer(record: Record) -> tuple[str | None, bool | None, str | None]:
+    return record.choice, record.correct, record.error
+
+
+_WARNED: set[tuple[str, tuple[str, str, str, str, str | None]]] = set()
+
+
+def warn_rewritten(path: Path, keys: list[tuple[str, str, str, str, str | None]]) -> None:
+    """One warning line: ``path`` answers a key twice differently (the last line is used).
+
+    ``--retry-errors`` legitimately appends a record after an error; an answered key given a
+    different answer later is not that, and the report would silently change. Each key is
+    announced once per process (reports read the records more than once).
+    """
+    fresh = [k for k in keys if (str(path), k) not in _WARNED]
+    if not fresh:
+        return
+    _WARNED.update((str(path), k) for k in fresh)
+    model, defender, protocol, item, target = fresh[0]
+    more = f" (and {len(fresh) - 1} more key(s))" if len(fresh) > 1 else ""
+    print(f"medmis: warning: {path} records (model, defender, protocol, item, target) = "
+          f"({model}, {defender}, {protocol}, {item}, {target}) again with another answer{more}; "
+          "rule: the last line of a key is used", file=sys.stderr)
 
 
 def repair_torn_tail(path: str | Path) -> None:

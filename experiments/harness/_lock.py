@@ -17,6 +17,8 @@ from types import TracebackType
 
 from filelock import FileLock, Timeout
 
+from medmis.tools import json_file
+
 from ._config import RunSetupError
 
 __all__ = ["LOCK_FILE", "OWNER_FILE", "RunLock"]
@@ -38,7 +40,7 @@ class RunLock:
 
     def _holder(self) -> str:
         try:
-            owner = json.loads((self.out / OWNER_FILE).read_text(encoding="utf-8"))
+            owner = json_file(self.out / OWNER_FILE)
             return f"pid {owner['pid']} on {owner['host']}, since {owner['since']}"
         except (OSError, ValueError, KeyError, TypeError):
             return "another process"

@@ -14,7 +14,7 @@ from typing import Any
 
 from medmis.agents import decoding_record
 from medmis.experiments.benchmark import prompt_preset
-from medmis.tools import is_secret_name, redact, redact_obj
+from medmis.tools import is_secret_name, json_file, redact, redact_obj
 
 from ._config import RunConfig
 from ._poison import poison_manifest
@@ -96,8 +96,8 @@ def write_manifest(
     previous: dict[str, Any] = {}
     if manifest_path.exists():
         try:
-            previous = json.loads(manifest_path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError:
+            previous = json_file(manifest_path)
+        except ValueError:
             previous = {}
     now = datetime.now(UTC).isoformat(timespec="seconds")
     manifest = {
@@ -161,7 +161,7 @@ def _prompt_facts(config: RunConfig) -> dict[str, Any]:
 def mark_stopped(out: Path, reason: str) -> None:
     """Note in ``out/manifest.json`` that the run stopped early, and why."""
     path = out / "manifest.json"
-    manifest = json.loads(path.read_text(encoding="utf-8"))
+    manifest = json_file(path)
     manifest["stopped"] = redact(reason)
     path.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
@@ -177,7 +177,7 @@ def mark_outcome(out: Path, outcome: Any, *, stopped: str | None, errors: int,
     an end the exit code does not (``write failed``). The file is replaced whole: a write that
     fails (a full disk) leaves the previous manifest as it was."""
     path = out / "manifest.json"
-    manifest = json.loads(path.read_text(encoding="utf-8"))
+    manifest = json_file(path)
     manifest.pop("stopped", None)
     if stopped:
         manifest["stopped"] = stopped

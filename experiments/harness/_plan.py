@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from medmis.tools import json_file
+
 if TYPE_CHECKING:
     import duckdb
 
@@ -86,7 +88,7 @@ def has_plan(run_dir: Path) -> bool:
 
 def _read(run_dir: Path) -> dict[str, Any] | None:
     try:
-        data = json.loads((run_dir / PLAN_FILE).read_text(encoding="utf-8"))
+        data = json_file(run_dir / PLAN_FILE)
     except (OSError, ValueError):
         return None
     if not isinstance(data, dict) or data.get("format") != _FORMAT:

@@ -8,12 +8,13 @@ half-made on disk.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from medmis.tools import UserFileError, json_file
 
 from ._config import INVALID_ROWS_FILE, RunSetupError
 from ._fingerprint import FingerprintDiff, accept_name, compare_fingerprints, legacy_fingerprint
@@ -76,8 +77,10 @@ def recorded_fingerprint(out: Path) -> dict[str, Any] | None:
     if not path.exists():
         return None
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+        manifest = json_file(path)
+    except UserFileError as exc:
+        raise RunSetupError(f"{exc}; unreadable manifest, choose another --out") from None
+    except OSError as exc:
         raise RunSetupError(f"{path}: unreadable manifest ({exc}); choose another --out") from None
     if not isinstance(manifest, dict):
         return None

@@ -21,7 +21,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._io import complete_length, read_records
+from medmis.tools import UserFileError, deep_line
+
+from ._io import complete_length, read_records, unreadable_record, warn_rewritten
 
 if TYPE_CHECKING:
     import duckdb
@@ -99,7 +101,16 @@ def _sql_str(text: str) -> str:
 
 @contextmanager
 def _complete_lines(path: Path) -> Iterator[Path]:
-    """``path``, or a temporary copy up to its last newline when the last line is torn."""
+    """``path``, or a temporary copy up to its last newline when the last line is torn.
+
+    Raises:
+        RecordsFileError: A line nests deeper than ``read_records`` accepts (DuckDB would
+            read it: the fast path refuses what the exact reader refuses).
+    """
+    try:
+        deep_line(path)
+    except UserFileError as exc:
+        raise unreadable_record(path, exc.line, exc.cause) from None
     size = path.stat().st_size
     with path.open("rb") as fh:
         cut = complete_length(fh, size)
@@ -192,6 +203,8 @@ def load_records_table(con: duckdb.DuckDBPyConnection, path: Path, table: str = 
     con.execute(f"DROP VIEW IF EXISTS {table}")
     dupes = con.execute(f"SELECT count(*) - count(DISTINCT ({keys})) FROM {raw}").fetchone()
     if dupes and dupes[0]:
+        if {"choice", "correct", "error"} <= set(wanted):
+            _warn_rewritten(con, path, f"(SELECT *, rowid AS rn FROM {raw})")
         # the last line of a key wins, at the position of its first line (dict semantics)
         con.execute(f"""CREATE OR REPLACE TEMP TABLE {raw} AS
             SELECT * EXCLUDE (rn, last_rn, first_rn), first_rn AS pos FROM (
@@ -245,7 +258,7 @@ def compact_records(path: str | Path, *, con: duckdb.DuckDBPyConnection | None =
                 con.execute(f"COPY (SELECT {_select(tuple(RECORD_COLUMNS))} FROM "
                             f"{_scan_sql(readable, RECORD_COLUMNS)}) TO {_sql_str(str(tmp))} "
                             f"(FORMAT parquet, {meta})")
-            fixed = _checked(con, tmp)
+            fixed = _checked(con, tmp, src)
         except Exception as exc:
             if not any(s in str(exc) for s in ("Malformed JSON", "Conversion Error", "Invalid Input")):
                 raise
@@ -266,7 +279,22 @@ def compact_records(path: str | Path, *, con: duckdb.DuckDBPyConnection | None =
             con.close()
 
 
-def _checked(con: duckdb.DuckDBPyConnection, parquet: Path) -> str | None:
+def _warn_rewritten(con: duckdb.DuckDBPyConnection, path: Path, rows: str) -> None:
+    """:func:`~._io.warn_rewritten` for the keys of ``rows`` (with a position ``rn``) whose
+    answered record is followed by one with another answer: the rule of ``read_records``."""
+    on = " AND ".join(f"a.{c} IS NOT DISTINCT FROM b.{c}" for c in KEY)
+    found = con.execute(f"""WITH d AS (SELECT *, max(rn) OVER (PARTITION BY {", ".join(KEY)}) AS last_rn
+                                    FROM {rows})
+        SELECT DISTINCT a.model, a.defender, a.protocol, a.subset || '/' || a.item_id, a.target, min(a.rn)
+        FROM d a JOIN d b ON {on} AND b.rn = b.last_rn
+        WHERE a.rn < a.last_rn AND a.error IS NULL AND (a.choice IS DISTINCT FROM b.choice
+              OR a.correct IS DISTINCT FROM b.correct OR a.error IS DISTINCT FROM b.error)
+        GROUP BY ALL ORDER BY min(a.rn)""").fetchall()
+    if found:
+        warn_rewritten(path, [tuple(row[:5]) for row in found])
+
+
+def _checked(con: duckdb.DuckDBPyConnection, parquet: Path, source: Path) -> str | None:
     """Validate a fresh Parquet copy: "" if usable as is, a SELECT that repairs it, or None.
 
     None means a line other than the last is unusable: only the exact reader may judge it.
@@ -284,6 +312,8 @@ def _checked(con: duckdb.DuckDBPyConnection, parquet: Path) -> str | None:
     dupes = con.execute(f"SELECT count(*) - count(DISTINCT ({keys})) FROM {scan} {where}").fetchone()
     if not bad[0] and not (dupes and dupes[0]):
         return ""
+    if dupes and dupes[0]:
+        _warn_rewritten(con, source, f"(SELECT *, file_row_number AS rn FROM {scan} {where})")
     cols = ", ".join(_OUTPUT_COLUMNS)
     return f"""SELECT {cols} FROM (
         SELECT *, max(file_row_number) OVER k AS last_rn, min(file_row_number) OVER k AS first_rn

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from medmis.agents import content_text
+from medmis.tools import json_value
 
 RAW_LIMIT = 4000
 TEXT_LIMIT = 600  # claims, quotes, queries, URLs
@@ -95,9 +96,9 @@ def _read_jsonl(path: Path, items: set[str] | None = None) -> list[dict[str, Any
         lines: Iterable[str] = fh if items is None else _candidate_lines(path, items)
         for line in lines:
             try:
-                obj = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a torn last line of a killed run
+                obj = json_value(line, path, None)
+            except ValueError:
+                continue  # a torn last line of a killed run (or a line no reader accepts)
             # a line without its key fields cannot be placed in the browser
             if not (isinstance(obj, dict) and obj.get("item_id") and obj.get("protocol") in _PROTOCOLS):
                 continue

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -10,6 +9,7 @@ from typing import Any
 
 from medmis.experiments.benchmark import Record
 from medmis.experiments.harness import Outside, read_records
+from medmis.tools import json_file
 
 from ._simulated import SIMULATED_PREFIX
 
@@ -117,5 +117,5 @@ def load_run(run_dir: str | Path) -> RunData:
     if not records_path.exists():
         raise FileNotFoundError(f"no records.jsonl in {d}")
     manifest_path = d / "manifest.json"
-    manifest = json.loads(manifest_path.read_text("utf-8")) if manifest_path.exists() else {}
+    manifest = json_file(manifest_path) if manifest_path.exists() else {}
     return RunData(run_dir=d, facts=record_facts(records_path), manifest=manifest)

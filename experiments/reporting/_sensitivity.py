@@ -7,11 +7,12 @@ with the main run's, and the rows render as a markdown section for ``report.md``
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from medmis.tools import json_file
 
 from ._cells import pct
 
@@ -29,8 +30,8 @@ def _load_metrics(run_dir: Path) -> dict[str, Any] | None:
     path = run_dir / "metrics.json"
     if path.exists():
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
+            data = json_file(path)
+        except (OSError, ValueError):
             return None
         return data if isinstance(data, dict) else None
     if not (run_dir / "records.jsonl").exists():

@@ -23,6 +23,7 @@ from medmis.experiments.analysis import (
     decide,
     usd,
 )
+from medmis.tools import json_file
 
 from ._format import each_result, fmt_count, fmt_delta, fmt_num, fmt_p
 from ._run import RunData
@@ -69,10 +70,9 @@ def incomplete_reason(run: RunData, report: MetricsReport) -> str | None:
 def run_settings(run: RunData) -> VerdictSettings:
     """The settings the run's last report used (``verdict.json``), else the defaults: a plain
     ``medmis report`` keeps the margins an ablation config set."""
-    import json
 
     try:
-        data = json.loads((run.run_dir / "verdict.json").read_text(encoding="utf-8"))
+        data = json_file(run.run_dir / "verdict.json")
         return VerdictSettings.from_mapping(data.get("settings") if isinstance(data, dict) else None)
     except (OSError, ValueError, TypeError):
         return VerdictSettings()

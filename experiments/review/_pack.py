@@ -9,7 +9,6 @@ answer, its full response and its reasoning trace.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import unicodedata
@@ -19,6 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from medmis.experiments import CliError
+from medmis.tools import UserFileError, json_file, json_value, validation_line
 
 TASKS_FILE = "tasks.jsonl"
 PACK_FILE = "pack.json"
@@ -101,10 +101,12 @@ def read_tasks(pack: str | Path) -> list[Task]:
         if not line.strip():
             continue
         try:
-            task = Task.model_validate(json.loads(line))
-        except (json.JSONDecodeError, ValidationError) as exc:
-            first = str(exc).strip().splitlines()[0]
-            problems.append(f"{path}:{lineno}: not a task: {first}")
+            task = Task.model_validate(json_value(line, path, lineno))
+        except UserFileError as exc:
+            problems.append(str(exc))
+            continue
+        except ValidationError as exc:
+            problems.append(f"{path}:{lineno}: not a task: {validation_line(exc)}")
             continue
         if task.task_id in seen:
             problems.append(f"{path}:{lineno}: task_id {task.task_id!r} repeats line {seen[task.task_id]}")
@@ -124,9 +126,9 @@ def read_pack_info(pack: str | Path) -> dict[str, Any]:
     if not path.is_file():
         return {}
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ReviewError(f"{path}: not JSON ({exc})") from exc
+        data = json_file(path)
+    except UserFileError as exc:
+        raise ReviewError(str(exc)) from None
     return data if isinstance(data, dict) else {}
 
 

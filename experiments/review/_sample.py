@@ -27,6 +27,7 @@ from typing import Any
 from medmis.experiments.benchmark import Record
 from medmis.experiments.harness import read_records
 from medmis.experiments.reporting import SIMULATED_STATEMENT, is_simulated
+from medmis.tools import json_file
 
 from ._keys import DEFAULT_REVIEWERS, DEFAULT_STRATIFY, STRATA
 from ._pack import (
@@ -250,7 +251,7 @@ def sample_pack(
 def _run_simulated(run: Path) -> bool:
     """The run manifest's ``simulated`` flag (False when the folder has no readable manifest)."""
     try:
-        manifest = json.loads((run / "manifest.json").read_text(encoding="utf-8"))
+        manifest = json_file(run / "manifest.json")
     except (OSError, ValueError):
         return False
     return isinstance(manifest, dict) and manifest.get("simulated") is True

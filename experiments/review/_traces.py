@@ -17,6 +17,7 @@ from typing import Any
 from medmis.agents import content_text
 from medmis.experiments.benchmark import DataError, load_dataset
 from medmis.experiments.reporting import question_from_trace
+from medmis.tools import json_file, json_value
 
 from ._pack import ReviewError, TraceLine
 
@@ -45,8 +46,8 @@ def read_trace_lines(path: Path, wanted: set[CaseKey] | None, items: set[str]) -
     with path.open(encoding="utf-8", errors="replace") as fh:
         for line in fh:
             try:
-                obj = json.loads(line)
-            except json.JSONDecodeError:
+                obj = json_value(line, path, None)
+            except ValueError:
                 continue
             if not isinstance(obj, dict):
                 continue
@@ -102,8 +103,8 @@ def reasoning_lines(trace: Mapping[str, Any]) -> list[TraceLine]:
 def questions_from_data(run_dir: Path, items: Iterable[str]) -> dict[str, tuple[str, dict[str, str]]]:
     """Question and options of ``items`` from the data file the run's manifest names, if any."""
     try:
-        manifest = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
+        manifest = json_file(run_dir / "manifest.json")
+    except (OSError, ValueError):
         return {}
     config = manifest.get("config") if isinstance(manifest, dict) else None
     data = config.get("data") if isinstance(config, dict) else None

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from medmis.experiments.harness import compact_records, connect, records_view
+from medmis.tools import json_file
 
 FILTERS = ("model", "defender", "protocol", "subset", "content_type", "provenance")
 """Equality filters of the page query (each takes one value)."""
@@ -218,8 +219,8 @@ class RunView:
 def _load_questions(con: Any, run_dir: Path) -> bool:
     """``items(item_key, question, options)`` from the run's data file when it is local JSONL."""
     try:
-        manifest = json.loads((run_dir / "manifest.json").read_text("utf-8"))
-    except (OSError, json.JSONDecodeError):
+        manifest = json_file(run_dir / "manifest.json")
+    except (OSError, ValueError):
         return False
     source = (manifest.get("dataset") or {}).get("source") or (manifest.get("config") or {}).get("data")
     path = Path(str(source)) if source else None

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from medmis.experiments.reporting import RAW_LIMIT, agent_view, clip_text, question_from_trace
+from medmis.tools import json_value
 
 TraceKey = tuple[str, str, str, str, str | None]
 
@@ -41,9 +42,9 @@ def _key_of(line: bytes) -> TraceKey | None:
                 f"{_unquote(subset)}/{_unquote(item_id)}",
                 None if target is None else _unquote(target))
     try:
-        obj = json.loads(line)
-    except json.JSONDecodeError:
-        return None  # a torn last line of a killed run
+        obj = json_value(line, "trace", None)
+    except ValueError:
+        return None  # a torn last line of a killed run (or a line no reader accepts)
     if not isinstance(obj, dict) or not obj.get("item_id"):
         return None
     return (str(obj.get("model")), str(obj.get("defender")), str(obj.get("protocol")),
@@ -78,7 +79,10 @@ def read_trace(run_dir: Path, trace_file: str, key: TraceKey) -> dict[str, Any] 
         return None
     with path.open("rb") as fh:
         fh.seek(at[0])
-        obj = json.loads(fh.read(at[1]))
+        try:
+            obj = json_value(fh.read(at[1]), path, None)
+        except ValueError:
+            return None
     return obj if isinstance(obj, dict) else None
 
 
