@@ -19,10 +19,12 @@ as ``--temperature`` or ``model_options.temperature``, or a key of ``extra``) al
     sexually explicit and dangerous content (in that order), and for Gemini 3 models
     ``thinking_config {thinking_level: HIGH, include_thoughts: false}`` (Gemini 2.5:
     ``thinking_budget 24576``); no output cap.
-  - ``openai/`` on OpenAI's API: for ``gpt-5*`` and ``o1``/``o3``/``o4``/``o5`` models
-    ``max_completion_tokens 2048`` and ``reasoning_effort medium``, no temperature; other
-    models temperature 1.0 and a 2048-token cap.
-  - ``openai/`` on another server (the reference's SGLang path): temperature 1.0,
+  - ``openai/`` ``gpt-5*`` and ``o1``/``o3``/``o4``/``o5`` models (call_openai's reasoning
+    branch), wherever the request goes (OpenAI's API, or a gateway or compatible server:
+    LiteLLM, Azure, OpenRouter's ``openai/gpt-5.4``; the model id decides, not the host):
+    ``max_completion_tokens 2048`` and ``reasoning_effort medium``, no temperature.
+  - other ``openai/`` models on OpenAI's API: temperature 1.0 and a 2048-token cap.
+  - other ``openai/`` models on another server (the reference's SGLang path): temperature 1.0,
     ``max_tokens 2048``, and for ``Qwen/`` and ``zai-org/GLM`` models
     ``chat_template_kwargs {enable_thinking: false}``.
   - ``anthropic/``: temperature 1.0, ``max_tokens 2048``, ``output_config.effort medium``,
@@ -40,7 +42,14 @@ import os
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from ._options import OPENAI_BASE_URL_VARIABLE, ModelOptions, is_openai_host, parse_spec
+from ._options import (
+    OPENAI_BASE_URL_VARIABLE,
+    OPENAI_REASONING_PREFIXES,  # noqa: F401  (kept importable here, where it was defined)
+    ModelOptions,
+    is_openai_host,
+    is_openai_reasoning_model,
+    parse_spec,
+)
 
 Decoding = Literal["paper", "reference"]
 DECODING_PRESETS: tuple[str, ...] = ("paper", "reference")
@@ -64,8 +73,8 @@ REFERENCE_SAFETY = [
 GEMINI_25_HIGH_BUDGET = 24576
 # anthropic_uses_adaptive_thinking
 ADAPTIVE_CLAUDE = ("claude-sonnet-4-6", "claude-opus-4-6", "claude-opus-4-7")
-# call_openai: models sent max_completion_tokens and reasoning_effort (no temperature)
-OPENAI_REASONING_PREFIXES = ("gpt-5", "o1", "o3", "o4", "o5")
+# call_openai: models sent max_completion_tokens and reasoning_effort (no temperature) are
+# ``._options.OPENAI_REASONING_PREFIXES`` (is_openai_reasoning_model, read by the adapter too)
 # build_sglang_extra_body: models whose chat template gets enable_thinking false
 NO_THINKING_PREFIXES = ("qwen/", "zai-org/glm")
 
@@ -81,11 +90,13 @@ def _reference(provider: str, model_id: str, base_url: str | None) -> tuple[dict
             extra["thinking_config"] = {"thinking_level": REFERENCE_GEMINI_EFFORT.upper(), "include_thoughts": False}
         return {"temperature": REFERENCE_TEMPERATURE}, extra
     if provider == "openai":
+        # the model decides the reasoning branch: a gateway in front of OpenAI (or any server
+        # serving a gpt-5 / o-series id) takes the same fields as OpenAI's own API
+        if is_openai_reasoning_model(model_id):
+            return {"temperature": None, "max_output_tokens": REFERENCE_MAX_OUTPUT_TOKENS,
+                    "reasoning_effort": REFERENCE_OPENAI_EFFORT}, {}
         url = base_url or os.environ.get(OPENAI_BASE_URL_VARIABLE) or None
         if is_openai_host(url):
-            if model_id.startswith(OPENAI_REASONING_PREFIXES):
-                return {"temperature": None, "max_output_tokens": REFERENCE_MAX_OUTPUT_TOKENS,
-                        "reasoning_effort": REFERENCE_OPENAI_EFFORT}, {}
             return {"temperature": REFERENCE_TEMPERATURE, "max_output_tokens": REFERENCE_MAX_OUTPUT_TOKENS}, {}
         extra = ({"chat_template_kwargs": {"enable_thinking": False}}
                  if model_id.lower().startswith(NO_THINKING_PREFIXES) else {})

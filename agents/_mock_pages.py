@@ -3,7 +3,7 @@
 It reads only the labelled lines of the request (``medmis generate pages``' prompt): the answer
 the page argues for, the false claim, the style and the publisher. The page restates the claim
 and names that answer word for word in several plain sentences, the way the misleading passages
-of ``fixtures/corpus/misleading.jsonl`` do, so a reader that weighs passages by what they say
+of ``fixtures/ambient/misleading.jsonl`` do, so a reader that weighs passages by what they say
 is pulled toward it. The text carries no marker a reader could key on: what marks a mock page
 as synthetic is its row (``generator``, ``synthetic``) and the file's README, not its words.
 Numbers and dates are drawn from a hash of the prompt, so the same request gets the same page.

@@ -53,7 +53,7 @@ from ._errors import (
     ModelConfigError,
     raise_size_cap,
 )
-from ._options import OPENAI_BASE_URL_VARIABLE, is_openai_host
+from ._options import OPENAI_BASE_URL_VARIABLE, is_openai_host, is_openai_reasoning_model
 from ._registry import ModelOptions
 from ._transport import async_client, sync_client
 
@@ -97,8 +97,14 @@ class OpenAIChat(ChatOpenAI):
     def _llm_type(self) -> str:
         return "medmis-openai"
 
+    def _completion_tokens(self) -> bool:
+        """Whether the cap goes out as ``max_completion_tokens`` (OpenAI's API, and an OpenAI
+        reasoning model anywhere: it refuses ``max_tokens``) rather than ``max_tokens`` (the
+        reference's SGLang path)."""
+        return is_openai_host(self.openai_api_base) or is_openai_reasoning_model(self.model_name)
+
     def _legacy_token_limit(self, params: dict[str, Any]) -> dict[str, Any]:
-        if not is_openai_host(self.openai_api_base) and "max_completion_tokens" in params:
+        if not self._completion_tokens() and "max_completion_tokens" in params:
             params["max_tokens"] = params.pop("max_completion_tokens")
         return params
 
@@ -116,7 +122,7 @@ class OpenAIChat(ChatOpenAI):
         if structured is not None:
             payload["response_format"] = response_format(structured, self.openai_api_base)
         if settings:
-            apply_openai_settings(payload, settings, openai_host=is_openai_host(self.openai_api_base))
+            apply_openai_settings(payload, settings, openai_host=self._completion_tokens())
         return payload
 
     @property

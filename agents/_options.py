@@ -113,6 +113,18 @@ def parse_spec(spec: str) -> tuple[str, str]:
 OPENAI_BASE_URL_VARIABLE = "OPENAI_BASE_URL"
 
 
+OPENAI_REASONING_PREFIXES = ("gpt-5", "o1", "o3", "o4", "o5")
+"""Model ids of OpenAI's reasoning family (the reference notebook's ``call_openai`` branch:
+``max_completion_tokens`` and ``reasoning_effort``, no temperature)."""
+
+
+def is_openai_reasoning_model(model_id: str) -> bool:
+    """Whether ``model_id`` names an OpenAI reasoning model (``gpt-5*``, ``o1``/``o3``/``o4``/
+    ``o5``), wherever it is served: the last path segment decides, so a gateway's
+    ``openai/gpt-5.4`` (OpenRouter) is one too."""
+    return model_id.rsplit("/", 1)[-1].lower().startswith(OPENAI_REASONING_PREFIXES)
+
+
 def is_openai_host(base_url: str | None) -> bool:
     """Whether ``base_url`` points at OpenAI's own API (the default when unset)."""
     if not base_url:

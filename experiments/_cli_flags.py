@@ -179,6 +179,10 @@ def add_search_flags(p: argparse.ArgumentParser) -> None:
                    help="search backend: tavily (needs TAVILY_API_KEY), serper (the paper's; needs "
                         "SERPER_API_KEY) or local BM25 corpus (default)")
     p.add_argument("--corpus-dir", default=None, help="folder of documents for --search local (default: fixtures/corpus)")
+    p.add_argument("--search-ambient", default=None, metavar="FILE",
+                   help="ambient misinformation: a .jsonl of passages searched with the local corpus for "
+                        "every case (e.g. fixtures/ambient/misleading.jsonl); named in the manifest, "
+                        "report, verdict and exports. Default: none (the clean web)")
 
 
 def add_hub_repo_flag(p: argparse.ArgumentParser) -> None:

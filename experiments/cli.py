@@ -254,6 +254,7 @@ def _run_command(args: argparse.Namespace, argv: Sequence[str], worker: Any) -> 
         search=args.search,
         visit=args.visit,
         corpus_dir=args.corpus_dir,
+        search_ambient=args.search_ambient,
         allow_hosts=args.allow_host,
         blocklist=args.blocklist,
         poison=args.poison,
@@ -335,6 +336,7 @@ def _tool_flags(args: argparse.Namespace) -> dict[str, Any]:
         "cache_dir": args.cache_dir or ".medmis-cache",
         "allow_hosts": tuple(args.allow_host),
         "corpus_dir": getattr(args, "corpus_dir", None),
+        "ambient": getattr(args, "search_ambient", None),
         "blocklist": args.blocklist,
     }
 

@@ -172,32 +172,80 @@ def test_fixture_counts(sample: Dataset) -> None:
     assert counts["MEDMISJOURNEY"]["Cue Remapping"]["Patient Self-Diagnosis / Belief / Claim"] == 2
 
 
-def test_corpus_supports_wrong_options_as_well_as_gold(fixtures_dir: Path, sample: Dataset) -> None:
-    """Every item has a passage arguing for one of its wrong options, named as verbatim as the
-    reference names gold: retrieval cannot find the answer by string match (issue 23)."""
+def _passages(path: Path) -> list[dict[str, str]]:
+    return [json.loads(line) for line in path.read_text("utf-8").splitlines() if line]
+
+
+def _arguing_for_wrong_options(sample: Dataset, ambient: Path | None) -> dict[str, list[str]]:
+    """Item id -> the passages among its question's top five local search results that argue for
+    one of its wrong options: they affirm a wrong option's text (in a sentence that does not
+    negate it) and never affirm the gold option's. A reference passage names the wrong options
+    only to set them apart from the right one it states; a passage written for an attack names
+    its option and never the right one."""
     from medmis.agents._lexical import has_phrase, negated, sentences
+    from medmis.tools import LocalSearch
 
-    def read(name: str) -> list[dict[str, str]]:
-        text = (fixtures_dir / "corpus" / name).read_text("utf-8")
-        return [json.loads(line) for line in text.splitlines() if line]
+    search = LocalSearch(ambient=ambient)
 
-    reference, misleading = read("documents.jsonl"), read("misleading.jsonl")
+    def affirms(doc: Any, option: str) -> bool:
+        return any(has_phrase(s, option) and not negated(s) for s in sentences(f"{doc.title}. {doc.text}"))
+
+    found: dict[str, list[str]] = {}
+    for it in sample:
+        for doc, _ in search.rank(it.question)[:5]:
+            if any(affirms(doc, it.options[k]) for k in it.wrong_keys) and not affirms(doc, it.options[it.gold]):
+                found.setdefault(it.id, []).append(doc.id)
+    return found
+
+
+def test_the_default_corpus_is_a_clean_web(sample: Dataset) -> None:
+    """No passage of the bundled corpus (what every offline search meets unless a run names
+    ambient misinformation) argues for a wrong option of a bundled item (issue 30)."""
+    assert _arguing_for_wrong_options(sample, None) == {}
+
+
+def test_the_ambient_file_argues_for_a_wrong_option_of_every_item(fixtures_dir: Path, sample: Dataset) -> None:
+    """The opt-in ambient passages are what the check above looks for: one per item, each
+    arguing for a wrong option named as verbatim as the reference names gold, so retrieval
+    cannot find the answer by string match (issue 23)."""
+    ambient = fixtures_dir / "ambient" / "misleading.jsonl"
+    found = _arguing_for_wrong_options(sample, ambient)
+    assert set(found) == {it.id for it in sample}
+    assert all(doc.startswith("doc-claim-") for docs in found.values() for doc in docs)
+    reference, misleading = _passages(fixtures_dir / "corpus" / "documents.jsonl"), _passages(ambient)
     docs = reference + misleading
     assert all(set(d) == {"id", "title", "url", "text"} for d in docs)
     assert len({d["id"] for d in docs}) == len({d["url"] for d in docs}) == len(docs) == 72
     assert all(d["url"].startswith("https://medref.example/articles/") for d in reference)
     assert not any("medref.example" in d["url"] for d in misleading)
-
-    def supports(doc: dict[str, str], option: str) -> bool:
-        return any(has_phrase(s, option) and not negated(s) for s in sentences(doc["text"]))
-
-    for it in sample:
-        wrong = [d for d in misleading if any(supports(d, it.options[k]) for k in it.wrong_keys)]
-        assert wrong, f"no passage argues for a wrong option of {it.id}"
-        assert not any(supports(d, it.options[it.gold]) for d in wrong), it.id
     for d in docs:
         if d["text"].isascii():
             assert 40 <= len(d["text"].split()) <= 150, d["id"]
+
+
+def test_no_corpus_passage_is_built_from_an_items_labels(fixtures_dir: Path, sample: Dataset) -> None:
+    """A clean web states facts in its own words: no sentence of the default corpus copies one
+    of an item's option sentences (the gold option's truthful sentence is the item's label), and
+    none restates an item's vignette reading (``134/84``) beside its gold answer."""
+    import re
+
+    from medmis.agents._lexical import has_phrase, sentences
+    from medmis.tools import load_corpus
+    from medmis.tools._text import tokenize
+
+    def overlap(a: str, b: str) -> float:
+        x, y = set(tokenize(a)), set(tokenize(b))
+        return len(x & y) / len(x | y) if x | y else 0.0
+
+    corpus = [(doc.id, s) for doc in load_corpus(fixtures_dir / "corpus") for s in sentences(doc.text)]
+    for it in sample:
+        for key, context in it.contexts.items():
+            copies = [doc for doc, s in corpus if context and overlap(s, context) >= 0.6]
+            assert not copies, f"{copies} copies {it.id}'s option {key} sentence"
+        readings = set(re.findall(r"\b\d+/\d+\b", it.question))
+        restated = [doc for doc, s in corpus
+                    if readings & set(re.findall(r"\b\d+/\d+\b", s)) and has_phrase(s, it.options[it.gold])]
+        assert not restated, f"{restated} restate {it.id}'s vignette with its answer"
 
 
 # --------------------------------------------------------------------------- labels

@@ -147,6 +147,65 @@ def test_reference_decoding_over_http(
     assert "**Decoding:** `reference`" in report and f"`{provider.spec}`:" in report
 
 
+GATEWAYS = {
+    # LiteLLM / a company proxy in front of OpenAI, the same model id
+    "litellm": ("openai/gpt-5.4", "https://litellm.gateway.test/v1", r"https://litellm\.gateway\.test/v1/chat/completions"),
+    # Azure OpenAI's v1 endpoint (not an openai.com host)
+    "azure": ("openai/o3", "https://medmis.openai.azure.com/openai/v1",
+              r"https://medmis\.openai\.azure\.com/openai/v1/chat/completions"),
+    # OpenRouter names the model vendor/model
+    "openrouter": ("openai/openai/gpt-5.4", "https://openrouter.test/api/v1",
+                   r"https://openrouter\.test/api/v1/chat/completions"),
+}
+
+
+@pytest.mark.parametrize("gateway", sorted(GATEWAYS))
+def test_a_reasoning_model_behind_a_gateway_gets_openais_reasoning_fields(
+    gateway: str, items: list[Item], tmp_path: Path, respx_mock: respx.MockRouter
+) -> None:
+    """The model id decides call_openai's reasoning branch, not the host (issue 30, item 8):
+    ``max_completion_tokens`` and ``reasoning_effort``, never ``max_tokens`` (OpenAI refuses it
+    for reasoning models) nor a temperature."""
+    spec, base_url, url = GATEWAYS[gateway]
+    provider = Provider(gateway, spec, base_url, url, paper.openai_user_text, paper.openai_reply)
+    bodies = run(provider, items, tmp_path / "run", respx_mock)
+    assert len(bodies) == 3 * N_ITEMS
+    for body in bodies:
+        assert body["model"] == spec.removeprefix("openai/")
+        assert decoding_part("openai", body) == EXPECTED["openai"], body
+    resolved = json.loads((tmp_path / "run" / "manifest.json").read_text())["decoding"]["resolved"][spec]
+    assert resolved["reasoning_effort"] == "medium" and resolved["temperature"] is None
+
+
+def test_a_cap_for_a_reasoning_model_behind_a_gateway_is_max_completion_tokens(
+    items: list[Item], tmp_path: Path, respx_mock: respx.MockRouter
+) -> None:
+    """The paper preset with a cap, through a gateway: the cap's field follows the model too,
+    and the body's decoding fields are those OpenAI's own host gets; a model outside the family
+    keeps the SGLang path's ``max_tokens``."""
+    spec, base_url, url = GATEWAYS["litellm"]
+    provider = Provider("litellm", spec, base_url, url, paper.openai_user_text, paper.openai_reply)
+    bodies = paper_run(provider, items, tmp_path / "run", respx_mock, "--max-output-tokens", "512")
+    assert bodies and all(b.get("max_completion_tokens") == 512 and "max_tokens" not in b for b in bodies)
+    direct = paper_run(PROVIDERS["openai"], items, tmp_path / "direct", respx_mock, "--max-output-tokens", "512")
+    skip = {"response_format"}  # json_object on OpenAI's host, the schema elsewhere (not decoding)
+    assert {json.dumps({k: v for k, v in decoding_part("openai", b).items() if k not in skip}) for b in bodies} \
+        == {json.dumps({k: v for k, v in decoding_part("openai", b).items() if k not in skip}) for b in direct}
+    qwen = PROVIDERS["openai_compatible"]
+    bodies = paper_run(qwen, items, tmp_path / "qwen", respx_mock, "--max-output-tokens", "512")
+    assert bodies and all(b.get("max_tokens") == 512 and "max_completion_tokens" not in b for b in bodies)
+
+
+def paper_run(provider: Provider, items: list[Item], out: Path, respx_mock: respx.MockRouter,
+              *extra: str) -> list[Json]:
+    bodies = answer_route(provider, items, respx_mock)
+    argv = ["run", "--data", str(DATA), "--subset", SUBSET, "--limit", str(N_ITEMS), "--model", provider.spec,
+            "--defender", "none", "--prompt", "paper", "--out", str(out), "--no-progress", "--max-retries", "0",
+            *(("--model-base-url", provider.base_url) if provider.base_url else ()), *extra]
+    assert main(argv) == 0
+    return bodies
+
+
 def test_gemini_reference_request_equals_the_sdk_call_the_notebook_makes(
     items: list[Item], tmp_path: Path, respx_mock: respx.MockRouter
 ) -> None:

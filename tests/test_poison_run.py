@@ -27,7 +27,7 @@ SAMPLE = ROOT / "fixtures" / "medmisbench_sample.jsonl"
 
 def write_pages(path: Path, data: Path = SAMPLE) -> Path:
     """Pages for every Type 1 case of ``data`` in each style, written as an attacker would
-    (like fixtures/corpus/misleading.jsonl): the case's false sentence and sentences that
+    (like fixtures/ambient/misleading.jsonl): the case's false sentence and sentences that
     name the wrong option as the answer."""
     rows = []
     for item in load_dataset(data).items:

@@ -16,7 +16,14 @@ if TYPE_CHECKING:
     from ._cache_cli import add_cache_parser, one_line, run_cache
     from ._cassette import import_cassette
     from ._cli import tools_search, tools_visit
-    from ._corpus import CorpusDocument, LocalSearch, load_corpus, url_key
+    from ._corpus import (
+        CorpusDocument,
+        LocalSearch,
+        ambient_digest,
+        load_ambient,
+        load_corpus,
+        url_key,
+    )
     from ._exit import (
         collect_from_here,
         exit_now,
@@ -141,6 +148,8 @@ _HOME = {
     "fetch_page": "_visit",
     "focus_text": "_visit",
     "load_corpus": "_corpus",
+    "load_ambient": "_corpus",
+    "ambient_digest": "_corpus",
     "make_tools": "_web",
     "mark_cache": "_probe",
     "render_page": "_types",
@@ -236,6 +245,7 @@ __all__ = [
     "WebTools",
     "add_cache_parser",
     "address_problem",
+    "ambient_digest",
     "attach_cache",
     "bulk_transfers",
     "cache_probe",
@@ -254,6 +264,7 @@ __all__ = [
     "json_needs_redaction",
     "json_value",
     "lazy_exports",
+    "load_ambient",
     "load_corpus",
     "load_pages",
     "locale_hints",

@@ -25,6 +25,7 @@ from ._userfile import UserFileError, json_value
 log = logging.getLogger(__name__)
 
 DEFAULT_CORPUS_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "corpus"
+"""The clean web of offline runs: reference and unrelated passages, none written for an attack."""
 
 
 @dataclass(frozen=True)
@@ -124,6 +125,34 @@ def load_corpus(directory: str | Path) -> list[CorpusDocument]:
     return docs
 
 
+def load_ambient(path: str | Path) -> list[CorpusDocument]:
+    """The passages of an ambient-misinformation file (``--search-ambient``): a ``.jsonl`` file
+    as in a corpus folder, or one ``.md``/``.txt`` document.
+
+    Raises:
+        ToolError: ``kind="config"`` when the file is missing, of another kind or holds no passage.
+    """
+    file = Path(path)
+    if not file.is_file():
+        raise ToolError(f"ambient passages file not found: {file}", kind="config")
+    suffix = file.suffix.lower()
+    if suffix == ".jsonl":
+        docs = list(_read_jsonl(file))
+    elif suffix in (".md", ".txt"):
+        doc = _read_markdown(file)
+        docs = [doc] if doc else []
+    else:
+        raise ToolError(f"ambient passages file {file}: expected .jsonl, .md or .txt", kind="config")
+    if not docs:
+        raise ToolError(f"ambient passages file {file} holds no passage", kind="config")
+    return docs
+
+
+def ambient_digest(path: str | Path) -> str:
+    """sha256 of an ambient file's bytes (the fingerprint's identity of the condition)."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
 class LocalSearch:
     """BM25 search over a folder of documents; offline and deterministic.
 
@@ -131,6 +160,9 @@ class LocalSearch:
         corpus_dir: Folder read by :func:`load_corpus` (default: the repository's
             ``fixtures/corpus``). Ignored when ``documents`` is given.
         documents: The documents themselves (tests, programmatic corpora).
+        ambient: A file of ambient-misinformation passages (:func:`load_ambient`) searched
+            with the corpus, after its documents (a URL the corpus holds is skipped). A named,
+            opt-in condition: the default corpus is the clean web.
         snippet_chars: Target snippet length (the best-matching sentences).
 
     Raises:
@@ -142,6 +174,7 @@ class LocalSearch:
         corpus_dir: str | Path | None = None,
         *,
         documents: Iterable[CorpusDocument] | None = None,
+        ambient: str | Path | None = None,
         snippet_chars: int = 300,
     ) -> None:
         import bm25s  # lazy: indexing pulls in numpy/scipy
@@ -150,6 +183,15 @@ class LocalSearch:
         docs = list(documents) if documents is not None else load_corpus(self.corpus_dir)
         if not docs:
             raise ToolError(f"the local search corpus is empty ({self.corpus_dir})", kind="config")
+        self.ambient = Path(ambient) if ambient is not None else None
+        if self.ambient is not None:
+            seen = {url_key(d.url) for d in docs}
+            for doc in load_ambient(self.ambient):
+                if url_key(doc.url) in seen:
+                    log.warning("skipping ambient passage %s: the corpus holds its URL", doc.url)
+                    continue
+                seen.add(url_key(doc.url))
+                docs.append(doc)
         self.documents: tuple[CorpusDocument, ...] = tuple(docs)
         self.snippet_chars = snippet_chars
         self._by_url = {url_key(d.url): d for d in self.documents}

@@ -80,6 +80,8 @@ class WebTools:
             ``"jina"`` (Jina Reader, needs ``JINA_API_KEY``) or any :class:`PageReader`.
         corpus_dir: Local corpus folder (default ``fixtures/corpus``). Its documents are also
             what ``visit`` serves offline; with a web search backend it is used only when given.
+        ambient: A file of ambient-misinformation passages searched and served with the local
+            corpus (``--search-ambient``; ``search="local"`` only). None: the clean web.
         allow_hosts: ``HOST[:PORT]`` entries exempt from the private-address check.
         blocklist: Contamination blocklist (default :meth:`Blocklist.default`).
         store: Record/replay store; None calls through every time.
@@ -96,6 +98,7 @@ class WebTools:
         *,
         visit: VisitName | PageReader = "direct",
         corpus_dir: str | Path | None = None,
+        ambient: str | Path | None = None,
         allow_hosts: Iterable[str] = (),
         blocklist: Blocklist | None = None,
         store: CallStore | None = None,
@@ -118,8 +121,13 @@ class WebTools:
                 raise ValueError(f"unknown visit backend {visit!r} (use 'direct' or 'jina')")
         else:
             self.reader = visit
+        if ambient is not None and search != "local":
+            # live engines rank their own pages: mixing a file into them would be another
+            # condition than the one the name says
+            raise ToolError("ambient passages (--search-ambient) join the local corpus: use --search local",
+                            kind="config")
         if search == "local":
-            self.local = LocalSearch(corpus_dir)
+            self.local = LocalSearch(corpus_dir, ambient=ambient)
             self.backend: SearchBackend = self.local
         elif search in ("tavily", "serper"):
             if corpus_dir is not None:  # first: a bad folder must not leak the search client
@@ -326,6 +334,7 @@ def make_tools(
     *,
     visit: VisitName = "direct",
     corpus_dir: str | Path | None = None,
+    ambient: str | Path | None = None,
     store: CallStore | None = None,
     blocklist: Blocklist | str | Path | Iterable[str] | None = None,
     resolve: Resolver | None = None,
@@ -341,6 +350,8 @@ def make_tools(
         cache_dir: Store folder for the non-live modes (default ``.medmis-cache``).
         allow_hosts: ``--allow-host`` values.
         corpus_dir: Local corpus folder (``--corpus-dir``).
+        ambient: Ambient-misinformation passages searched with the local corpus
+            (``--search-ambient``); None: the clean web.
         store: An existing store to share (e.g. the runner's, also used for model calls);
             it is not closed by the tools.
         blocklist: A :class:`Blocklist`; a file path (its patterns are added to the defaults);
@@ -363,6 +374,7 @@ def make_tools(
             search,
             visit=visit,
             corpus_dir=corpus_dir,
+            ambient=ambient,
             allow_hosts=tuple(allow_hosts),
             blocklist=_blocklist(blocklist),
             store=store,

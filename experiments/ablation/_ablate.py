@@ -234,6 +234,7 @@ def _run_config(config: AblationConfig, out: Path, *, progress: bool, shuffled: 
         search=config.search,
         visit=config.visit,
         corpus_dir=config.resolve(config.corpus_dir) if config.corpus_dir else None,
+        search_ambient=config.resolve(config.search_ambient) if config.search_ambient else None,
         allow_hosts=config.allow_hosts,
         blocklist=config.resolve(config.blocklist) if config.blocklist else None,
         poison=poison,

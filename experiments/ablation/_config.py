@@ -223,6 +223,9 @@ class AblationConfig(BaseModel):
     search: Literal["tavily", "serper", "local"] = "local"
     visit: Literal["direct", "jina"] = "direct"
     corpus_dir: str | None = None
+    search_ambient: str | None = None
+    """Ambient misinformation searched with the local corpus by every run of the grid, as
+    ``medmis run --search-ambient`` (e.g. ``fixtures/ambient/misleading.jsonl``); default none."""
     allow_hosts: list[str] = Field(default_factory=list)
     blocklist: str | None = None
     budget_usd: float | None = None

@@ -212,6 +212,9 @@ class Verdict:
     simulated: bool
     settings: VerdictSettings = DEFAULT_SETTINGS
     models: list[ModelVerdict] = field(default_factory=list)
+    ambient: dict[str, Any] | None = None
+    """The run's ambient-misinformation condition (the manifest's ``search_ambient``: file,
+    sha256, passages); None: the searches met the clean web."""
 
     def to_json(self) -> dict[str, Any]:
         """The ``verdict.json`` content (see the README's field list)."""
@@ -237,7 +240,7 @@ class Verdict:
                              for d, f in mv.findings.items()},
             }
         return {"baseline": self.baseline, "simulated": self.simulated, "incomplete": self.incomplete,
-                "settings": asdict(self.settings), "models": models}
+                "ambient": self.ambient, "settings": asdict(self.settings), "models": models}
 
 
 def _guard(metric: str, c: PairedComparison, margin: float) -> Guard:

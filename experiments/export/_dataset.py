@@ -104,6 +104,16 @@ def _poison_rows(records: Sequence[Any]) -> Any:
     return pa.Table.from_pylist(rows) if rows else None
 
 
+def _ambient_line(manifest: Mapping[str, Any]) -> list[str]:
+    ambient = manifest.get("search_ambient")
+    if not ambient:
+        return []
+    return [f"- ambient misinformation: {ambient.get('passages', '?')} false passages of "
+            f"`{Path(str(ambient.get('file') or '?')).name}` (sha256 `{str(ambient.get('sha256') or '?')[:16]}`) "
+            "were searched with the local corpus by every case, clean ones included: these results are "
+            "not for a clean web (synthetic passages, written only to evaluate defenses)"]
+
+
 def _poison_line(manifest: Mapping[str, Any]) -> list[str]:
     poison = manifest.get("poison")
     if not poison:
@@ -209,7 +219,7 @@ def dataset_card(run: Any, *, license: str = "other") -> str:
         f"- data: `{Path(str(dataset.get('source') or '?')).name}` (sha256 `{str(dataset.get('sha256') or '?')[:16]}`)",
         f"- prompt: `{prompt.get('name', '?')}@{prompt.get('version', '?')}`, seed {m.get('seed', '?')}",
         f"- medmis: {(m.get('versions') or {}).get('medmis', '?')}",
-        *_poison_line(m), "",
+        *_poison_line(m), *_ambient_line(m), "",
     ]
     if coverage.incomplete:
         lines += coverage.table()

@@ -112,6 +112,10 @@ class RunConfig(BaseModel):
     search: SearchBackendName = "local"
     visit: VisitBackendName = "direct"
     corpus_dir: str | None = None
+    search_ambient: str | None = None
+    """Ambient misinformation (``--search-ambient FILE``): passages searched with the local corpus
+    by every case, clean ones included. A named condition, in the fingerprint (the file's sha256)
+    and on every surface that shows the run's results; None: the clean web."""
     allow_hosts: list[str] = Field(default_factory=list)
     blocklist: str | None = None
     poison: PoisonSettings | None = None

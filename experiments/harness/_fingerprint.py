@@ -23,6 +23,7 @@ from typing import Any
 from medmis.agents import decoding_fingerprint, decoding_table, effective_base_url
 from medmis.experiments.benchmark import prompt_preset
 
+from ._ambient import ambient_fingerprint
 from ._config import RunConfig
 from ._identity import (
     bare_url,
@@ -38,7 +39,7 @@ __all__ = ["ACCEPTABLE_CHANGES", "ITEM_FIELDS", "MODEL_FIELDS", "FingerprintDiff
 
 ITEM_FIELDS = (
     "data_sha256", "subset", "limit", "on_invalid", "seed", "protocols", "type1_targets",
-    "shuffle_type2", "prompt", "model_options", "decoding", "web_tools", "poison",
+    "shuffle_type2", "prompt", "model_options", "decoding", "web_tools", "poison", "search_ambient",
 )
 """Fingerprint fields that must match to resume. ``--accept-change`` takes these names,
 ``endpoints`` and ``examinee`` (a recorded model with another server or other simulated
@@ -51,8 +52,9 @@ MODEL_FIELDS = ("endpoints", "examinee")
 _BOTH_OR_NEITHER = ("web_tools",)
 """Recorded only when a defender uses the web tools: compared when both invocations have it."""
 
-_NONE_WHEN_ABSENT = ("poison",)
-"""Recorded only when set: a folder without it ran without (a poisoned run is refused there)."""
+_NONE_WHEN_ABSENT = ("poison", "search_ambient")
+"""Recorded only when set: a folder without it ran without (a poisoned run, or one with ambient
+misinformation, is refused there, and the other way round)."""
 
 ACCEPTABLE_CHANGES = (*ITEM_FIELDS, *MODEL_FIELDS, "defenders", "defender_code")
 
@@ -115,6 +117,8 @@ def run_fingerprint(config: RunConfig, defenders: Sequence[Any], dataset: Any,
         **({"web_tools": web_tool_endpoints(config.search, config.visit)}
            if any(getattr(d, "uses_tools", False) for d in defenders) else {}),
         **({"poison": poison_fingerprint(config.poison)} if config.poison is not None else {}),
+        **({"search_ambient": ambient_fingerprint(config.search_ambient)}
+           if config.search_ambient is not None else {}),
         "medmis": medmis_identity(),
     }
 

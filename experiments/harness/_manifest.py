@@ -16,6 +16,7 @@ from medmis.agents import decoding_record
 from medmis.experiments.benchmark import prompt_preset
 from medmis.tools import is_secret_name, json_file, redact, redact_obj
 
+from ._ambient import ambient_manifest
 from ._config import RunConfig
 from ._poison import poison_manifest
 
@@ -134,6 +135,8 @@ def write_manifest(
     }
     if config.poison is not None:  # the settings and the page file's sha256
         manifest["poison"] = poison_manifest(config.poison)
+    if config.search_ambient is not None:  # a named condition: the file, its sha256, its passages
+        manifest["search_ambient"] = ambient_manifest(config.search_ambient)
     if config.batch:  # its prices are list prices; the report takes the batch discount off them
         manifest["batch"] = {"enabled": True, "discount": config.batch_discount}
     if fingerprint is not None:

@@ -42,6 +42,7 @@ from medmis.experiments.benchmark import (
 )
 from medmis.tools import CaseTools, collect_from_here, noting_signals, redact
 
+from ._ambient import check_ambient
 from ._caseloop import CaseLoop, fork_blocker, resolve_processes
 from ._config import (
     INVALID_ROWS_FILE,
@@ -132,6 +133,7 @@ class Harness:
         )
         load_plugins(config.plugins)  # the run's local plug-in files (--plugin) register their defenders
         self.poison = RunPoison.of(config)  # the pages of --poison (None without it)
+        self.ambient = check_ambient(config)  # --search-ambient, checked before any folder exists
         self.defenders: list[Defender] = [
             create_defender(d.name, d.options, label=d.label) for d in config.defenders
         ]
@@ -173,6 +175,7 @@ class Harness:
                         cache_dir=str(self._cache_dir()) if self.config.cache != "live" else None,
                         allow_hosts=tuple(self.config.allow_hosts),
                         corpus_dir=self.config.corpus_dir,
+                        ambient=self.config.search_ambient,
                         store=self._get_store(),
                         blocklist=self.config.blocklist,
                     )

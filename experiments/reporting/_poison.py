@@ -55,6 +55,9 @@ class PoisonGrid:
     plan: dict[str, Any]
     uses_tools: dict[str, bool] = field(default_factory=dict)
     simulated: bool = False
+    ambient: list[dict[str, Any] | None] = field(default_factory=list)
+    """The ambient-misinformation conditions of the share runs read (their manifests'
+    ``search_ambient``, None for a clean web), each once."""
 
     def cells(self) -> list[tuple[str, str]]:
         """(model, defender) in first-seen order over the shares, the baseline first per model."""
@@ -97,6 +100,7 @@ def load_grid(run_dir: str | Path, *, baseline: str = "none", seed: int = 0) -> 
     names: dict[str, str] = {}
     tool_calls: dict[str, int] = {}
     simulated = False
+    ambient: list[dict[str, Any] | None] = []
     for share, folder in shares:
         run = ShareRun(share=share, folder=folder)
         runs.append(run)
@@ -116,6 +120,10 @@ def load_grid(run_dir: str | Path, *, baseline: str = "none", seed: int = 0) -> 
         config = data.manifest.get("config")
         config = config if isinstance(config, dict) else {}
         run.settings = dict(data.manifest.get("poison") or config.get("poison") or {})
+        condition = data.manifest.get("search_ambient")
+        condition = dict(condition) if isinstance(condition, dict) else None
+        if condition not in ambient:
+            ambient.append(condition)
         simulated = simulated or bool(data.manifest.get("simulated")) or is_simulated(data.models)
         for d in data.manifest.get("defenders") or []:
             if isinstance(d, dict) and d.get("label") and d.get("name"):
@@ -123,7 +131,7 @@ def load_grid(run_dir: str | Path, *, baseline: str = "none", seed: int = 0) -> 
         for ds in report.results.values():
             for defender, dm in ds.items():
                 tool_calls[defender] = tool_calls.get(defender, 0) + dm.cost.tool_calls
-    grid = PoisonGrid(baseline=baseline, runs=runs, plan=plan, simulated=simulated)
+    grid = PoisonGrid(baseline=baseline, runs=runs, plan=plan, simulated=simulated, ambient=ambient)
     grid.uses_tools = {d: _uses_tools(names.get(d, d), tool_calls.get(d, 0)) for _, d in grid.cells()}
     return grid
 
@@ -201,6 +209,9 @@ def poison_markdown(grid: PoisonGrid) -> str:
              "every defender, visiting is not citing). Brackets are 95% intervals clustered on items; "
              f"ΔT1 ASR is paired against `{grid.baseline}` in the same share's run. Folders: "
              f"`{POISON_DIR}/share-<S>`; every figure is in `poison.json` / `poison.csv`.", ""]
+    ambient_text = _ambient_text(grid)
+    if ambient_text:
+        lines += [ambient_text, ""]
     if grid.simulated:
         lines += ["These runs use the SIMULATED EXAMINEE: it reads poisoned passages as it reads any "
                   "passage; the figures exercise the pipeline, they are not measurements of a model.", ""]
@@ -228,6 +239,20 @@ def poison_markdown(grid: PoisonGrid) -> str:
               RULE.format(b=grid.baseline), ""]
     lines += poison_verdicts(grid) or ["No defender of these runs uses tools (searches); none is judged here."]
     return "\n".join(lines)
+
+
+def _ambient_text(grid: PoisonGrid) -> str:
+    """The ambient-misinformation condition of the share runs, in one line (empty for a clean web)."""
+    from ._verdict_text import render_ambient_line
+
+    named = [a for a in grid.ambient if a]
+    if not named:
+        return ""
+    if len(grid.ambient) > 1:
+        files = ", ".join(f"`{a.get('file')}`" if a else "none" for a in grid.ambient)
+        return (f"**Ambient misinformation differs between the share runs** ({files}): their figures "
+                "are not comparable across shares.")
+    return render_ambient_line(named[0]).replace("every search of this run", "every search of every share run")
 
 
 def poison_verdicts(grid: PoisonGrid) -> list[str]:
@@ -289,6 +314,7 @@ def poison_json(grid: PoisonGrid) -> dict[str, Any]:
         results.setdefault(model, {})[defender] = block
     return {
         "baseline": grid.baseline, "simulated": grid.simulated, "shares": tested,
+        "ambient": (grid.ambient[0] if len(grid.ambient) == 1 else grid.ambient) if grid.ambient else None,
         "settings": _settings(grid), "rule": RULE.format(b=grid.baseline),
         "runs": [{"share": r.share, "folder": r.folder.relative_to(r.folder.parent.parent).as_posix(),
                   "problem": r.problem or None, "settings": r.settings or None} for r in grid.runs],

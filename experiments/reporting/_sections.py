@@ -119,6 +119,7 @@ def render_run_facts(run: RunData, report: MetricsReport) -> str:
         ("Decoding", render_decoding_fact(m)),
         *([("Per-model settings", _model_settings(m))] if _model_settings(m) else []),
         *([("Poisoned web", _poison_settings(m["poison"]))] if m.get("poison") else []),
+        *([("Ambient misinformation", _ambient_settings(m["search_ambient"]))] if m.get("search_ambient") else []),
         ("Run seed", str(m.get("seed", "—"))),
         ("Baseline defender", f"`{report.baseline}`"),
         ("Paired bootstrap", f"{report.n_boot} replicates, seed {report.seed}"),
@@ -196,6 +197,13 @@ def _poison_settings(poison: dict[str, Any]) -> str:
     digest = str(poison.get("pages_sha256") or "")[:12]
     return (f"share {poison.get('share')} of every Type 1 search's results, rank `{poison.get('rank')}`, "
             f"{styles}, pages `{poison.get('pages')}` (sha256 {digest}…)")
+
+
+def _ambient_settings(ambient: dict[str, Any]) -> str:
+    """``--search-ambient``: the file searched with the local corpus by every case."""
+    digest = str(ambient.get("sha256") or "")[:12]
+    return (f"{ambient.get('passages', '?')} false passages of `{ambient.get('file')}` (sha256 {digest}…) "
+            "searched with the local corpus by every case, clean ones included: not a clean web")
 
 
 def render_headline(report: MetricsReport) -> str:

@@ -84,7 +84,7 @@ def run_verdict(run: RunData, report: MetricsReport, settings: VerdictSettings |
 
     labels = {d for _, d, _ in each_result(report)}
     controls = sorted(d for d in labels if is_control(d))
-    return decide(
+    verdict = decide(
         report,
         controls=controls,
         prices=run_prices(run),
@@ -92,6 +92,24 @@ def run_verdict(run: RunData, report: MetricsReport, settings: VerdictSettings |
         simulated=run.simulated,
         settings=settings or run_settings(run),
     )
+    verdict.ambient = run_ambient(run)
+    return verdict
+
+
+def run_ambient(run: RunData) -> dict[str, Any] | None:
+    """The run's ambient-misinformation condition as its manifest records it (None: none)."""
+    ambient = run.manifest.get("search_ambient")
+    return dict(ambient) if isinstance(ambient, dict) else None
+
+
+def render_ambient_line(ambient: Mapping[str, Any] | None) -> str:
+    """One line naming the ambient-misinformation condition; empty without one."""
+    if not ambient:
+        return ""
+    digest = str(ambient.get("sha256") or "")[:12]
+    return (f"**Ambient misinformation:** every search of this run (clean questions included) met "
+            f"{ambient.get('passages', '?')} false passages of `{ambient.get('file')}` (sha256 {digest}…) "
+            "beside the local corpus. The figures are for that condition, not for a clean web.")
 
 
 def render_incomplete_line(verdict: Verdict) -> str:
@@ -145,6 +163,8 @@ def render_verdict(verdict: Verdict, report: MetricsReport) -> str:
         return f"## Verdict\n\n{body}"
     lines = [_model_lines(mv, report, verdict) for mv in verdict.models]
     text = "## Verdict\n\n" + intro + "\n\n" + "\n".join(lines)
+    if verdict.ambient:
+        text += "\n\n" + render_ambient_line(verdict.ambient)
     if verdict.simulated:
         text += ("\n\n**Simulated examinee:** any ranking above comes from the simulation's "
                  "rules (what the simulated examinee is built to do with the text it reads), "
