@@ -136,3 +136,18 @@ def test_an_ablation_names_the_condition_in_every_share_run_and_the_poison_secti
     section = report[report.index("## Poisoned retrieval"):]
     assert "**Ambient misinformation:** every search of every share run" in section
     assert json.loads((out / "poison.json").read_text(encoding="utf-8"))["ambient"]["sha256"] == digest
+
+
+def test_a_folder_searched_over_another_corpus_is_refused_on_resume(
+    runs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The local corpus is in the fingerprint by its documents' sha256: a folder made with the
+    old corpus (misleading passages inside) must not resume on the clean one and mix the two."""
+    corpus = tmp_path / "corpus"
+    shutil.copytree(ROOT / "fixtures" / "corpus", corpus)
+    capsys.readouterr()
+    assert main(run_args(runs["clean"], "--corpus-dir", str(corpus))) == 0  # same documents
+    assert "nothing to do" in capsys.readouterr().out
+    shutil.copy(AMBIENT, corpus / "misleading.jsonl")  # the old default corpus's layout
+    assert main(run_args(runs["clean"], "--corpus-dir", str(corpus))) == 2
+    assert "web_tools" in one_line(capsys.readouterr().err)

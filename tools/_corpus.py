@@ -148,6 +148,20 @@ def load_ambient(path: str | Path) -> list[CorpusDocument]:
     return docs
 
 
+def corpus_digest(directory: str | Path | None = None) -> str:
+    """sha256 over the files :func:`load_corpus` reads (relative path and bytes, in its order):
+    the identity of a local corpus in a run's fingerprint, so a folder searched over other
+    documents is refused on resume."""
+    root = Path(directory) if directory is not None else DEFAULT_CORPUS_DIR
+    digest = hashlib.sha256()
+    if root.is_dir():
+        for path in sorted(p for p in root.rglob("*") if p.is_file()):
+            if path.suffix.lower() in (".jsonl", ".md", ".txt"):
+                digest.update(path.relative_to(root).as_posix().encode() + b"\0")
+                digest.update(path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
 def ambient_digest(path: str | Path) -> str:
     """sha256 of an ambient file's bytes (the fingerprint's identity of the condition)."""
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()

@@ -114,7 +114,7 @@ def run_fingerprint(config: RunConfig, defenders: Sequence[Any], dataset: Any,
             d.label: {"name": d.name, "options": d.options.model_dump(mode="json"), "code": defender_code(d.name)}
             for d in defenders
         },
-        **({"web_tools": web_tool_endpoints(config.search, config.visit)}
+        **({"web_tools": web_tool_endpoints(config.search, config.visit, config.corpus_dir)}
            if any(getattr(d, "uses_tools", False) for d in defenders) else {}),
         **({"poison": poison_fingerprint(config.poison)} if config.poison is not None else {}),
         **({"search_ambient": ambient_fingerprint(config.search_ambient)}

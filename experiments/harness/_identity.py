@@ -109,10 +109,17 @@ def examinee_identity(model: Any) -> dict[str, Any]:
     return json.loads(json.dumps(dict(params), default=str, sort_keys=True))
 
 
-def web_tool_endpoints(search: str, visit: str) -> dict[str, str]:
+def web_tool_endpoints(search: str, visit: str, corpus_dir: str | None = None) -> dict[str, str]:
     """The web tools' backends with the server each talks to (the option's environment
-    variable, else the service's default), credentials stripped."""
-    from medmis.tools import JINA_DEFAULT_BASE_URL, SERPER_DEFAULT_BASE_URL, TAVILY_DEFAULT_BASE_URL
+    variable, else the service's default), credentials stripped; the local corpus by the
+    sha256 of its documents (:func:`medmis.tools.corpus_digest`), since a changed corpus
+    changes every answer a search defender gives."""
+    from medmis.tools import (
+        JINA_DEFAULT_BASE_URL,
+        SERPER_DEFAULT_BASE_URL,
+        TAVILY_DEFAULT_BASE_URL,
+        corpus_digest,
+    )
 
     servers = {
         "tavily": ("TAVILY_BASE_URL", TAVILY_DEFAULT_BASE_URL),
@@ -125,6 +132,8 @@ def web_tool_endpoints(search: str, visit: str) -> dict[str, str]:
             variable, default = servers[backend]
             url = (os.environ.get(variable) or "").strip() or default
             out[role] = f"{backend}@{bare_url(url.rstrip('/'))}"
+        elif backend == "local" and role == "search":
+            out[role] = f"local@sha256:{corpus_digest(corpus_dir)}"
         else:
             out[role] = backend
     return out
