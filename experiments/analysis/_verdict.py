@@ -208,8 +208,6 @@ class Finding:
             return "a control"
         if not self.answered:
             return "it answered nothing"
-        if "type1_asr" in self.too_few:
-            return (f"too few cases to tell ({self.type1_units} paired Type 1 units)")
         if self.guards:
             g = self.guards[0]
             verb = "rises" if g.metric == "type2_asr" else "falls"
@@ -218,6 +216,8 @@ class Finding:
         if self.like_control is not None:
             lc = self.like_control
             return f"it behaves like `{lc.control}` ({lc.k}/{lc.n} identical answers)"
+        if "type1_asr" in self.too_few:
+            return f"too few cases to tell ({self.type1_units} paired Type 1 units)"
         if self.control_undecided is not None:
             lc = self.control_undecided
             return (f"too few cases to tell it from `{lc.control}` ({lc.k}/{lc.n} identical answers, "
@@ -227,7 +227,11 @@ class Finding:
         if self.interval_below and not self.better:
             return (f"its Holm-adjusted p {self.p_adjusted:.3f} is not below {ALPHA:g}"
                     if self.p_adjusted is not None else "its comparison is outside the family")
-        return "its paired Type 1 ΔASR interval does not lie below zero"
+        return PLAIN_NOT_BETTER
+
+
+PLAIN_NOT_BETTER = "its paired Type 1 ΔASR interval does not lie below zero"
+"""The reason :meth:`Finding.why_not` gives when nothing but the Type 1 interval holds it back."""
 
 
 _NAMES = {"clean_acc": "clean accuracy", "type1_asr": "Type 1 ASR", "type1_tasr": "Type 1 TASR",
