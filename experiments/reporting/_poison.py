@@ -185,7 +185,7 @@ def _with_type2(report: MetricsReport, main: MetricsReport | None) -> tuple[Metr
         results[model] = {}
         for d, dm in defenders.items():
             theirs = main.results.get(model, {}).get(d)
-            extra = {m: c for m in _TYPE2 if theirs is not None and m not in dm.paired
+            extra = {m: c for m in _TYPE2 if theirs is not None and not getattr(dm.paired.get(m), "n", 0)
                      and (c := theirs.paired.get(m)) is not None and c.n}
             if extra:
                 lent.add(model)
