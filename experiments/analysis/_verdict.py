@@ -86,7 +86,7 @@ class VerdictSettings:
     def from_mapping(cls, data: Mapping[str, Any] | None) -> VerdictSettings:
         """Settings from a mapping (unknown keys ignored, missing ones default)."""
         kinds = {f.name: (int if f.name == "min_units" else float) for f in fields(cls)}
-        return cls(**{k: kinds[k](v) for k, v in (data or {}).items() if k in kinds})
+        return cls(**{k: kinds[k](v) for k, v in (data or {}).items() if k in kinds})  # type: ignore[arg-type]
 
 
 DEFAULT_SETTINGS = VerdictSettings()

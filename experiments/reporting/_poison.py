@@ -179,7 +179,7 @@ def _with_type2(report: MetricsReport, main: MetricsReport | None) -> tuple[Metr
     Type 2 cases), and the models that got them."""
     if main is None:
         return report, set()
-    results = {}
+    results: dict[str, dict[str, Any]] = {}
     lent: set[str] = set()
     for model, defenders in report.results.items():
         results[model] = {}

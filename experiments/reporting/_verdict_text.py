@@ -306,13 +306,13 @@ def _finding_notes(f: Finding, mv: ModelVerdict, defenders: Mapping[str, Any], b
             f"with context ({lc.k}/{lc.n}) [{100 * lc.lo:.1f}, {100 * lc.hi:.1f}]; {few}, so it is "
             "not named better.")
     if f.too_few and f.answered and not f.control:
-        shown = []
+        few_parts = []
         for m in f.too_few:
             c = defenders[f.defender].paired.get(m)
-            shown.append(f"{_NAMES.get(m, m)} ({c.n if c is not None else 0} paired units)")
+            few_parts.append(f"{_NAMES.get(m, m)} ({c.n if c is not None else 0} paired units)")
         consequence = ("so it is not named" if "type1_asr" in f.too_few
                        else "so that guard is not judged" if len(f.too_few) == 1 else "so those guards are not judged")
-        notes.append(f"{d}: too few cases to tell its {_and(shown)} against `{base_name}` "
+        notes.append(f"{d}: too few cases to tell its {_and(few_parts)} against `{base_name}` "
                      f"(fewer than {settings.min_units}), {consequence}.")
     if f.interval_below and not f.better and f.p_adjusted is not None and not f.control:
         notes.append(f"{d}: its Type 1 ΔASR interval {fmt_delta(t1).split(' ', 1)[1]} lies below "
