@@ -174,6 +174,8 @@ def test_holm_over_the_family_matches_statsmodels_and_decides_better() -> None:
     assert [mv.findings[d].p_adjusted for d in ("a", "b", "c")] == pytest.approx(list(expected))
     assert raw[1] < 0.05 and mv.findings["b"].interval_below  # better before the correction
     assert mv.better == ["a"] and not mv.findings["b"].better
+    assert mv.findings["b"].why_not() == f"its Holm-adjusted p {expected[1]:.3f} is not below 0.05"
+    assert mv.findings["c"].why_not() == "its paired Type 1 ΔASR interval does not lie below zero"
     data = v.to_json()["models"]["m"]
     assert data["family"]["method"] == "holm" and data["family"]["size"] == 3
     assert data["findings"]["b"]["p_raw"] == pytest.approx(raw[1])

@@ -223,8 +223,6 @@ class Finding:
             lc = self.control_undecided
             return (f"cannot tell it from `{lc.control}` ({lc.k}/{lc.n} identical answers, "
                     f"[{100 * lc.lo:.1f}, {100 * lc.hi:.1f}])")
-        if self.too_few:
-            return "too few cases to tell its " + " or ".join(_NAMES.get(m, m) for m in self.too_few)
         if self.interval_below and not self.better:
             return (f"its Holm-adjusted p {self.p_adjusted:.3f} is not below {ALPHA:g}"
                     if self.p_adjusted is not None else "its comparison is outside the family")
