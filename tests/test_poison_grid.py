@@ -182,7 +182,7 @@ def test_the_offline_config_is_the_issues_grid_and_dry_runs(tmp_path: Path, caps
     assert cfg.poison is not None and cfg.poison.shares == [0.0, 0.25, 0.5, 1.0]
     assert cfg.poison.pages == "fixtures/poison/sample_pages.jsonl" and cfg.poison.rank == "top"
     assert (cfg.data, cfg.protocols, cfg.type1_targets, cfg.search) == (
-        "fixtures/medmisbench_sample.jsonl", ["clean", "type1"], "all", "local")
+        "fixtures/medmisbench_sample.jsonl", ["clean", "type1", "type2"], "all", "local")
     assert [m.spec for m in cfg.models] == ["mock/examinee"]
     assert [d.name for d in cfg.defenders][:4] == ["none", "warning", "search_agent", "claim_verify"]
     pages = pages_file(tmp_path / "pages.jsonl")

@@ -20,7 +20,7 @@ from medmis.experiments.reporting._poison import load_grid, poison_verdicts, ver
 from medmis.experiments.reporting._report import write_report
 from medmis.tools._poison_types import PoisonExposure
 
-ITEMS = 12
+ITEMS = 24
 SHARES = [0.0, 0.25, 0.5, 1.0]
 NAMES = {"none": "none", "warning": "warning", "search_agent": "search_agent", "claim_verify": "claim_verify"}
 
@@ -79,9 +79,11 @@ def sentences(root: Path) -> dict[str, str]:
     grid = load_grid(root)
     assert grid is not None
     out = {}
+    no_type2 = " No Type 2 guard applied (no Type 2 cases in this grid)."
     for line in poison_verdicts(grid):
+        assert line.endswith(no_type2), line  # these grids run no Type 2: every sentence says so
         name = line.split("`")[1]
-        out[name] = line
+        out[name] = line.removesuffix(no_type2)
     return out
 
 

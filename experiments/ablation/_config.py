@@ -131,6 +131,8 @@ class VerdictEntry(BaseModel):
     recovery_margin: float = Field(default=0.10, ge=0, le=1)
     control_share: float = Field(default=0.95, gt=0, le=1)
     rate_gap: float = Field(default=0.02, ge=0, le=1)
+    min_units: int = Field(default=20, ge=1)
+    """Fewest paired units a comparison needs before the verdict draws anything from it."""
 
 
 POISON_PAGES = "fixtures/poison/sample_pages.jsonl"

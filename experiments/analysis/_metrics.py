@@ -109,7 +109,7 @@ class UnitOutcomes(NamedTuple):
     outcomes: np.ndarray
 
 
-PAIRWISE_METRICS: tuple[str, ...] = ("type1_asr",)
+PAIRWISE_METRICS: tuple[str, ...] = ("type1_asr", "type1_tasr")
 """Metrics whose per-unit outcomes a report keeps for defender-vs-defender comparisons."""
 
 

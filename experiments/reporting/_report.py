@@ -169,7 +169,8 @@ def _write_rest(run: RunData, report: MetricsReport, verdict: Verdict, metrics: 
         plots = write_plots(run.run_dir, metrics, helper=plot_helper, submitted=plot_helper is not None)
     from ._poison import write_poison  # an ablation's share runs under poison/, if any
 
-    poison = write_poison(run.run_dir, baseline=report.baseline, seed=report.seed, figures=figures)
+    poison = write_poison(run.run_dir, baseline=report.baseline, seed=report.seed, figures=figures,
+                          settings=verdict.settings, main=report)
     if poison is not None:
         paths.update(poison.paths)
         plots.update(poison.plots)
