@@ -42,6 +42,7 @@ SNAPSHOTS = Path(__file__).parent / "snapshots"
 
 GRAPHS: dict[str, Callable[[], CompiledStateGraph]] = {
     "search_agent": lambda: build_search_agent_graph(SearchAgentOptions()),
+    "search_agent_paper": lambda: build_search_agent_graph(SearchAgentOptions(preset="paper")),
     "claim_verify": lambda: build_claim_verify_graph(ClaimVerifyOptions()),
     "prior_reconcile": lambda: build_prior_reconcile_graph(PriorReconcileOptions()),
     "isolate_vote": lambda: build_isolate_vote_graph(IsolateVoteOptions()),
