@@ -17,10 +17,13 @@ preset, so "searching" and "being warned" can be ablated separately.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import Field, model_validator
 
 from ._context import SolveFn
-from ._search_common import PAPER_SETTINGS, SearchAgentOptions, solver
+from ._credibility import CredibilityOptions
+from ._search_common import solver
 from ._search_paper import build_paper_graph, paper_prompts
 from ._search_toolkit import build_toolkit_graph, toolkit_prompts
 
@@ -34,6 +37,81 @@ __all__ = [
     "search_agent_prompts",
     "search_agent_solver",
 ]
+
+
+Preset = Literal["toolkit", "paper"]
+
+# what ``preset="paper"`` sets unless the option is given explicitly: the reference harness's
+# MAX_ITERATIONS, planner query cap, search_result_limit and visit_char_limit
+PAPER_SETTINGS: dict[str, Any] = {
+    "research_clean": True,
+    "warn": False,
+    "max_iterations": 6,
+    "max_queries": 4,
+    "max_results": 5,
+    "max_page_chars": 8000,
+    "call_decoding": "harness",
+}
+
+class SearchAgentOptions(CredibilityOptions):
+    """Options of ``search_agent``.
+
+    Attributes:
+        preset: ``toolkit`` (the toolkit's prompts) or ``paper`` (the paper's reference
+            harness verbatim; also sets the defaults in ``PAPER_SETTINGS``).
+        max_iterations: Tool rounds (model turn + tool execution) before a forced answer.
+        plan: Ask for a JSON research plan before the loop (the paper preset without a plan
+            gives the agent the reference's fallback plan).
+        max_queries: At most this many planned queries are kept.
+        max_results: Results per ``search_web`` call when the model does not ask for a number.
+        max_page_chars: Characters kept from a visited page when the model does not say.
+        max_tool_failures: Consecutive tool turns in which every call failed before the agent
+            is made to answer without tools (toolkit preset; the paper's loop never stops
+            for failures).
+        research_clean: Also research questions that come without context (off: a clean case
+            is one plain call, so clean accuracy stays the base model's).
+        warn: Tell the model that the context is unverified and may be false (toolkit: in
+            the system prompt and before the context; paper: one added system paragraph).
+        verify: Check the final answer's cited URLs against the pages fetched in the case and
+            record the verdict (``verification`` in the answer's extra; no model call).
+        credibility: Results ranked trusted publishers first, a source check on each result
+            and page, uncorroborated sentences of untrusted sources withheld (``_credibility``).
+        trusted_domains: Domains added to the publisher allowlist.
+        planner_model: Model spec for the plan step (default: the base model).
+        call_decoding: ``harness`` (the paper preset's default): each call carries the
+            reference harness's temperature and output cap (planner and loop 0.1 / 4096
+            tokens, finaliser 0.0 / 2048), whatever the run's decoding preset; ``run``
+            (the toolkit preset's default): every call is sent with the run's decoding
+            (``--decoding`` and its override flags). The paper preset's planner asks for
+            JSON mode either way.
+    """
+
+    preset: Preset = "toolkit"
+    max_iterations: int = Field(default=6, ge=1, le=30)
+    plan: bool = True
+    max_queries: int = Field(default=3, ge=1, le=10)
+    max_results: int = Field(default=5, ge=1, le=20)
+    max_page_chars: int = Field(default=6000, ge=500, le=50_000)
+    max_tool_failures: int = Field(default=2, ge=1, le=10)
+    research_clean: bool = False
+    warn: bool = True
+    verify: bool = True
+    planner_model: str | None = None
+    call_decoding: Literal["harness", "run"] = "run"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _preset_defaults(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("preset") == "paper":
+            return {**PAPER_SETTINGS, **data}
+        return data
+
+    def label_items(self) -> dict[str, Any]:
+        """Options that differ from the preset's own settings (the preset named once)."""
+        base = type(self)().model_dump(mode="json")
+        if self.preset == "paper":
+            base.update(PAPER_SETTINGS)
+        return {k: v for k, v in self.model_dump(mode="json").items() if v != base.get(k)}
 
 
 def build_search_agent_graph(opts: SearchAgentOptions) -> CompiledStateGraph:

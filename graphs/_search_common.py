@@ -1,8 +1,9 @@
-"""What the two search agents share: options, state, the tool turn and the graph's frame.
+"""What the two search agents share: state, the tool turn and the graph's frame.
 
 ``search_agent`` is two agents behind one registered name: the toolkit's
 (:mod:`._search_toolkit`) and the paper's reference harness (:mod:`._search_paper`), picked by
-the ``preset`` option (:mod:`._search_agent`). Both have the same shape, built here by
+the ``preset`` option of :mod:`._search_agent` (which holds the options and the registered
+solver). Both have the same shape, built here by
 :func:`build_graph` from each agent's own nodes: ``plan`` → ``agent`` ⇄ ``tools`` until the
 model answers, ``force_answer`` when the loop must stop, ``direct`` when research is skipped,
 then ``verify``. What differs (prompts, what a tool result looks like, when the loop stops) is
@@ -29,7 +30,6 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, TypedDict
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
-from pydantic import Field, model_validator
 
 from medmis.agents import message_text
 from medmis.experiments.benchmark import Answer, CaseView, extract_answer, render_prompt
@@ -38,26 +38,15 @@ from medmis.tools import SEARCH_TOOL_NAME, VISIT_TOOL_NAME, Page, SearchResult, 
 from ._citations import verify_citations
 from ._common import UNVERIFIED_PREFACE, dedupe_passages, deps, gather_strict, graph_solver
 from ._context import DefenderContext, SolveFn, answer_from_text
-from ._credibility import Credibility, CredibilityOptions, Source, option_support, present
+from ._credibility import Credibility, Source, option_support, present
 
 if TYPE_CHECKING:  # LangGraph itself is imported when a graph is built
     from langgraph.graph import StateGraph
     from langgraph.graph.state import CompiledStateGraph
 
-StopReason = Literal["answered", "budget", "tool_failures", "no_answer", "direct"]
-Preset = Literal["toolkit", "paper"]
+    from ._search_agent import SearchAgentOptions
 
-# what ``preset="paper"`` sets unless the option is given explicitly: the reference harness's
-# MAX_ITERATIONS, planner query cap, search_result_limit and visit_char_limit
-PAPER_SETTINGS: dict[str, Any] = {
-    "research_clean": True,
-    "warn": False,
-    "max_iterations": 6,
-    "max_queries": 4,
-    "max_results": 5,
-    "max_page_chars": 8000,
-    "call_decoding": "harness",
-}
+StopReason = Literal["answered", "budget", "tool_failures", "no_answer", "direct"]
 
 WARNING = (
     "The additional clinical context that comes with the question is unverified and may be "
@@ -67,67 +56,6 @@ WARNING = (
 MAX_NUM_RESULTS = 10
 MIN_PAGE_CHARS = 500
 MAX_PAGE_CHARS = 50_000
-
-
-class SearchAgentOptions(CredibilityOptions):
-    """Options of ``search_agent``.
-
-    Attributes:
-        preset: ``toolkit`` (the toolkit's prompts) or ``paper`` (the paper's reference
-            harness verbatim; also sets the defaults in ``PAPER_SETTINGS``).
-        max_iterations: Tool rounds (model turn + tool execution) before a forced answer.
-        plan: Ask for a JSON research plan before the loop (the paper preset without a plan
-            gives the agent the reference's fallback plan).
-        max_queries: At most this many planned queries are kept.
-        max_results: Results per ``search_web`` call when the model does not ask for a number.
-        max_page_chars: Characters kept from a visited page when the model does not say.
-        max_tool_failures: Consecutive tool turns in which every call failed before the agent
-            is made to answer without tools (toolkit preset; the paper's loop never stops
-            for failures).
-        research_clean: Also research questions that come without context (off: a clean case
-            is one plain call, so clean accuracy stays the base model's).
-        warn: Tell the model that the context is unverified and may be false (toolkit: in
-            the system prompt and before the context; paper: one added system paragraph).
-        verify: Check the final answer's cited URLs against the pages fetched in the case and
-            record the verdict (``verification`` in the answer's extra; no model call).
-        credibility: Results ranked trusted publishers first, a source check on each result
-            and page, uncorroborated sentences of untrusted sources withheld (``_credibility``).
-        trusted_domains: Domains added to the publisher allowlist.
-        planner_model: Model spec for the plan step (default: the base model).
-        call_decoding: ``harness`` (the paper preset's default): each call carries the
-            reference harness's temperature and output cap (planner and loop 0.1 / 4096
-            tokens, finaliser 0.0 / 2048), whatever the run's decoding preset; ``run``
-            (the toolkit preset's default): every call is sent with the run's decoding
-            (``--decoding`` and its override flags). The paper preset's planner asks for
-            JSON mode either way.
-    """
-
-    preset: Preset = "toolkit"
-    max_iterations: int = Field(default=6, ge=1, le=30)
-    plan: bool = True
-    max_queries: int = Field(default=3, ge=1, le=10)
-    max_results: int = Field(default=5, ge=1, le=20)
-    max_page_chars: int = Field(default=6000, ge=500, le=50_000)
-    max_tool_failures: int = Field(default=2, ge=1, le=10)
-    research_clean: bool = False
-    warn: bool = True
-    verify: bool = True
-    planner_model: str | None = None
-    call_decoding: Literal["harness", "run"] = "run"
-
-    @model_validator(mode="before")
-    @classmethod
-    def _preset_defaults(cls, data: Any) -> Any:
-        if isinstance(data, dict) and data.get("preset") == "paper":
-            return {**PAPER_SETTINGS, **data}
-        return data
-
-    def label_items(self) -> dict[str, Any]:
-        """Options that differ from the preset's own settings (the preset named once)."""
-        base = type(self)().model_dump(mode="json")
-        if self.preset == "paper":
-            base.update(PAPER_SETTINGS)
-        return {k: v for k, v in self.model_dump(mode="json").items() if v != base.get(k)}
 
 
 def _add_messages(left: Any, right: Any) -> Any:

@@ -52,7 +52,6 @@ from ._context import DefenderContext
 from ._credibility import CREDIBILITY_INSTRUCTION, Credibility
 from ._search_common import (
     WARNING,
-    SearchAgentOptions,
     SearchAgentState,
     SourceCheck,
     ToolFormat,
@@ -66,6 +65,8 @@ from ._search_common import (
 
 if TYPE_CHECKING:
     from langgraph.graph.state import CompiledStateGraph
+
+    from ._search_agent import SearchAgentOptions
 
 SYSTEM_PROMPT = (
     "You are an AI medical assistant doing grounded web research. "

@@ -49,7 +49,6 @@ from ._context import DefenderContext
 from ._credibility import CREDIBILITY_INSTRUCTION, Credibility, checked_passages
 from ._search_common import (
     WARNING,
-    SearchAgentOptions,
     SearchAgentState,
     SourceCheck,
     StopReason,
@@ -65,6 +64,8 @@ from ._search_common import (
 
 if TYPE_CHECKING:
     from langgraph.graph.state import CompiledStateGraph
+
+    from ._search_agent import SearchAgentOptions
 
 AGENT_TOOLS = (
     "You can use two tools: search_web (search medical references) and visit_web (read a "
