@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Annotated, Any, Literal, TypedDict
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol, TypedDict
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
@@ -41,7 +41,6 @@ from ._context import DefenderContext, SolveFn, answer_from_text
 from ._credibility import Credibility, Source, option_support, present
 
 if TYPE_CHECKING:  # LangGraph itself is imported when a graph is built
-    from langgraph.graph import StateGraph
     from langgraph.graph.state import CompiledStateGraph
 
     from ._search_agent import SearchAgentOptions
@@ -84,7 +83,10 @@ class SearchAgentState(TypedDict, total=False):
     verification: dict[str, Any]
 
 
-Node = Callable[[SearchAgentState, RunnableConfig], Awaitable[dict[str, Any]]]
+class Node(Protocol):
+    """A graph node: the state and the run's config in, a state update out."""
+
+    def __call__(self, state: SearchAgentState, config: RunnableConfig) -> Awaitable[dict[str, Any]]: ...
 
 
 def warned_preface(case: CaseView, opts: SearchAgentOptions) -> str | None:
@@ -423,7 +425,7 @@ def build_graph(
         return "plan" if opts.plan else "agent"
 
     finish = finish_node(opts)
-    graph: StateGraph = StateGraph(SearchAgentState)
+    graph = StateGraph(SearchAgentState)
     graph.add_node("direct", direct_node(opts))
     graph.add_node("plan", plan)
     graph.add_node("agent", agent)
