@@ -16,10 +16,12 @@ retried, redacted), refuses a call already made and shows each result in the age
 
 Both agents accept the reference signatures ``search_web(query, num_results, country,
 language)`` and ``visit_web(url, goal, max_chars)``. The tool node is our own rather than
-LangGraph's ``ToolNode``: a turn also updates the case's searches, pages, evidence, what was
-shown (``answered_from``) and the failure count, and refuses calls by the state's earlier
-signatures; ``ToolNode`` would need each tool to return a state ``Command`` and would turn
-exceptions into messages itself, which changes the traces recorded cassettes replay.
+LangGraph's ``ToolNode`` (with a wrapper routing each call through ``ctx``), because a turn is
+more than its calls: a second identical call *in the same turn* is refused (``ToolNode`` runs
+the calls independently), the turn counts as failed only when every call failed (an aggregate
+no single tool's ``Command`` can write, so it would need one more node and change the graph's
+shape), and each call also adds to the case's searches, pages, evidence and what was shown
+(``answered_from``). Those would change the graph and the traces recorded cassettes replay.
 """
 
 from __future__ import annotations
