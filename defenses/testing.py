@@ -10,11 +10,13 @@ provider errors stop the case). Like the harness, it hands the defender a ``Case
 it can fail every call, add latency, and reports how many calls were in flight at once.
 
 ``FakeExaminee`` is a callable script for ``ScriptedChatModel``: JSON for structured prompts
-(recognised by the key they ask for), tool calls while tools are bound, and "Final answer: X"
-otherwise. It also reads prompts sent as a JSON object with a ``"question"`` (the paper's
-search harness) and finds URLs in JSON tool results. Its answer follows a small, explicit policy so behaviour tests can reason about it:
-a SUPPORTED sentence wins, a REFUTED one is ignored, a gullible examinee follows any other
-context sentence that names an option, and without context it answers from ``knows``.
+(in the form the prompt asks for), tool calls while tools are bound, and "Final answer: X"
+otherwise. It decides from the text it is shown and never from the answer key or from the
+words of our prompts (``tests/test_fake_examinee.py`` holds it to that): a sentence naming an
+option is a statement for it (denied when it holds a negation), an option two statements back
+wins, a gullible examinee follows any backed option, and otherwise it answers from the
+knowledge the test author gave it (``TOY_KNOWLEDGE`` for the toy item). A claim's verdict is
+read from the evidence shown after the claim.
 """
 
 from __future__ import annotations
@@ -156,9 +158,6 @@ def toy_view(item: Item, protocol: str, target: str | None = None) -> CaseView:
     return toy_case(item, protocol, target).view()
 
 
-_CONTEXT_HEADING = re.compile(r"^Additional Clinical Context:[ \t]*$", re.MULTILINE)
-
-
 def _norm(text: str) -> str:
     return " " + " ".join(_WORD.findall(text.lower().replace("^", " "))) + " "
 
@@ -174,9 +173,26 @@ def _json_prompt(text: str) -> dict[str, Any] | None:
     return obj if isinstance(obj, dict) and isinstance(obj.get("question"), str) else None
 
 
-def _unwrap(text: str) -> str:
+def _shown(text: str) -> str:
+    """The prompt's text as read: a JSON prompt (the paper's search harness) is read value by
+    value, one per line, so its question, context and evidence are seen like any other text."""
     wrapped = _json_prompt(text)
-    return str(wrapped["question"]) if wrapped is not None else text
+    if wrapped is None:
+        return text
+    lines: list[str] = []
+
+    def walk(value: Any) -> None:
+        if isinstance(value, str):
+            lines.extend(value.splitlines())
+        elif isinstance(value, dict):
+            for v in value.values():
+                walk(v)
+        elif isinstance(value, list):
+            for v in value:
+                walk(v)
+
+    walk(wrapped)
+    return "\n".join(lines)
 
 
 def _urls(text: str) -> list[str]:
@@ -184,14 +200,45 @@ def _urls(text: str) -> list[str]:
     return [a or b for a, b in re.findall(r'URL: (\S+)|"url": "([^"]+)"', text)]
 
 
+_URL = re.compile(r"https?://")
+_STOPWORDS = frozenset(
+    {"a", "an", "the", "of", "is", "are", "was", "be", "by", "for", "to", "in", "on", "at",
+     "and", "or", "that", "this", "which", "what", "who", "with", "from", "due", "s"}
+)
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+# Words that deny what a sentence names ("it is not a cause of scurvy"); English, not ours.
+_NEGATIONS = frozenset({"not", "no", "never", "neither", "nor", "cannot", "doesn", "isn", "aren"})
+
+TOY_KNOWLEDGE: dict[str, str] = {"Which vitamin deficiency causes scurvy?": "Vitamin C"}
+"""What the fake examinee believes about the toy item: question -> option text (the test
+author's statement, written beside the item; never read from its answer key)."""
+
+
+@dataclass(frozen=True)
+class Statement:
+    """A sentence of the shown text that names options: what it affirms or denies."""
+
+    text: str
+    names: tuple[str, ...]
+    denies: bool
+
+
 @dataclass
 class FakeExaminee:
     """A callable script ``(messages, tools) -> output`` for ``ScriptedChatModel``.
 
+    It decides from the text it is shown, never from the item's answer key and never from the
+    words of a defender's prompt: a sentence that names an option (outside the question and the
+    option list) is a statement for that option, denied when it holds a negation. The same
+    sentences under any heading, label or wrapper give the same decision.
+
     Attributes:
-        item: The question being answered (its options are what the examinee recognises).
-        knows: The answer from its own knowledge (default: the gold key).
-        gullible: Follow an unrefuted context sentence that names an option.
+        item: The question being answered (its option texts are what the examinee recognises;
+            its ``gold`` is never read).
+        knows: The option key it answers from its own knowledge; by default the option whose
+            text ``knowledge`` holds for the question, else the first option (a guess).
+        knowledge: Question text -> the option text the examinee believes (the test author's).
+        gullible: Follow an undenied statement for an option over its own knowledge.
         tool_turns: Tool-calling turns before answering while tools are bound.
         calls_per_turn: Tool calls issued per tool turn.
         repeat_calls: Issue the very same search every turn (to provoke duplicate refusal).
@@ -200,6 +247,7 @@ class FakeExaminee:
 
     item: Item
     knows: str | None = None
+    knowledge: dict[str, str] = field(default_factory=lambda: dict(TOY_KNOWLEDGE))
     gullible: bool = True
     tool_turns: int = 1
     calls_per_turn: int = 1
@@ -209,7 +257,11 @@ class FakeExaminee:
 
     def __post_init__(self) -> None:
         if self.knows is None:
-            self.knows = self.item.gold
+            believed = _norm(self.knowledge.get(self.item.question, ""))
+            self.knows = next(
+                (k for k, v in self.item.options.items() if _norm(v) == believed),
+                next(iter(self.item.options)),
+            )
 
     # --- dispatch -------------------------------------------------------------------------
 
@@ -220,6 +272,8 @@ class FakeExaminee:
         self.prompts.append(human)
         if tools:
             return self._agent_turn(messages, human)
+        # The reply's *form* follows the JSON key the prompt asks for, as a model follows an
+        # output format; what goes in it is decided from the shown text alone.
         wrapped = _json_prompt(human)
         if wrapped is not None and "schema" in wrapped:
             return "```json\n" + json.dumps(
@@ -227,39 +281,105 @@ class FakeExaminee:
                  "visit_focus": ["which vitamin"], "success_criteria": ["a reference names it"]}
             ) + "\n```"
         if wrapped is not None:
-            return f"From the evidence.\nThe answer is {self.decide(_unwrap(human))}"
+            return f"From the evidence.\nThe answer is {self.decide(human)}"
         if '"queries"' in human:
             return 'Here is my plan:\n```json\n{"queries": ["scurvy cause vitamin", "collagen synthesis vitamin"], "rationale": "check the cause"}\n```'
         if '"claims"' in human:
             return self._claims(human)
         if '"verdict"' in human:
             return self._verdict(human)
-        return f"Reasoning step by step about the question.\nFinal answer: {self.decide(human)}"
+        choice = self.decide(human)
+        return f"Reasoning step by step about the question.{self._belief(choice)}\nFinal answer: {choice}"
+
+    def _belief(self, choice: str) -> str:
+        """What the reply says of its own knowledge: it names what it believes when it answers
+        from it, so a later prompt that shows the reply shows that belief as a statement."""
+        if choice != self.knows or choice not in self.item.options:
+            return ""
+        return f"\nI know this one: {self.item.options[choice]}."
+
+    # --- reading --------------------------------------------------------------------------
+
+    def mentions(self, text: str) -> list[str]:
+        """Option keys whose text ``text`` names."""
+        norm = _norm(text)
+        return [k for k, v in self.item.options.items() if _norm(v) in norm]
+
+    def _listing(self, line: str) -> bool:
+        """The question itself or a line of the option list (``A. Vitamin A``), not a claim."""
+        norm = _norm(line)
+        if _norm(self.item.question) in norm:
+            return True
+        return any(
+            norm.strip() in {_norm(f"{k} {v}").strip(), _norm(v).strip()}
+            for k, v in self.item.options.items()
+        )
+
+    def statements(self, text: str) -> list[Statement]:
+        """The sentences of ``text`` that name an option, in order, each once.
+
+        A sentence that names no option but denies ("It does not cause scurvy.") continues
+        the statement before it on its line; a source reference (a sentence holding a URL) is
+        not a statement; a sentence said again (a claim restated beside its verdict) counts once.
+        """
+        found: list[Statement] = []
+        for line in _shown(text).splitlines():
+            if self._listing(line):
+                continue
+            last: Statement | None = None
+            for sentence in _SENTENCE_END.split(line.strip()):
+                if _URL.search(sentence):
+                    continue
+                names = tuple(self.mentions(sentence))
+                denies = bool(_words(sentence) & _NEGATIONS)
+                if not names:
+                    if last is not None and denies:
+                        found[-1] = last = Statement(f"{last.text} {sentence}", last.names, True)
+                    continue
+                norm = _norm(sentence)
+                if any(norm in _norm(s.text) or _norm(s.text) in norm for s in found):
+                    last = None
+                    continue
+                last = Statement(sentence, names, denies)
+                found.append(last)
+        return found
 
     # --- structured steps -----------------------------------------------------------------
 
     def _claims(self, prompt: str) -> str:
-        block = prompt.split("Statements:", 1)[-1]
-        claims = [m.group(1).strip() for m in re.finditer(r"^\[\d+\]\s*(.+)$", block, re.MULTILINE)]
+        claims = [m.group(1).strip() for m in re.finditer(r"^\[\d+\]\s*(.+)$", prompt, re.MULTILINE)]
         return "Sure. " + json.dumps({"claims": claims}) + " Done."
 
-    def mentions(self, text: str) -> list[str]:
-        norm = _norm(text)
-        return [k for k, v in self.item.options.items() if _norm(v) in norm]
-
     def _verdict(self, prompt: str) -> str:
-        claim = prompt.split("Claim to check:", 1)[-1].split("\n\n", 1)[0].strip()
-        named = self.mentions(claim)
-        verdict = "not_enough_info"
-        if self.item.gold in named:
-            verdict = "supported"
-        elif named:
-            verdict = "refuted"
-        urls = re.findall(r"https?://\S+", prompt)
-        quote = ""
-        if urls and verdict != "not_enough_info":
-            quote = "Scurvy is caused by a deficiency of vitamin C (ascorbic acid)."
-        return json.dumps({"verdict": verdict, "quote": quote, "url": urls[0] if urls else None})
+        """Judge the claim (the first statement shown) by the statements after it: supported
+        when one affirms what the claim names on the claim's topic, refuted when one denies it
+        or affirms another option instead, otherwise not enough info."""
+        said = self.statements(prompt)
+        verdict, quote, url = "not_enough_info", "", None
+        if said:
+            claim, evidence = said[0], said[1:]
+            # the claim's subject: what it says about the question beyond the options
+            subject = (_words(claim.text) & _words(self.item.question)) - _STOPWORDS - _words(
+                " ".join(self.item.options.values())
+            )
+            relevant = [s for s in evidence if subject <= _words(s.text)]
+            backing = [s for s in relevant if not s.denies and set(s.names) & set(claim.names)]
+            against = [
+                s for s in relevant
+                if (s.denies and set(s.names) & set(claim.names))
+                or (not s.denies and not set(s.names) & set(claim.names))
+            ]
+            decided = backing[0] if backing else against[0] if against else None
+            if decided is not None:
+                verdict = "supported" if backing else "refuted"
+                quote = _first_sentence(decided.text, self.item.options[decided.names[0]])
+                before = prompt[: prompt.find(decided.text)] if decided.text in prompt else prompt
+                urls = re.findall(r"https?://[^\s\"]+", before)  # the source it came under
+                url = urls[-1] if urls else None
+        if url is None:
+            urls = re.findall(r"https?://[^\s\"]+", prompt)
+            url = urls[0] if urls else None
+        return json.dumps({"verdict": verdict, "quote": quote, "url": url})
 
     # --- agent loop -------------------------------------------------------------------------
 
@@ -286,35 +406,39 @@ class FakeExaminee:
         source = f"According to {cited[0]}, " if cited else ""
         if not self.answer_with_tools:
             return AIMessage(content=f"{source}I am still unsure.")
-        first_human = _unwrap(
-            next((message_text(m) for m in messages if isinstance(m, HumanMessage)), opening)
-        )
+        first_human = next((message_text(m) for m in messages if isinstance(m, HumanMessage)), opening)
         return AIMessage(
             content=f"{source}the evidence settles it.\nFinal answer: {self.decide(first_human)}"
         )
 
     # --- the answer policy ----------------------------------------------------------------
 
-    def context_lines(self, prompt: str) -> list[str]:
-        # the heading line, not a mention of it ("read the 'Additional Clinical Context'")
-        heading = _CONTEXT_HEADING.search(prompt)
-        if heading is None:
-            return []
-        block = prompt[heading.end() :]
-        return [ln for ln in block.strip("\n").split("\n\n", 1)[0].splitlines() if ln.strip()]
-
     def decide(self, prompt: str) -> str:
-        lines = self.context_lines(prompt)
-        supported = [k for ln in lines if "[SUPPORTED]" in ln for k in self.mentions(ln)]
-        if supported:
-            return supported[0]
-        if "Reconcile them" in prompt:
-            return str(self.knows)
-        if self.gullible:
-            named = [k for ln in lines if "REFUTED" not in ln for k in self.mentions(ln)]
-            if named:
-                return str(self.knows) if self.knows in named else named[0]
+        """The option the shown text leads to.
+
+        Each option scores the statements that affirm it minus those that deny it. An option
+        two statements back (corroborated) wins; a gullible examinee follows any option a
+        statement backs; otherwise, and on ties with its own belief, it answers ``knows``.
+        """
+        score = dict.fromkeys(self.item.options, 0)
+        for s in self.statements(prompt):
+            for k in s.names:
+                score[k] += -1 if s.denies else 1
+        for floor in (2, 1) if self.gullible else (2,):
+            backed = [k for k, n in score.items() if n >= floor]
+            if backed:
+                if self.knows in backed:
+                    return str(self.knows)
+                return max(backed, key=lambda k: score[k])
         return str(self.knows)
+
+
+def _first_sentence(text: str, option_text: str) -> str:
+    """The sentence of ``text`` that names ``option_text`` (what a verdict quotes)."""
+    for sentence in _SENTENCE_END.split(text):
+        if _norm(option_text) in _norm(sentence):
+            return sentence.strip()
+    return text.strip()
 
 
 def toy_item() -> Item:

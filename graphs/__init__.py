@@ -31,12 +31,16 @@ from ._prior_reconcile import (
     build_prior_reconcile_graph,
     prior_reconcile_solver,
 )
-from ._search_agent import SearchAgentOptions, build_search_agent_graph, search_agent_solver
+from ._search_agent import (
+    SearchAgentOptions,
+    build_search_agent_graph,
+    search_agent_prompts,
+    search_agent_solver,
+)
 from ._shown import (
     claim_verify_prompts,
     isolate_vote_prompts,
     prior_reconcile_prompts,
-    search_agent_prompts,
 )
 
 __all__ = [

@@ -19,7 +19,12 @@ part of the evaluation protocol, so it is reproduced exactly:
   system prompt and sees every tool result as ``json.dumps(result)`` (``[tool error: ...]``
   and ``[duplicate call refused]`` otherwise);
 * when the iteration budget runs out the finaliser answers from the last eight tool-log
-  entries.
+  entries; a reply without tool calls is the answer, as is (the loop never stops for tool
+  failures).
+
+This module is the paper's agent (``search_agent`` with ``preset="paper"``): its prompts, its
+tool format (:class:`PaperFormat`), its graph (:func:`build_paper_graph`) and what it shows
+(:func:`paper_prompts`); the shape and the shared nodes are :mod:`._search_common`'s.
 """
 
 from __future__ import annotations
@@ -28,13 +33,40 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
+from langchain_core.runnables import RunnableConfig
 
 from medmis.agents import MissingKeyError, ModelConfigError, accepts_call_settings, message_text
 from medmis.experiments.benchmark import CaseView
-from medmis.tools import Page, ReplayMissError, SearchResponse, ToolError, redact
+from medmis.tools import (
+    Page,
+    ReplayMissError,
+    SearchResponse,
+    SearchResult,
+    ToolError,
+    redact,
+    tool_schemas,
+)
+
+from ._common import dedupe_passages, deps
+from ._context import DefenderContext
+from ._credibility import CREDIBILITY_INSTRUCTION, Credibility
+from ._search_common import (
+    WARNING,
+    SearchAgentState,
+    SourceCheck,
+    ToolFormat,
+    agent_node,
+    build_graph,
+    checked_results,
+    finish_node,
+    loop_stop,
+    tool_node,
+)
 
 if TYPE_CHECKING:
-    from ._context import DefenderContext
+    from langgraph.graph.state import CompiledStateGraph
+
+    from ._search_agent import SearchAgentOptions
 
 SYSTEM_PROMPT = (
     "You are an AI medical assistant doing grounded web research. "
@@ -273,3 +305,97 @@ def visit_result_text(url: str, goal: str | None, page: Page) -> str:
 
 def error_text(exc: ToolError) -> str:
     return f"[tool error: {exc.kind}: {exc.message}]"
+
+
+class PaperFormat(ToolFormat):
+    """Tool results as the harness shows them: JSON, ``[tool error: ...]`` and
+    ``[duplicate call refused]`` for calls identical in their exact arguments."""
+
+    duplicate_text = DUPLICATE_REFUSED
+
+    def call_key(self, name: str, args: dict[str, Any]) -> str:
+        return call_key(name, args)
+
+    def error_text(self, exc: ToolError) -> str:
+        return error_text(exc)
+
+    async def search(
+        self, ctx: DefenderContext, query: str, *, wanted: int, country: str | None,
+        language: str | None, check: SourceCheck | None,
+    ) -> tuple[str, list[SearchResult], list[SearchResult], dict[str, Any] | None]:
+        response = await ctx.search_response(query, max_results=wanted, country=country, language=language)
+        results: list[SearchResult] = list(response.results)
+        raw, note = results, None
+        if check is not None:
+            boxes = {k: getattr(response, k) for k in ("answer_box", "knowledge_graph") if getattr(response, k)}
+            results, raw, note, summaries = checked_results(results, check, list(boxes.values()))
+            response = response.model_copy(update={"results": results, **dict(zip(boxes, summaries, strict=True))})
+        return search_result_text(response, query), results, raw, note
+
+    def visit_text(self, url: str, goal: str | None, page: Page) -> str:
+        return visit_result_text(url, goal, page)
+
+
+def _system_suffix(opts: SearchAgentOptions) -> str | None:
+    suffix = " ".join(t for t in (WARNING if opts.warn else "",
+                                   CREDIBILITY_INSTRUCTION if opts.credibility else "") if t)
+    return suffix or None
+
+
+def build_paper_graph(opts: SearchAgentOptions) -> CompiledStateGraph:
+    """Compile the reference harness's search-and-visit graph for one set of options."""
+    harness = opts.call_decoding == "harness"
+    rules = Credibility(opts.trusted_domains) if opts.credibility else None
+    finish = finish_node(opts)
+
+    async def plan(state: SearchAgentState, config: RunnableConfig) -> dict[str, Any]:
+        d = deps(config)
+        question = question_prompt(d.case)
+        planner = d.ctx.model_for(opts.planner_model)
+        found = await harness_plan(d.ctx, planner, question, harness=harness)
+        parsed = normalise_plan(found, question, opts.max_queries)
+        d.ctx.note("plan", parsed)
+        return {"plan": parsed}
+
+    def opening(case: CaseView, state: SearchAgentState) -> list[BaseMessage]:
+        question = question_prompt(case)
+        return agent_messages(question, state.get("plan") or fallback_plan(question), _system_suffix(opts))
+
+    async def force_answer(state: SearchAgentState, config: RunnableConfig) -> dict[str, Any]:
+        d = deps(config)
+        reason = loop_stop(state, opts.max_iterations) or "no_answer"
+        d.ctx.note("force_answer", {"reason": reason, "evidence": len(state.get("evidence", []))})
+        question = question_prompt(d.case)
+        plan = state.get("plan") or fallback_plan(question)
+        messages = finalizer_messages(question, plan, state.get("tool_log", []))
+        d.ctx.answered_from(dedupe_passages(state.get("shown", [])))
+        settings = FINALIZER_SETTINGS if harness else None
+        reply = await d.ctx.generate(messages, name="force_answer", settings=settings)
+        return {"final": message_text(reply), "stop_reason": reason}
+
+    def route_agent(state: SearchAgentState, config: RunnableConfig) -> str:
+        # the reference takes a reply without tool calls as the answer, as is
+        return "tools" if getattr(state["messages"][-1], "tool_calls", None) else finish
+
+    def route_tools(state: SearchAgentState) -> str:
+        return "agent" if loop_stop(state, opts.max_iterations) is None else "force_answer"
+
+    return build_graph(
+        opts,
+        plan=plan,
+        agent=agent_node(opening, tool_schemas("paper"), AGENT_SETTINGS if harness else None),
+        tools=tool_node(PaperFormat(), opts, rules),
+        force_answer=force_answer,
+        route_agent=route_agent,
+        route_tools=route_tools,
+    )
+
+
+def paper_prompts(opts: SearchAgentOptions) -> dict[str, str]:
+    """What the paper's agent shows on a case with context: its system prompt, the question's
+    head and (``plan``) the planner's system prompt."""
+    out = {"system": SYSTEM_PROMPT + (f"\n\n{WARNING}" if opts.warn else ""),
+           "question": WITH_CONTEXT_HEAD.strip()}
+    if opts.plan:
+        out["plan"] = PLANNER_SYSTEM_PROMPT
+    return out

@@ -10,18 +10,10 @@ from __future__ import annotations
 from medmis.agents import message_text
 from medmis.experiments.benchmark import CaseView
 
-from . import _search_paper as paper
 from ._claim_verify import ANNOTATION_PREFACE, ClaimVerifyOptions, _split_prompt, _verify_prompt
 from ._common import UNVERIFIED_PREFACE
 from ._isolate_vote import ISOLATED_PREFACE, IsolateVoteOptions
 from ._prior_reconcile import PriorReconcileOptions, _reconcile_preface
-from ._search_agent import (
-    AGENT_SYSTEM,
-    AGENT_SYSTEM_UNWARNED,
-    PLAN_SYSTEM,
-    WARNING,
-    SearchAgentOptions,
-)
 
 
 def claim_verify_prompts(opts: ClaimVerifyOptions) -> dict[str, str]:
@@ -33,23 +25,6 @@ def claim_verify_prompts(opts: ClaimVerifyOptions) -> dict[str, str]:
         out["split"] = "\n\n".join(message_text(m) for m in _split_prompt(placeholder, [0]))
     out["verify"] = "\n\n".join(message_text(m) for m in _verify_prompt("<claim>", [], []))
     out["answer"] = ANNOTATION_PREFACE
-    return out
-
-
-def search_agent_prompts(opts: SearchAgentOptions) -> dict[str, str]:
-    """``search_agent`` on a case with context: the agent's system prompt, the planner's, and
-    (toolkit preset, ``warn``) the preface before the context."""
-    if opts.preset == "paper":
-        out = {"system": paper.SYSTEM_PROMPT + (f"\n\n{WARNING}" if opts.warn else ""),
-               "question": paper.WITH_CONTEXT_HEAD.strip()}
-        if opts.plan:
-            out["plan"] = paper.PLANNER_SYSTEM_PROMPT
-        return out
-    out = {"system": AGENT_SYSTEM if opts.warn else AGENT_SYSTEM_UNWARNED}
-    if opts.plan:
-        out["plan"] = PLAN_SYSTEM
-    if opts.warn:
-        out["preface"] = UNVERIFIED_PREFACE
     return out
 
 

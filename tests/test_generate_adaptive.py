@@ -26,7 +26,7 @@ from medmis.defenses._builtin import DEFAULT_WARNING
 from medmis.experiments.benchmark import load_dataset
 from medmis.experiments.cli import main
 from medmis.graphs._claim_verify import ANNOTATION_PREFACE, VERIFY_SYSTEM
-from medmis.graphs._search_agent import AGENT_SYSTEM, AGENT_SYSTEM_UNWARNED
+from medmis.graphs._search_toolkit import AGENT_SYSTEM, AGENT_SYSTEM_UNWARNED
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "fixtures" / "medmisbench_sample.jsonl"

@@ -42,6 +42,7 @@ SNAPSHOTS = Path(__file__).parent / "snapshots"
 
 GRAPHS: dict[str, Callable[[], CompiledStateGraph]] = {
     "search_agent": lambda: build_search_agent_graph(SearchAgentOptions()),
+    "search_agent_paper": lambda: build_search_agent_graph(SearchAgentOptions(preset="paper")),
     "claim_verify": lambda: build_claim_verify_graph(ClaimVerifyOptions()),
     "prior_reconcile": lambda: build_prior_reconcile_graph(PriorReconcileOptions()),
     "isolate_vote": lambda: build_isolate_vote_graph(IsolateVoteOptions()),
@@ -64,6 +65,28 @@ def test_graph_shape_matches_snapshot(name: str) -> None:
     assert drawn == path.read_text(encoding="utf-8"), (
         f"graph {name} changed shape; UPDATE_SNAPSHOTS=1 if intended"
     )
+
+
+def test_the_two_search_agents_are_two_graphs_that_never_ask_which_they_are() -> None:
+    """The toolkit's and the paper's agent are separate graphs over shared helpers: no node
+    reads the preset, and only the registered solver picks between them."""
+    import ast
+    import inspect
+
+    from medmis.graphs import _search_common, _search_toolkit
+
+    for module in (_search_common, _search_toolkit, paper):
+        tree = ast.parse(inspect.getsource(module))
+        read = [n for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr == "preset"]
+        assert not read, f"{module.__name__} reads the preset"
+        assert "is_paper" not in inspect.getsource(module)
+    toolkit = build_search_agent_graph(SearchAgentOptions())
+    harness = build_search_agent_graph(SearchAgentOptions(preset="paper"))
+    for graph, module in ((toolkit, _search_toolkit), (harness, paper)):
+        plan = graph.builder.nodes["plan"].runnable
+        assert getattr(plan, "func", None) is not None or getattr(plan, "afunc", None) is not None
+        func = getattr(plan, "afunc", None) or plan.func
+        assert func.__module__ == module.__name__
 
 
 # --- helpers -------------------------------------------------------------------------------------
