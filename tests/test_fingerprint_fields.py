@@ -160,10 +160,14 @@ def test_web_tool_servers_count_for_tool_using_defenders(tmp_path: Path, monkeyp
     base = ["run", "--data", str(SAMPLE), "--limit", "1", "--model", "mock/examinee", "--protocol", "clean",
             "--out", str(tmp_path / "run"), "--no-progress"]
     assert main([*base, "--defender", "search_agent"]) == 0
-    assert manifest(tmp_path / "run")["fingerprint"]["web_tools"] == {"search": "local", "visit": "direct"}
+    from medmis.tools import corpus_digest
+
+    local = f"local@sha256:{corpus_digest()}"  # the local corpus by its documents
+    assert manifest(tmp_path / "run")["fingerprint"]["web_tools"] == {"search": local, "visit": "direct"}
     capsys.readouterr()
     assert main([*base, "--defender", "search_agent", "--search", "tavily"]) == 2
-    assert "web_tools: search='local' -> search='tavily@https://api.tavily.com'" in one_line(capsys.readouterr().err)
+    refusal = one_line(capsys.readouterr().err)  # a long value is shortened in the line
+    assert "web_tools: search='" in refusal and "search='tavily@https://api.tavily.com')" in refusal
     # a defender without tools resumes the folder whatever the tools would be
     assert main([*base, "--defender", "none", "--search", "tavily"]) == 0
 
@@ -267,11 +271,16 @@ def test_builtin_defenders_carry_a_hash_of_their_source(tmp_path: Path) -> None:
     out = tmp_path / "run"
     assert main(mock_run(out, "--protocol", "clean")) == 0
     code = manifest(out)["fingerprint"]["defenders"]["none"]["code"]
-    assert code["modules"] == ["medmis.defenses._builtin"] and "distribution" not in code
+    # the factory's module and the defender-layer modules it imports (the contract it builds on)
+    modules = ["medmis.defenses._base", "medmis.defenses._builtin", "medmis.graphs._context"]
+    assert code["modules"] == modules and "distribution" not in code
     import hashlib
 
-    source = (ROOT / "defenses" / "_builtin.py").read_bytes()
-    assert code["sha256"] == hashlib.sha256(b"medmis.defenses._builtin\0" + source + b"\0").hexdigest()
+    digest = hashlib.sha256()
+    for name in modules:
+        package, file = name.split(".")[1:]
+        digest.update(name.encode() + b"\0" + (ROOT / package / f"{file}.py").read_bytes() + b"\0")
+    assert code["sha256"] == digest.hexdigest()
 
 
 # -- medmis's own version: announced, never refused -----------------------------------------
@@ -356,3 +365,15 @@ def test_ablate_checks_each_stability_folder_before_nothing_to_do(tmp_path: Path
     assert main(["ablate", str(config), "--no-progress"]) == 2
     captured = capsys.readouterr()
     assert "seed: 5 -> 0" in one_line(captured.err) and "nothing to do" not in captured.out
+
+
+def test_a_defenders_code_identity_covers_the_graph_modules_it_runs() -> None:
+    """The modules a built-in defender's factory and options import from the defender layers,
+    transitively, are hashed: a change to the toolkit search graph or a shared helper is a
+    changed defender, not "nothing to do" over old answers."""
+    from medmis.experiments.harness._identity import defender_code
+
+    search = set(defender_code("search_agent")["modules"])
+    assert {"medmis.graphs._search_toolkit", "medmis.graphs._search_paper",
+            "medmis.graphs._search_common", "medmis.graphs._common"} <= search
+    assert "medmis.graphs._escalate" in defender_code("escalate")["modules"]

@@ -6,8 +6,11 @@ Each is worked out once per process (a run's fingerprint needs it once, not per 
 
 from __future__ import annotations
 
+import ast
 import functools
 import hashlib
+import importlib
+import importlib.util
 import json
 import os
 import subprocess
@@ -38,6 +41,61 @@ def _module_file(name: str) -> Path | None:
     module = sys.modules.get(name)
     file = getattr(module, "__file__", None)
     return Path(file) if file else None
+
+
+_DEFENDER_LAYERS = ("medmis.graphs.", "medmis.defenses.")
+"""Packages whose modules a built-in defender's behaviour is spread over: the ones its factory
+and options modules import from, transitively, are part of its code identity."""
+
+
+def _imported_modules(name: str) -> set[str]:
+    """The modules of the defender layers that module ``name`` imports (relative or absolute)."""
+    path = _module_file(name)
+    try:
+        tree = ast.parse(path.read_bytes()) if path is not None else None
+    except (OSError, SyntaxError, ValueError):
+        return set()
+    if tree is None:
+        return set()
+    package = name.rsplit(".", 1)[0]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                base = f"{base}.{node.module}" if node.module else base
+            else:
+                base = node.module or ""
+            candidates = [base, *(f"{base}.{a.name}" for a in node.names)]
+        elif isinstance(node, ast.Import):
+            candidates = [a.name for a in node.names]
+        else:
+            continue
+        if isinstance(node, ast.ImportFrom) and f"{base}.".startswith(_DEFENDER_LAYERS):
+            # a name taken from a public face: the module that defines it
+            face = sys.modules.get(base)
+            candidates += [getattr(getattr(face, a.name, None), "__module__", None) or "" for a in node.names]
+        for mod in candidates:
+            if mod.startswith(_DEFENDER_LAYERS) and mod.rsplit(".", 1)[-1].startswith("_"):
+                try:
+                    if importlib.util.find_spec(mod) is not None:
+                        found.add(mod)
+                except (ImportError, ValueError):
+                    continue
+    return found
+
+
+def _defender_modules(roots: list[str]) -> list[str]:
+    """``roots`` and, for medmis's own defenders, every private module of the defender layers
+    they import transitively (a shared graph helper changes what the defender does too)."""
+    seen = set(roots)
+    todo = [m for m in roots if m.startswith(_DEFENDER_LAYERS)]
+    while todo:
+        for mod in _imported_modules(todo.pop()) - seen:
+            seen.add(mod)
+            importlib.import_module(mod)
+            todo.append(mod)
+    return sorted(seen)
 
 
 @functools.cache
@@ -78,7 +136,8 @@ def _code_of(factory: Any, options: type) -> dict[str, Any]:
     modules = [getattr(factory, "__module__", None)]
     if options is not DefenderOptions:  # the shared base class is no defender's own code
         modules.append(getattr(options, "__module__", None))
-    names = sorted({m for m in modules if m})
+    roots = sorted({m for m in modules if m})
+    names = _defender_modules(roots)
     digest = hashlib.sha256()
     hashed = []
     for name in names:
@@ -93,7 +152,7 @@ def _code_of(factory: Any, options: type) -> dict[str, Any]:
         # a local --plugin file's module is named after its content hash (defenses._plugins)
         hashed.append("<local plug-in file>" if name.startswith("medmis_plugin_") else name)
     code: dict[str, Any] = {"modules": hashed, "sha256": digest.hexdigest() if hashed else None}
-    dist = _plugin_distribution(names[0]) if names else None
+    dist = _plugin_distribution(roots[0]) if roots else None
     if dist:
         code["distribution"] = dist
     return code
