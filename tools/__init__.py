@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from ._cassette import import_cassette
     from ._cli import tools_search, tools_visit
     from ._corpus import CorpusDocument, LocalSearch, load_corpus, url_key
+    from ._errors import EXIT_USAGE, ConfigError, InputError, MedmisError
     from ._exit import (
         collect_from_here,
         exit_now,
@@ -82,6 +83,7 @@ if TYPE_CHECKING:
 
 # Loaded on first use: the CLI imports tool modules (cache commands) without LangChain.
 _HOME = {
+    **dict.fromkeys(("EXIT_USAGE", "ConfigError", "InputError", "MedmisError"), "_errors"),
     "locale_hints": "_poisoned_web",
     "AllowedHost": "_safety",
     "Blocklist": "_safety",
@@ -163,6 +165,7 @@ __all__ = [
     "DEFAULT_BLOCKLIST",
     "DEFAULT_MAX_RESPONSE_BYTES",
     "DEFAULT_PAGES",
+    "EXIT_USAGE",
     "JINA_DEFAULT_BASE_URL",
     "PAGE_STYLES",
     "PAPER_SEARCH_TOOL",
@@ -178,9 +181,12 @@ __all__ = [
     "CacheMode",
     "CacheProbe",
     "CaseTools",
+    "ConfigError",
     "CorpusDocument",
+    "InputError",
     "JinaReader",
     "LocalSearch",
+    "MedmisError",
     "Page",
     "PageReader",
     "PoisonExposure",

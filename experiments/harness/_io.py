@@ -12,7 +12,13 @@ from typing import Any, BinaryIO
 from pydantic import ValidationError
 
 from medmis.experiments.benchmark import Record
-from medmis.tools import configured_secrets, json_needs_redaction, redact_obj
+from medmis.tools import (
+    InputError,
+    MedmisError,
+    configured_secrets,
+    json_needs_redaction,
+    redact_obj,
+)
 
 
 def scrub_lines(record: Record, trace: dict[str, Any],
@@ -44,7 +50,7 @@ def scrub_lines(record: Record, trace: dict[str, Any],
     return record, record_line, trace_line
 
 
-class RecordsFileError(ValueError):
+class RecordsFileError(InputError, ValueError):
     """A line before the last one of ``records.jsonl`` is unreadable (``file:line: why``)."""
 
 
@@ -54,7 +60,7 @@ def os_error_text(error: OSError) -> str:
     return f"[{code}] {error.strerror or str(error) or type(error).__name__}"
 
 
-class WriteFailed(Exception):
+class WriteFailed(MedmisError):
     """Writing into the run folder failed (a full disk, a read-only folder, a directory where
     a file should be): one line naming the path and the error number.
 
