@@ -86,7 +86,7 @@ def load_grid(run_dir: str | Path, *, baseline: str = "none", seed: int = 0) -> 
     None without any. A share folder that cannot be read is a run with a ``problem``."""
     from medmis.experiments.analysis import run_metrics
 
-    from ._run import load_run
+    from ._run import load_run_data
     from ._simulated import is_simulated
     from ._verdict_text import incomplete_reason
 
@@ -104,7 +104,7 @@ def load_grid(run_dir: str | Path, *, baseline: str = "none", seed: int = 0) -> 
             run.problem = "not run (no records)"
             continue
         try:
-            data = load_run(folder)
+            data = load_run_data(folder)
             report = run_metrics(folder, baseline=baseline, seed=seed)
             run.cells = share_cells(report, exposure(folder), incomplete=incomplete_reason(data, report))
         except (OSError, ValueError) as exc:  # an unreadable records file: one line, nothing else
