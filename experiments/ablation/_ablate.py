@@ -204,6 +204,8 @@ def _run_config(config: AblationConfig, out: Path, *, progress: bool, shuffled: 
     if share is not None and config.poison is not None:  # a share run: OUT/poison/share-<S>
         poison = config.poison.settings(share, config.resolve(config.poison.pages))
         cache_dir = config.cache_dir or str(out.parent.parent / "cache")
+    # RunConfig's own default unless the config sets one (typed for the ** below)
+    case_timeout: dict[str, Any] = {} if config.case_timeout is None else {"case_timeout_s": config.case_timeout}
     return RunConfig(
         data=config.resolve(config.data),
         subset=config.subset,
@@ -226,7 +228,7 @@ def _run_config(config: AblationConfig, out: Path, *, progress: bool, shuffled: 
         out=str(out),
         max_connections=config.max_connections,
         processes=config.processes, helper_timeout_s=config.helper_timeout_s,
-        **({"case_timeout_s": config.case_timeout} if config.case_timeout is not None else {}),
+        **case_timeout,
         max_retries=config.max_retries, retry_errors=config.retry_errors,
         cache=config.cache,
         # one shared store: the shuffled pass replays the clean answers instead of paying again
