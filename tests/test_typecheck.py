@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import site
 import subprocess
-import sys
 import sysconfig
 import venv
 from pathlib import Path
