@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from medmis.tools import ConfigError
+
 
 class ModelError(Exception):
     """Base class for failures of a model call."""
 
 
-class MissingKeyError(ModelError):
+class MissingKeyError(ModelError, ConfigError):
     """No API key for a provider. The CLI prints this message as one line, no traceback."""
 
     def __init__(self, provider: str, variables: tuple[str, ...]) -> None:
@@ -17,7 +19,7 @@ class MissingKeyError(ModelError):
         self.variables = variables
 
 
-class ModelConfigError(ModelError, ValueError):
+class ModelConfigError(ModelError, ConfigError, ValueError):
     """A model spec or option the provider cannot honour (an effort level it does not know, a
     LangChain integration that is not installed). Raised while building the model, before any
     request; the CLI prints it as one line."""

@@ -27,12 +27,12 @@ from pydantic import ValidationError
 
 from medmis.experiments.benchmark import Answer, Case, CaseView, as_view
 from medmis.graphs import DefenderContext, DefenderOptions, SolveFn
-from medmis.tools import noting_signals, signals_seen
+from medmis.tools import ConfigError, noting_signals, signals_seen
 
 ENTRY_POINT_GROUP = "medmis.defenders"
 
 
-class DefenderConfigError(ValueError):
+class DefenderConfigError(ConfigError, ValueError):
     """An unknown defender name or invalid defender options (a user error, not a bug)."""
 
 

@@ -20,16 +20,19 @@ The names below are re-exported lazily: importing ``medmis.experiments.benchmark
 graphs and defenders do) must not pull in the harness, which imports the defenders.
 """
 
+import warnings
 from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:  # what type checkers see of the names used across subpackages
-    from ._argtypes import EXIT_EPILOG, OneLineParser, comma_choices, int_at_least  # noqa: F401
-    from ._cli_flags import add_plugin_flag, add_request_flags, parse_kv, request_options  # noqa: F401
-    from ._errors import CliError  # noqa: F401
+# the domain errors (the CLI maps them to exit codes), defined in the lowest package
+from medmis.tools import ConfigError as ConfigError
+from medmis.tools import InputError as InputError
+from medmis.tools import MedmisError as MedmisError
 
 _SUBPACKAGES = ("benchmark", "harness", "analysis", "reporting", "ablation", "api")
-_EXPORTS: dict[str, str] = {
+# The command line's helpers, once re-exported here: still resolved (with a DeprecationWarning)
+# for code that imported them, but no part of the public face; import them from their modules.
+_CLI_HELPERS: dict[str, str] = {
     "int_at_least": "_argtypes",
     "comma_choices": "_argtypes",
     "OneLineParser": "_argtypes",
@@ -38,6 +41,9 @@ _EXPORTS: dict[str, str] = {
     "add_plugin_flag": "_cli_flags",
     "add_request_flags": "_cli_flags",
     "request_options": "_cli_flags",
+    "CliError": "_errors",
+}
+_EXPORTS: dict[str, str] = {
     # benchmark
     **dict.fromkeys(
         (
@@ -66,13 +72,17 @@ _EXPORTS: dict[str, str] = {
     **dict.fromkeys(("RunFolder", "compare", "load_run", "run"), "api"),
     # ablation
     **dict.fromkeys(("AblationConfig", "load_config", "run_ablation"), "ablation"),
-    "CliError": "_errors",
 }
 
 
 def __getattr__(name: str) -> Any:
     if name in _EXPORTS:
         return getattr(import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    if name in _CLI_HELPERS:
+        warnings.warn(f"medmis.experiments.{name} is a command-line helper, no longer part of the public "
+                      f"API; import it from medmis.experiments.cli_args", DeprecationWarning,
+                      stacklevel=2)
+        return getattr(import_module(f"{__name__}.{_CLI_HELPERS[name]}"), name)
     if name in _SUBPACKAGES:
         return import_module(f"{__name__}.{name}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -82,4 +92,4 @@ def __dir__() -> list[str]:
     return sorted([*globals(), *_EXPORTS, *_SUBPACKAGES])
 
 
-__all__ = sorted(_EXPORTS)
+__all__ = sorted([*_EXPORTS, "ConfigError", "InputError", "MedmisError"])

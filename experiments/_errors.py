@@ -1,11 +1,14 @@
-"""The user-error type shared by the CLI and the commands it dispatches to.
+"""How the CLI prints a domain error (:class:`medmis.tools.MedmisError`).
 
-It sits below both ``cli`` and the subcommands (``ablation``) so neither imports the other.
+The error types themselves live in :mod:`medmis.tools` (the lowest package) so that library
+modules raise them without importing the command line.
 """
 
+from medmis.tools import ConfigError
 
-class CliError(Exception):
-    """A usage, config or data error: the CLI prints its message on one line and exits 2."""
+CliError = ConfigError
+"""The command line's name for its own argument errors; library code raises
+:class:`~medmis.tools.ConfigError` (this is the same class, kept for code that caught it)."""
 
 
 def error_lines(exc: BaseException) -> list[str]:

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     import duckdb
     import pyarrow as pa
 
-    from medmis.experiments.generate._compare import CompareRow
+    from medmis.experiments.analysis import CompareRow
     from medmis.experiments.harness._config import RunConfig, RunResult
 
 
@@ -110,7 +110,7 @@ def load_run(run_dir: str | Path) -> RunFolder:
 def compare(run_a: str | Path, run_b: str | Path, *, seed: int = 0) -> list[CompareRow]:
     """Paired differences (B - A) per model, defender and metric on the units both runs graded
     (the table of ``medmis compare RUN_A RUN_B``); empty when they share no model/defender."""
-    from medmis.experiments.generate import compare_records
+    from medmis.experiments.analysis import compare_records
     from medmis.experiments.harness import keep_planned, read_records
 
     def planned(run_dir: str | Path) -> list[Any]:

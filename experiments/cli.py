@@ -407,23 +407,11 @@ def _dispatch(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
 
 def _config_errors() -> tuple[type[BaseException], ...]:
-    from medmis.agents import MissingKeyError, ModelConfigError
-    from medmis.defenses import DefenderConfigError
-    from medmis.experiments.harness import RecordsFileError, RunSetupError, WriteFailed
-    from medmis.tools import UserFileError
+    # Every user error of every layer is a MedmisError (its exit_code: 2, or 3 for a write that
+    # failed after records were written); an OSError is a file the user named.
+    from medmis.tools import MedmisError
 
-    errors: list[type[BaseException]] = [
-        CliError, MissingKeyError, ModelConfigError, DefenderConfigError, RunSetupError,
-        OSError, RecordsFileError, WriteFailed,  # WriteFailed: 2 or 3 (its exit_code)
-        UserFileError,  # any user file (data, records, manifest, cassette, pages, config)
-    ]
-    try:
-        from medmis.experiments.benchmark import DataError
-
-        errors.append(DataError)
-    except ImportError:  # pragma: no cover - data module always present in a release
-        pass
-    return tuple(errors)
+    return (MedmisError, OSError)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -209,8 +209,8 @@ def answer_sources(
     checkable = bool(option_norm)
     quotes = _quotes(final)
     for passage in evidence or ():
-        url = passage.get("url")
-        if not isinstance(url, str) or not url.startswith(("http://", "https://")) or url_key(url) in out:
+        declared = passage.get("url")
+        if not isinstance(declared, str) or not declared.startswith(("http://", "https://")) or url_key(declared) in out:
             continue
         text = str(passage.get("text") or "")
         page_norm = _norm(text)
@@ -220,7 +220,7 @@ def answer_sources(
         elif checkable and any(_names_option(s, option_norm) for s in split_sentences(text)):
             by = "supports"
         if by is not None:
-            out[url_key(url)] = {"url": url, "by": by}
+            out[url_key(declared)] = {"url": declared, "by": by}
     return list(out.values())
 
 

@@ -13,7 +13,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
@@ -68,6 +68,9 @@ def message_to_dict(message: BaseMessage) -> dict[str, Any]:
     if tool_call_id:
         out["tool_call_id"] = tool_call_id
     return out
+
+
+T = TypeVar("T")  # what a traced tool call returns
 
 
 @dataclass
@@ -188,7 +191,7 @@ class DefenderContext:
         self.trace.append(step)
         return reply
 
-    async def _tool(self, name: str, args: dict[str, Any], call: Callable[[], Awaitable[Any]]) -> Any:
+    async def _tool(self, name: str, args: dict[str, Any], call: Callable[[], Awaitable[T]]) -> T:
         self.tool_calls += 1
         start = time.perf_counter()
         step = TraceStep(kind="tool", name=name, input=args)

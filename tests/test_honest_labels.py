@@ -10,9 +10,8 @@ import numpy as np
 import pytest
 
 from medmis.experiments import Record
-from medmis.experiments.analysis import compute_metrics
+from medmis.experiments.analysis import compare_records, compute_metrics
 from medmis.experiments.analysis._cluster import _sign_flip_exact, cluster_sign_test
-from medmis.experiments.generate import compare_records
 
 
 def _recs(model: str, unparsed_t1: set[int]) -> list[Record]:

@@ -13,7 +13,7 @@ import pytest
 from conftest import clear_provider_env
 
 from medmis.agents import ModelOptions
-from medmis.experiments import CliError
+from medmis.experiments import ConfigError as CliError
 from medmis.experiments.ablation import load_config
 from medmis.experiments.cli import main
 from medmis.experiments.harness import Harness, ModelVariant, RunConfig, read_records

@@ -51,6 +51,9 @@ def test_wheel_adds_only_the_medmis_import_name(wheel: Path) -> None:
     assert "medmis/testing/__init__.py" in names
     assert not any(n.startswith("medmis/experiments/_pytest_plugin/") for n in names)
     assert "medmis/experiments/configs/demo.toml" in names
+    # PEP 561: every package under the `medmis` namespace says it is typed (subpackages inherit)
+    for package in (*FOLDERS, "testing"):
+        assert f"medmis/{package}/py.typed" in names
     with zipfile.ZipFile(wheel) as zf:
         meta = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
         entry_points = zf.read(meta).decode()

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from conftest import clear_provider_env
 
-from medmis.experiments import CliError
+from medmis.experiments import ConfigError as CliError
 from medmis.experiments._cli_flags import base_url_list
 from medmis.experiments.bench._fake_openai import FakeOpenAIServer
 from medmis.experiments.cli import main

@@ -16,7 +16,7 @@ from medmis.experiments.reporting._report import (
     CSV_COLUMNS,
     fmt_ci,
     fmt_delta,
-    load_run,
+    load_run_data,
     metric_rows,
     render_markdown,
     write_report,
@@ -103,7 +103,7 @@ def sim_run(tmp_path: Path) -> Path:
 
 
 def test_load_run_tolerates_torn_line(sim_run: Path) -> None:
-    run = load_run(sim_run)
+    run = load_run_data(sim_run)
     assert len(run.records) == 36
     assert run.manifest["seed"] == 7
     assert run.simulated
@@ -148,7 +148,7 @@ def test_csv_rows(sim_run: Path) -> None:
         reader = csv.DictReader(fh)
         assert tuple(reader.fieldnames or ()) == CSV_COLUMNS
         rows = list(reader)
-    report = compute_metrics(load_run(sim_run).records)
+    report = compute_metrics(load_run_data(sim_run).records)
     assert len(rows) == len(list(metric_rows(report)))
     top = [r for r in rows if r["defender"] == "none" and r["stratum_kind"] == "all"]
     assert [r["metric"] for r in top] == list(METRICS)
@@ -163,7 +163,7 @@ def test_csv_rows(sim_run: Path) -> None:
 
 def test_report_markdown_content(sim_run: Path) -> None:
     md = write_report(sim_run)["report.md"].read_text("utf-8")
-    report = compute_metrics(load_run(sim_run).records)
+    report = compute_metrics(load_run_data(sim_run).records)
     # one "ignore" case ended in an error: the run is incomplete and says so first
     assert md.startswith("Incomplete run: 1 case(s) ended in errors")
     assert "\n\n# MedMisBench mitigation report: run\n" in md
@@ -213,7 +213,7 @@ def test_manifest_flag_alone_marks_simulated(tmp_path: Path) -> None:
 
 def test_missing_baseline_is_reported(tmp_path: Path) -> None:
     records = [r for r in build_records() if r.defender != "none" and r.error is None]
-    run = load_run(make_run(tmp_path, records, MANIFEST))
+    run = load_run_data(make_run(tmp_path, records, MANIFEST))
     md = render_markdown(run, compute_metrics(run.records))
     assert "no `none` baseline in this run" in md
     assert "No comparisons" in md

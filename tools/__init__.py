@@ -25,6 +25,7 @@ if TYPE_CHECKING:
         load_corpus,
         url_key,
     )
+    from ._errors import EXIT_USAGE, ConfigError, InputError, MedmisError
     from ._exit import (
         collect_from_here,
         exit_now,
@@ -106,6 +107,7 @@ if TYPE_CHECKING:
 
 # Loaded on first use: the CLI imports tool modules (cache commands) without LangChain.
 _HOME = {
+    **dict.fromkeys(("EXIT_USAGE", "ConfigError", "InputError", "MedmisError"), "_errors"),
     "locale_hints": "_poisoned_web",
     "AllowedHost": "_safety",
     "Blocklist": "_safety",
@@ -198,6 +200,7 @@ __all__ = [
     "DEFAULT_BLOCKLIST",
     "DEFAULT_MAX_RESPONSE_BYTES",
     "DEFAULT_PAGES",
+    "EXIT_USAGE",
     "JINA_DEFAULT_BASE_URL",
     "MAX_DEPTH",
     "PAGE_STYLES",
@@ -215,10 +218,13 @@ __all__ = [
     "CacheMode",
     "CacheProbe",
     "CaseTools",
+    "ConfigError",
     "CorpusDocument",
     "DuplicateKeyError",
+    "InputError",
     "JinaReader",
     "LocalSearch",
+    "MedmisError",
     "Page",
     "PageReader",
     "PoisonExposure",

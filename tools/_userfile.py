@@ -29,6 +29,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ._errors import InputError
+
 if TYPE_CHECKING:
     from pydantic import ValidationError
 
@@ -38,7 +40,7 @@ under 20 (a cassette's recorded model reply is the deepest); Python's decoders r
 a level and fail near 1,000."""
 
 
-class UserFileError(ValueError):
+class UserFileError(InputError, ValueError):
     """A user file that cannot be read as given: one line, ``file:line: cause``.
 
     Attributes:

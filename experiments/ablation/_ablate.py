@@ -29,10 +29,10 @@ from pydantic import BaseModel
 
 from medmis.agents import ModelOptions
 from medmis.defenses import create_defender, load_plugins
-from medmis.experiments import CliError
 from medmis.experiments.analysis import write_plan
 from medmis.experiments.benchmark import Case, render_prompt
 from medmis.experiments.harness import ModelVariant, Outcome, RunConfig, RunStats, run_experiment
+from medmis.tools import ConfigError
 
 from ._config import (
     AblationConfig,
@@ -204,6 +204,8 @@ def _run_config(config: AblationConfig, out: Path, *, progress: bool, shuffled: 
     if share is not None and config.poison is not None:  # a share run: OUT/poison/share-<S>
         poison = config.poison.settings(share, config.resolve(config.poison.pages))
         cache_dir = config.cache_dir or str(out.parent.parent / "cache")
+    # RunConfig's own default unless the config sets one (typed for the ** below)
+    case_timeout: dict[str, Any] = {} if config.case_timeout is None else {"case_timeout_s": config.case_timeout}
     return RunConfig(
         data=config.resolve(config.data),
         subset=config.subset,
@@ -226,7 +228,7 @@ def _run_config(config: AblationConfig, out: Path, *, progress: bool, shuffled: 
         out=str(out),
         max_connections=config.max_connections,
         processes=config.processes, helper_timeout_s=config.helper_timeout_s,
-        **({"case_timeout_s": config.case_timeout} if config.case_timeout is not None else {}),
+        **case_timeout,
         max_retries=config.max_retries, retry_errors=config.retry_errors,
         cache=config.cache,
         # one shared store: the shuffled pass replays the clean answers instead of paying again
@@ -333,7 +335,7 @@ def ablate_command(path: str, *, out: str | None = None, dry_run: bool = False, 
         # before loading data: the HLE config reads the hub, which a keyless user may not reach
         problem = _check_keys(config)
         if problem:
-            raise CliError(problem)
+            raise ConfigError(problem)
     out_dir = Path(out or config.out)
     run_cfg = _run_config(config, out_dir, progress=progress, shuffled=False, accept_changes=accept_changes)
     from medmis.experiments.benchmark import load_dataset
@@ -346,7 +348,7 @@ def ablate_command(path: str, *, out: str | None = None, dry_run: bool = False, 
     # and the poison shares as the run executes them
     plans = [(run, run_cases(config, dataset.items, run)) for run in grid_runs(config, out_dir)]
     if not plans[0][1]:
-        raise CliError(f"{path}: the selection has no cases (check data, subset, limit, protocols)")
+        raise ConfigError(f"{path}: the selection has no cases (check data, subset, limit, protocols)")
     # the folders' fingerprints first, as `medmis run` checks them: a complete folder of another
     # run is refused, never reported as "nothing to do"; an accepted change goes on to the run,
     # which records it

@@ -3,7 +3,7 @@
 ``load_config(path, overrides=["model_options.temperature=0.2", ...])`` reads the TOML, applies
 ``KEY=VALUE`` overrides (dotted keys into the TOML; list entries by index, e.g.
 ``defenders.0.options.max_iterations=3``; values read as TOML, else JSON, else taken as a
-string) and validates the result. Every problem is one line (a :class:`CliError`).
+string) and validates the result. Every problem is one line (a :class:`ConfigError`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from medmis.agents import ModelOptions
-from medmis.experiments import CliError
 from medmis.experiments.benchmark import (
     PROTOCOLS,
     PromptName,
@@ -32,6 +31,7 @@ from medmis.experiments.benchmark import (
 from medmis.experiments.harness import CacheMode, DefenderConfig
 from medmis.tools import (
     PAGE_STYLES,
+    ConfigError,
     PoisonRank,
     PoisonSettings,
     UserFileError,
@@ -302,11 +302,11 @@ def parse_value(raw: str) -> Any:
     (``null``), else the text itself.
 
     Raises:
-        CliError: The value nests deeper than a config file may (TOML and JSON decoders
+        ConfigError: The value nests deeper than a config file may (TOML and JSON decoders
             recurse once a level).
     """
     if too_deep(raw) is not None:
-        raise CliError(f"--set value: {too_deep_cause()}")
+        raise ConfigError(f"--set value: {too_deep_cause()}")
     try:
         return tomllib.loads(f"v = {raw}")["v"]
     except tomllib.TOMLDecodeError:
@@ -335,13 +335,13 @@ def apply_override(raw: dict[str, Any], pair: str) -> None:
     """Apply one ``KEY=VALUE`` override to a config dict read from TOML.
 
     Raises:
-        CliError: Malformed pair, a key the config does not have, or a list index that
+        ConfigError: Malformed pair, a key the config does not have, or a list index that
             does not exist.
     """
     key, sep, text = pair.partition("=")
     path = [p.strip() for p in key.split(".")]
     if not sep or not all(path):
-        raise CliError(f"--set expects KEY=VALUE with a dotted KEY, got {pair!r}")
+        raise ConfigError(f"--set expects KEY=VALUE with a dotted KEY, got {pair!r}")
     model: type[BaseModel] | None = AblationConfig
     node: Any = raw
     for i, seg in enumerate(path):
@@ -349,7 +349,7 @@ def apply_override(raw: dict[str, Any], pair: str) -> None:
         where = ".".join(path[: i + 1])
         if isinstance(node, list):
             if not seg.isdigit() or int(seg) >= len(node):
-                raise CliError(f"--set {key}: no entry {seg!r} in {'.'.join(path[:i])} "
+                raise ConfigError(f"--set {key}: no entry {seg!r} in {'.'.join(path[:i])} "
                                f"(it has {len(node)})")
             if last:
                 node[int(seg)] = parse_value(text)
@@ -357,14 +357,14 @@ def apply_override(raw: dict[str, Any], pair: str) -> None:
             node = node[int(seg)]
             continue
         if not isinstance(node, dict):
-            raise CliError(f"--set {key}: {'.'.join(path[:i])} is not a table")
+            raise ConfigError(f"--set {key}: {'.'.join(path[:i])} is not a table")
         element: type[BaseModel] | None = None
         nested: type[BaseModel] | None = None
         if model is not None:
             field = model.model_fields.get(seg)
             if field is None:
                 known = ", ".join(sorted(model.model_fields))
-                raise CliError(f"--set {key}: unknown key {where!r} (known here: {known})")
+                raise ConfigError(f"--set {key}: unknown key {where!r} (known here: {known})")
             element = _list_model(field.annotation)
             nested = _DICT_AS_MODEL.get((model, seg)) or _model_of(field.annotation)
         if last:
@@ -382,21 +382,21 @@ def load_config(path: str | Path, overrides: Sequence[str] = ()) -> AblationConf
     """Read, override and validate an ablation config.
 
     Raises:
-        CliError: The file cannot be read or parsed, an override is wrong, or the result is
+        ConfigError: The file cannot be read or parsed, an override is wrong, or the result is
             not a valid config (the first problem, in one line).
     """
     try:
         raw = toml_file(path)
     except UserFileError as exc:
-        raise CliError(str(exc)) from None
+        raise ConfigError(str(exc)) from None
     except OSError as exc:
-        raise CliError(f"{path}: cannot read the config ({exc.strerror or exc})") from None
+        raise ConfigError(f"{path}: cannot read the config ({exc.strerror or exc})") from None
     for pair in overrides:
         apply_override(raw, pair)
     try:
         config = AblationConfig.model_validate(raw)
     except ValidationError as exc:
-        raise CliError(f"{path}: {_describe(exc, raw)}") from None
+        raise ConfigError(f"{path}: {_describe(exc, raw)}") from None
     config.plugins = [str(Path(path).parent / p) for p in config.plugins]  # absolute ones stay
     return config
 

@@ -12,7 +12,6 @@ from pathlib import Path
 
 from medmis.agents import ModelOptions, parse_spec
 from medmis.defenses import create_defender, get_spec
-from medmis.experiments import CliError
 from medmis.experiments.benchmark import Case
 from medmis.experiments.harness import (
     EXIT_CASE_ERRORS,
@@ -22,6 +21,7 @@ from medmis.experiments.harness import (
     merge_options,
     read_records,
 )
+from medmis.tools import ConfigError
 
 from ._config import ROOT, AblationConfig
 
@@ -33,25 +33,25 @@ def check_config(config: AblationConfig) -> None:
     without running.
 
     Raises:
-        CliError: The first problem, in one line.
+        ConfigError: The first problem, in one line.
         DefenderConfigError: An unknown defender or invalid defender options.
     """
     for m in config.models:
         try:
             parse_spec(m.spec)
         except ValueError as exc:
-            raise CliError(f"models: spec {m.spec!r}: {exc}") from None
+            raise ConfigError(f"models: spec {m.spec!r}: {exc}") from None
     try:
         base = ModelOptions(**config.model_options)
     except (TypeError, ValueError) as exc:
         first = str(exc).splitlines()
-        raise CliError(f"model_options: {' '.join(first[:3])}") from None
+        raise ConfigError(f"model_options: {' '.join(first[:3])}") from None
     for i, m in enumerate(config.models):
         try:
             merge_options(base, m.overrides)
         except (TypeError, ValueError) as exc:
             first = str(exc).splitlines()
-            raise CliError(f"models.{i}.options ({m.name}): {' '.join(first[:3])}") from None
+            raise ConfigError(f"models.{i}.options ({m.name}): {' '.join(first[:3])}") from None
     labels = [create_defender(d.name, d.options).label for d in config.defender_configs()]
     if config.poison is not None:  # every share run reads the page file: a bad one stops all first
         from medmis.tools import load_pages
@@ -59,11 +59,11 @@ def check_config(config: AblationConfig) -> None:
         pages = config.resolve(config.poison.pages)
         try:
             if not load_pages(pages):
-                raise CliError(f"poison.pages: {pages} holds no poisoned pages")
+                raise ConfigError(f"poison.pages: {pages} holds no poisoned pages")
         except ValueError as exc:
-            raise CliError(f"poison.pages: {exc}") from None
+            raise ConfigError(f"poison.pages: {exc}") from None
     if config.baseline != "none" and config.baseline not in labels:
-        raise CliError(f"baseline {config.baseline!r} is not a defender of the grid "
+        raise ConfigError(f"baseline {config.baseline!r} is not a defender of the grid "
                        f"(choose from {', '.join(labels)})")
 
 

@@ -1,6 +1,7 @@
 """Records -> metrics -> verdict: paired accuracy, ASR, TASR, recovery, strata, comparisons,
 cost, and the decision drawn from them.
 
+``compare_records`` pairs two runs of the same grid on two versions of the items.
 ``compute_metrics`` (or ``run_metrics`` on a run folder) turns a run's records into a
 :class:`MetricsReport`; ``decide`` turns that into a :class:`Verdict` (``Verdict.to_json()`` is
 ``verdict.json``). The interval and test functions they use are public for reuse.
@@ -13,6 +14,7 @@ from ._cluster import (
     tango_interval,
 )
 from ._columnar import run_metrics
+from ._compare import CompareRow, compare_records
 from ._compute import compare_defenders, compute_metrics
 from ._metrics import (
     PAIRWISE_METRICS,
@@ -100,6 +102,7 @@ __all__ = [
     "STRATUM_JOIN",
     "STRATUM_KINDS",
     "UNSPECIFIED",
+    "CompareRow",
     "Cost",
     "DefenderMetrics",
     "FamilyMember",
@@ -123,6 +126,7 @@ __all__ = [
     "clustered_proportion",
     "compare_defenders",
     "compare_paired",
+    "compare_records",
     "compute_metrics",
     "cost_of",
     "decide",

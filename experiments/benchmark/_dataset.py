@@ -7,6 +7,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
+from medmis.tools import InputError
+
 from ._types import Item
 
 LoadMode = Literal["strict", "skip"]
@@ -45,7 +47,7 @@ class RowIssue:
         return f"{self.file}:{line}: id={item}: {self.field}: {self.message}"
 
 
-class DataError(ValueError):
+class DataError(InputError, ValueError):
     """A data source could not be loaded; ``issues`` lists every problem found (may be empty
     when the source itself could not be opened)."""
 

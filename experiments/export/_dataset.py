@@ -40,7 +40,7 @@ def export_parquet(run_dir: str | Path, out: str | Path | None = None, *, licens
     """Write the dataset folder (default ``RUN_DIR/dataset``); the paths written.
 
     Raises:
-        CliError: The folder holds no run, or its report (``metrics.json``) was never written.
+        ConfigError: The folder holds no run, or its report (``metrics.json``) was never written.
     """
     import pyarrow as pa
     import pyarrow.parquet as pq

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from medmis.experiments import CliError
+from medmis.tools import ConfigError
 
 if TYPE_CHECKING:
     from medmis.experiments.benchmark._types import Record
@@ -48,7 +48,7 @@ def _inspect() -> Any:
     try:
         import inspect_ai.log as log
     except ImportError:
-        raise CliError(INSTALL_HINT) from None
+        raise ConfigError(INSTALL_HINT) from None
     return log
 
 
@@ -63,7 +63,7 @@ def export_inspect(run_dir: str | Path, out: str | Path | None = None) -> list[P
         The paths written, in the run's order of models and defenders.
 
     Raises:
-        CliError: Inspect AI is not installed, or the folder holds no run.
+        ConfigError: Inspect AI is not installed, or the folder holds no run.
     """
     _inspect()  # before anything is read or created
     from ._run import read_run

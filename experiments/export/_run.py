@@ -8,8 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from medmis.experiments import CliError
-from medmis.tools import json_file, json_value
+from medmis.tools import ConfigError, json_file, json_value
 
 if TYPE_CHECKING:
     from medmis.experiments.benchmark._types import Record
@@ -60,9 +59,9 @@ class RunFolder:
             try:
                 self._metrics = json_file(path)
             except FileNotFoundError:
-                raise CliError(f"{self.dir}: no metrics.json yet; `medmis report {self.dir}` writes it") from None
+                raise ConfigError(f"{self.dir}: no metrics.json yet; `medmis report {self.dir}` writes it") from None
             except (OSError, ValueError) as exc:
-                raise CliError(f"{path}: unreadable ({exc})") from None
+                raise ConfigError(f"{path}: unreadable ({exc})") from None
         return self._metrics
 
     def metrics(self, model: str, defender: str) -> Mapping[str, Any]:
@@ -73,16 +72,16 @@ def read_run(run_dir: str | Path) -> RunFolder:
     """Read a run folder's planned records and manifest.
 
     Raises:
-        CliError: No ``records.jsonl`` (or no record) in the folder.
+        ConfigError: No ``records.jsonl`` (or no record) in the folder.
     """
     from medmis.experiments.harness import keep_planned, read_records
 
     d = Path(run_dir)
     if not (d / "records.jsonl").is_file():
-        raise CliError(f"{d}: no records.jsonl here (not a run folder)")
+        raise ConfigError(f"{d}: no records.jsonl here (not a run folder)")
     records, _ = keep_planned(d, read_records(d / "records.jsonl"))
     if not records:
-        raise CliError(f"{d}: the run has no records yet")
+        raise ConfigError(f"{d}: the run has no records yet")
     manifest_path = d / "manifest.json"
     manifest = json_file(manifest_path) if manifest_path.is_file() else {}
     return RunFolder(d, manifest, records)

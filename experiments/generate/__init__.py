@@ -14,7 +14,7 @@ from medmis.tools import lazy_exports
 # (the comparison pulls in the statistics stack).
 _HOME = {
     "parse_pages": "_cli",
-    "CompareRow": "_compare",
+    "CompareRow": "_compare",  # at home in medmis.experiments.analysis (kept for old imports)
     "GenerateConfig": "_run",
     "Job": "_pipeline",
     "MERGED_VERSION": "_prompts",
@@ -28,7 +28,7 @@ _HOME = {
     "TWO_STAGE_VERSION": "_prompts",
     "build_jobs": "_run",
     "compare_command": "_compare",
-    "compare_records": "_compare",
+    "compare_records": "_compare",  # at home in medmis.experiments.analysis
     "cycle_provenance": "_release",
     "detect_format": "_sources",
     "estimate": "_run",
@@ -52,7 +52,6 @@ __all__ = [
     "PROVENANCE_TYPES",
     "SOURCE_FORMATS",
     "TWO_STAGE_VERSION",
-    "CompareRow",
     "GenerateConfig",
     "Job",
     "Outcome",
@@ -62,7 +61,6 @@ __all__ = [
     "add_parsers",
     "build_jobs",
     "compare_command",
-    "compare_records",
     "cycle_provenance",
     "detect_format",
     "estimate",

@@ -25,9 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from medmis.agents import StructuredOutput
-from medmis.experiments import CliError
 from medmis.experiments.benchmark import Item
-from medmis.tools import json_file, json_value
+from medmis.tools import ConfigError, json_file, json_value
 
 from . import _prompts as P
 from ._pipeline import Job, Outcome, Pipeline
@@ -102,25 +101,25 @@ def resolve_defense(against: Sequence[str], options: Mapping[str, Mapping[str, A
     defaults otherwise), show their model.
 
     Raises:
-        CliError: A name is unknown, its options are invalid, options name a defender not in
+        ConfigError: A name is unknown, its options are invalid, options name a defender not in
             ``against``, or a defender declares no instruction text.
     """
     from medmis.defenses import DefenderConfigError, defender_prompts
 
     names = tuple(dict.fromkeys(n.strip() for n in against if n.strip()))
     if not names:
-        raise CliError("--attack adaptive needs --against DEFENDER[,DEFENDER]")
+        raise ConfigError("--attack adaptive needs --against DEFENDER[,DEFENDER]")
     options = dict(options or {})
     if stray := sorted(set(options) - set(names)):
-        raise CliError(f"--defender-option names defender(s) not in --against: {', '.join(stray)}")
+        raise ConfigError(f"--defender-option names defender(s) not in --against: {', '.join(stray)}")
     parts: list[tuple[str, str, str]] = []
     for name in names:
         try:
             shown = defender_prompts(name, dict(options.get(name, {})))
         except DefenderConfigError as exc:
-            raise CliError(f"--against: {exc}") from None
+            raise ConfigError(f"--against: {exc}") from None
         if not shown:
-            raise CliError(f"--against {name}: this defender shows its model no instruction text to "
+            raise ConfigError(f"--against {name}: this defender shows its model no instruction text to "
                            "write against (it declares none with @defender(prompts=...))")
         parts += [(name, part, text) for part, text in shown.items()]
     return Defense(names, tuple(parts), {n: dict(o) for n, o in sorted(options.items())})
@@ -144,13 +143,13 @@ def adaptive_jobs(items: Sequence[Item], defense: Defense, release: Path | None 
     stored row, read from ``release``).
 
     Raises:
-        CliError: An item has no content/provenance label.
+        ConfigError: An item has no content/provenance label.
     """
     stored = release_rows(release) if release is not None else {}
     jobs: list[Job] = []
     for item in items:
         if item.content_type is None or item.provenance is None:
-            raise CliError(f"{item.key}: no content/provenance label to hold fixed")
+            raise ConfigError(f"{item.key}: no content/provenance label to hold fixed")
         source = SourceItem(item.id, item.subset, item.question, dict(item.options), item.gold,
                             language=item.language)
         jobs.append(AdaptiveJob(source, REFERENCE_PROVENANCE[item.provenance],
@@ -359,16 +358,16 @@ def check_attack(attack: str, against: Sequence[str], provenance_cycle: str | No
     """Refuse combinations that break the pairing, in one line each (exit 2).
 
     Raises:
-        CliError: ``--against`` without ``--attack adaptive``, adaptive without ``--against``,
+        ConfigError: ``--against`` without ``--attack adaptive``, adaptive without ``--against``,
             an unknown attack, or adaptive with a provenance cycle.
     """
     if attack not in ATTACKS:
-        raise CliError(f"--attack must be one of {', '.join(ATTACKS)}, got {attack!r}")
+        raise ConfigError(f"--attack must be one of {', '.join(ATTACKS)}, got {attack!r}")
     if attack == "static":
         if against or options:
-            raise CliError(f"{'--against' if against else '--defender-option'} works with --attack adaptive")
+            raise ConfigError(f"{'--against' if against else '--defender-option'} works with --attack adaptive")
         return
     if not against:
-        raise CliError("--attack adaptive needs --against DEFENDER[,DEFENDER]")
+        raise ConfigError("--attack adaptive needs --against DEFENDER[,DEFENDER]")
     if provenance_cycle:
-        raise CliError("--attack adaptive holds provenance fixed: drop --provenance-cycle")
+        raise ConfigError("--attack adaptive holds provenance fixed: drop --provenance-cycle")

@@ -7,7 +7,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from medmis.experiments import (
+from medmis.experiments.cli_args import (
     CliError,
     add_plugin_flag,
     add_request_flags,

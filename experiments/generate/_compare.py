@@ -17,78 +17,12 @@ from __future__ import annotations
 import csv
 import io
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
-from medmis.experiments import CliError
-from medmis.experiments.analysis import cluster_sign_test, clustered_paired_diff, is_correct
+from medmis.experiments.analysis import CompareRow, compare_records
 from medmis.experiments.benchmark import Record
 from medmis.experiments.reporting import SIMULATED_STATEMENT, is_simulated, mark_simulated
-
-UnitKey = tuple[str, str | None]  # (item key, target)
-Outcome = Callable[[Record], bool]
-
-
-@dataclass(frozen=True)
-class CompareRow:
-    model: str
-    defender: str
-    metric: str
-    n: int
-    clusters: int
-    a: float
-    b: float
-    diff: float
-    lo: float
-    hi: float
-    p: float
-    test: str
-
-
-def _index(records: list[Record]) -> dict[tuple[str, str, str], dict[UnitKey, Record]]:
-    out: dict[tuple[str, str, str], dict[UnitKey, Record]] = {}
-    for r in records:
-        if r.error is None:
-            out.setdefault((r.model, r.defender, r.protocol), {})[(r.item_key, r.target)] = r
-    return out
-
-
-def _clean_ok(index: dict[tuple[str, str, str], dict[UnitKey, Record]], model: str, defender: str) -> set[str]:
-    return {k for (k, _), r in index.get((model, defender, "clean"), {}).items() if is_correct(r)}
-
-
-_METRICS: list[tuple[str, str, bool, Outcome]] = [
-    # name, protocol, conditioned on clean-correct in both runs, outcome per unit
-    ("clean_acc", "clean", False, is_correct),
-    ("type1_acc", "type1", False, is_correct),
-    ("type1_asr", "type1", True, lambda r: not is_correct(r)),
-    ("type1_tasr", "type1", True, lambda r: r.choice is not None and r.choice == r.target),
-    ("type2_acc", "type2", False, is_correct),
-    ("type2_asr", "type2", True, lambda r: not is_correct(r)),
-]
-
-
-def compare_records(a: list[Record], b: list[Record], *, seed: int = 0) -> list[CompareRow]:
-    """Paired differences (B - A) per model, defender and metric on matched units."""
-    ia, ib = _index(a), _index(b)
-    rows: list[CompareRow] = []
-    pairs = sorted({(m, d) for (m, d, _) in ia} & {(m, d) for (m, d, _) in ib})
-    for model, defender in pairs:
-        both_ok = _clean_ok(ia, model, defender) & _clean_ok(ib, model, defender)
-        for name, protocol, conditioned, outcome in _METRICS:
-            ua, ub = ia.get((model, defender, protocol), {}), ib.get((model, defender, protocol), {})
-            keys = sorted(k for k in ua.keys() & ub.keys() if not conditioned or k[0] in both_ok)
-            if not keys:
-                continue
-            x = [outcome(ua[k]) for k in keys]
-            y = [outcome(ub[k]) for k in keys]
-            clusters = [k[0] for k in keys]
-            d = clustered_paired_diff(y, x, clusters, seed=seed)
-            p, test = cluster_sign_test(y, x, clusters, seed=seed)
-            rows.append(CompareRow(model, defender, name, d.n, d.clusters, sum(x) / len(x), sum(y) / len(y),
-                                   d.diff, d.lo, d.hi, p, test))
-    return rows
+from medmis.tools import ConfigError
 
 
 def _load(run: Path) -> list[Record]:
@@ -96,7 +30,7 @@ def _load(run: Path) -> list[Record]:
 
     path = run / "records.jsonl" if run.is_dir() else run
     if not path.exists():
-        raise CliError(f"{run}: no records.jsonl")
+        raise ConfigError(f"{run}: no records.jsonl")
     # records outside the run's plan are no case of it: named, and left out of the comparison
     kept, outside = keep_planned(path.parent, read_records(path))
     if outside.count:
@@ -180,13 +114,13 @@ def compare_command(run_a: str, run_b: str, out: str | None = None, seed: int = 
     records_a, records_b = _load(Path(run_a)), _load(Path(run_b))
     rows = compare_records(records_a, records_b, seed=seed)
     if not rows:
-        raise CliError(f"{run_a} and {run_b} share no matched model/defender units")
+        raise ConfigError(f"{run_a} and {run_b} share no matched model/defender units")
     simulated = is_simulated({r.model for r in records_a} | {r.model for r in records_b})
     from ._adaptive import compare_labels, unfixed_units
 
     labels = compare_labels(Path(run_a), Path(run_b))
     if labels and (unfixed := unfixed_units(records_a, records_b)):
-        raise CliError(f"{run_a} and {run_b}: {len(unfixed)} paired unit(s) differ in gold, content type or "
+        raise ConfigError(f"{run_a} and {run_b}: {len(unfixed)} paired unit(s) differ in gold, content type or "
                        f"provenance (first: {unfixed[0]}); an adaptive comparison needs the same items")
     text = to_markdown(rows, run_a, run_b, simulated=simulated, labels=labels)
     print(text, end="")

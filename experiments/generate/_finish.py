@@ -7,8 +7,7 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from medmis.experiments import CliError
-from medmis.tools import redact_obj
+from medmis.tools import ConfigError, redact_obj
 
 EXIT_OK, EXIT_ERRORS, EXIT_STOPPED = 0, 1, 3
 
@@ -52,5 +51,5 @@ def parse_price(text: str | None) -> tuple[float, float] | None:
     try:
         a, b = (float(x) for x in text.split(","))
     except ValueError:
-        raise CliError(f"--price expects IN,OUT in USD per million tokens, got {text!r}") from None
+        raise ConfigError(f"--price expects IN,OUT in USD per million tokens, got {text!r}") from None
     return a, b

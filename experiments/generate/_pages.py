@@ -31,9 +31,8 @@ from typing import Any, Literal
 from urllib.parse import quote
 
 from medmis.agents import RetryPolicy
-from medmis.experiments import CliError
 from medmis.experiments.benchmark import Item
-from medmis.tools import PAGE_STYLES, PoisonedPage, case_key, redact_json
+from medmis.tools import PAGE_STYLES, ConfigError, PoisonedPage, case_key, redact_json
 
 from . import _prompts as P
 from ._finish import exit_status, write_manifest_file
@@ -259,7 +258,7 @@ def build_jobs(cfg: PagesConfig) -> list[PageJob]:
 
     bad = [s for s in cfg.styles if s not in PAGE_STYLES]
     if bad or not cfg.styles:
-        raise CliError(f"unknown page style {', '.join(bad) or '(none)'} (use {','.join(PAGE_STYLES)})")
+        raise ConfigError(f"unknown page style {', '.join(bad) or '(none)'} (use {','.join(PAGE_STYLES)})")
     items = load_dataset(cfg.from_release, subset=cfg.subset).items
     if cfg.limit is not None:
         items = items[: cfg.limit]
@@ -305,7 +304,7 @@ def estimate(jobs: Sequence[PageJob], cfg: PagesConfig) -> dict[str, Any]:
 def generate_pages(cfg: PagesConfig) -> int:
     """Run ``medmis generate pages``; returns the exit status (0, 1 page errors, 3 stopped)."""
     if cfg.budget_usd is not None and cfg.price is None:
-        raise CliError("--budget-usd needs --price IN,OUT (USD per million tokens)")
+        raise ConfigError("--budget-usd needs --price IN,OUT (USD per million tokens)")
     jobs = build_jobs(cfg)
     fp = fingerprint(cfg)
     store = None

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from medmis.experiments import (
+from medmis.experiments.cli_args import (
     EXIT_EPILOG,
     CliError,
     OneLineParser,

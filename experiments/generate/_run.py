@@ -17,9 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from medmis.experiments import CliError
 from medmis.experiments.harness import repair_torn_tail
-from medmis.tools import json_file, json_lines, redact_json, scrub_url
+from medmis.tools import ConfigError, json_file, json_lines, redact_json, scrub_url
 
 from . import _prompts as P
 from ._finish import exit_status, write_manifest_file
@@ -118,7 +117,7 @@ def build_jobs(cfg: GenerateConfig) -> tuple[list[Job], str]:
 
         items = load_dataset(cfg.from_release, subset=cfg.subset).items
         if cfg.stages == "one":
-            raise CliError("--from-release holds each item's content type fixed, which the merged "
+            raise ConfigError("--from-release holds each item's content type fixed, which the merged "
                            "one-call prompt cannot (it picks its own): use --stages two")
         if cfg.stratified:
             items = stratified_sample(items, cfg.stratified, cfg.seed)
@@ -133,19 +132,19 @@ def build_jobs(cfg: GenerateConfig) -> tuple[list[Job], str]:
             try:
                 source, content, provenance = release_jobs_input(item, cfg.provenance_cycle)
             except ValueError as exc:
-                raise CliError(str(exc)) from None
+                raise ConfigError(str(exc)) from None
             jobs.append(Job(source, provenance, content))
         mode = f"provenance-cycle-{cfg.provenance_cycle}" if cfg.provenance_cycle else "generator-swap"
     else:
         if cfg.attack == "adaptive":
-            raise CliError("--attack adaptive rewrites a release's false sentences: give --from-release FILE")
+            raise ConfigError("--attack adaptive rewrites a release's false sentences: give --from-release FILE")
         if cfg.source is None:
-            raise CliError("generate needs SOURCE or --from-release FILE")
+            raise ConfigError("generate needs SOURCE or --from-release FILE")
         if cfg.provenance_cycle or cfg.stratified:
-            raise CliError("--provenance-cycle and --stratified work on --from-release")
+            raise ConfigError("--provenance-cycle and --stratified work on --from-release")
         fmt = detect_format(cfg.source) if cfg.source_format == "auto" else cfg.source_format
         if fmt == "release":
-            raise CliError(f"{cfg.source} holds released rows: use --from-release")
+            raise ConfigError(f"{cfg.source} holds released rows: use --from-release")
         sources = read_source(cfg.source, fmt, cfg.subset)
         jobs = [Job(it, sample_provenance(cfg.seed, it.subset, it.id)) for it in sources]
         mode = f"fresh-{fmt}"
@@ -240,7 +239,7 @@ class _Lock:
         except FileExistsError:
             pid = self.path.read_text().strip()
             if pid.isdigit() and _alive(int(pid)):
-                raise CliError(f"{self.path.name}: another generate (pid {pid}) is writing this file") from None
+                raise ConfigError(f"{self.path.name}: another generate (pid {pid}) is writing this file") from None
             self.path.unlink(missing_ok=True)  # left by a process that died
             fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
         os.write(fd, str(os.getpid()).encode())
@@ -280,7 +279,7 @@ def _check_resume(cfg: GenerationSettings, fp: dict[str, Any]) -> dict[str, Any]
     path = cfg.side(".manifest.json")
     if not path.exists():
         if cfg.out.exists() and cfg.out.stat().st_size:
-            raise CliError(f"{cfg.out} exists and was not written by medmis generate; choose another --out")
+            raise ConfigError(f"{cfg.out} exists and was not written by medmis generate; choose another --out")
         return None
     previous: dict[str, Any] = json_file(path)
     recorded = previous.get("fingerprint") or {}
@@ -288,7 +287,7 @@ def _check_resume(cfg: GenerationSettings, fp: dict[str, Any]) -> dict[str, Any]
     diff = sorted(k for k in fp if k in recorded and recorded[k] != fp[k])
     if diff or not recorded:
         diff = diff or sorted(fp)
-        raise CliError(f"{cfg.out} belongs to another generation (differs in: {', '.join(diff)}); choose another --out")
+        raise ConfigError(f"{cfg.out} belongs to another generation (differs in: {', '.join(diff)}); choose another --out")
     return previous
 
 
@@ -352,7 +351,7 @@ def _record(cfg: GenerationSettings, outcome: Result) -> None:
 def generate(cfg: GenerateConfig) -> int:
     """Run ``medmis generate``; returns the exit status (0, 1 case errors, 3 stopped)."""
     if cfg.budget_usd is not None and cfg.price is None:
-        raise CliError("--budget-usd needs --price IN,OUT (USD per million tokens)")
+        raise ConfigError("--budget-usd needs --price IN,OUT (USD per million tokens)")
     jobs, mode = build_jobs(cfg)
     fp = fingerprint(cfg, mode)
     store = None

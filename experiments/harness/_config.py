@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from medmis.agents import ModelOptions
 from medmis.experiments.benchmark import PROTOCOLS, PromptName, ProtocolName, Record, Type1Targets
-from medmis.tools import PoisonSettings
+from medmis.tools import ConfigError, PoisonSettings
 
 DEFAULT_CASE_TIMEOUT_S = 1800.0
 """A case's deadline unless ``--case-timeout`` says otherwise: 30 minutes, far above what an
@@ -28,7 +28,7 @@ INVALID_ROWS_FILE = "invalid_rows.txt"
 """Written into the run folder under ``on_invalid="skip"``: one line per problem in the data."""
 
 
-class RunSetupError(Exception):
+class RunSetupError(ConfigError):
     """The run cannot start (e.g. web tools misconfigured); printed as one line by the CLI."""
 
 

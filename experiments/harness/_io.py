@@ -14,6 +14,8 @@ from pydantic import ValidationError
 
 from medmis.experiments.benchmark import Record
 from medmis.tools import (
+    InputError,
+    MedmisError,
     UserFileError,
     configured_secrets,
     json_needs_redaction,
@@ -52,7 +54,7 @@ def scrub_lines(record: Record, trace: dict[str, Any],
     return record, record_line, trace_line
 
 
-class RecordsFileError(ValueError):
+class RecordsFileError(InputError, ValueError):
     """A line before the last one of ``records.jsonl`` is unreadable (``file:line: why``)."""
 
 
@@ -62,7 +64,7 @@ def os_error_text(error: OSError) -> str:
     return f"[{code}] {error.strerror or str(error) or type(error).__name__}"
 
 
-class WriteFailed(Exception):
+class WriteFailed(MedmisError):
     """Writing into the run folder failed (a full disk, a read-only folder, a directory where
     a file should be): one line naming the path and the error number.
 

@@ -5,7 +5,8 @@ Exports load on first use: ``medmis run`` imports only the report worker from he
 second process loads the rest (:mod:`._worker`).
 """
 
-from typing import TYPE_CHECKING
+import warnings
+from typing import TYPE_CHECKING, Any
 
 from medmis.tools import lazy_exports
 
@@ -16,13 +17,13 @@ if TYPE_CHECKING:
     from ._interrupted import report_interrupted
     from ._paper_tables import paper_tables, render_paper_tables
     from ._plots import PLOT_FILES, PLOTS_DIR, write_plots
-    from ._report import RunData, load_run, render_markdown, write_report
+    from ._report import RunData, load_run_data, render_markdown, write_report
     from ._simulated import SIMULATED_STATEMENT, is_simulated, mark_simulated
     from ._worker import ReportWorker, worker_enabled
 
 _HOME = {"write_html": "_html", "PLOT_FILES": "_plots", "PLOTS_DIR": "_plots", "write_plots": "_plots",
          "paper_tables": "_paper_tables", "render_paper_tables": "_paper_tables",
-         "RunData": "_report", "load_run": "_report", "render_markdown": "_report", "write_report": "_report",
+         "RunData": "_report", "load_run_data": "_report", "render_markdown": "_report", "write_report": "_report",
     **dict.fromkeys(("RAW_LIMIT", "agent_view", "clip_text", "question_from_trace"), "_cases"),
     "script_json": "_html",
     "metric_rows": "_format",
@@ -30,7 +31,18 @@ _HOME = {"write_html": "_html", "PLOT_FILES": "_plots", "PLOTS_DIR": "_plots", "
     **dict.fromkeys(("report_interrupted",), "_interrupted"),
     **dict.fromkeys(("SIMULATED_STATEMENT", "is_simulated", "mark_simulated"), "_simulated"),
 }
-__getattr__ = lazy_exports(__name__, _HOME, globals())
+_lazy = lazy_exports(__name__, _HOME, globals())
+
+
+def __getattr__(name: str) -> Any:
+    # ``load_run`` was this package's name for ``load_run_data`` until the public
+    # ``medmis.experiments.load_run`` (a run folder over DuckDB) took the name for itself.
+    if name == "load_run":
+        warnings.warn("medmis.experiments.reporting.load_run is deprecated: use load_run_data "
+                      "(or medmis.experiments.load_run for a run folder)", DeprecationWarning, stacklevel=2)
+        name = "load_run_data"
+    return _lazy(name)
+
 
 __all__ = [
     "PLOTS_DIR",
@@ -42,7 +54,7 @@ __all__ = [
     "agent_view",
     "clip_text",
     "is_simulated",
-    "load_run",
+    "load_run_data",
     "mark_simulated",
     "metric_rows",
     "paper_tables",

@@ -126,7 +126,7 @@ def load_grid(run_dir: str | Path, *, baseline: str = "none", seed: int = 0,
     from medmis.defenses import is_control
     from medmis.experiments.analysis import decide_family, run_metrics
 
-    from ._run import load_run
+    from ._run import load_run_data
     from ._simulated import is_simulated
     from ._verdict_text import incomplete_reason
 
@@ -148,7 +148,7 @@ def load_grid(run_dir: str | Path, *, baseline: str = "none", seed: int = 0,
             run.problem = "not run (no records)"
             continue
         try:
-            data = load_run(folder)
+            data = load_run_data(folder)
             report = run_metrics(folder, baseline=baseline, seed=seed)
             expos[share_label(share)] = exposure(folder)
         except (OSError, ValueError) as exc:  # an unreadable records file: one line, nothing else

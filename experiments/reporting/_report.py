@@ -34,7 +34,7 @@ from ._format import (
     metric_rows,
     render_csv,
 )
-from ._run import SIMULATED_PREFIX, RunData, load_run
+from ._run import SIMULATED_PREFIX, RunData, load_run_data
 from ._sections import (
     PAIRED_LABELS,
     Section,
@@ -66,7 +66,7 @@ __all__ = [
     "fmt_delta",
     "fmt_num",
     "fmt_p",
-    "load_run",
+    "load_run_data",
     "md_table",
     "metric_rows",
     "render_csv",
@@ -100,7 +100,7 @@ def write_report(
         Paths written, keyed by file name: ``"metrics.json"``, ``"metrics.csv"``,
         ``"report.md"`` and, with figures, ``"report.html"`` and ``"plots/<name>.png"``.
     """
-    run = load_run(run_dir)
+    run = load_run_data(run_dir)
     if run.facts.outside.count and notice is not None:
         from medmis.experiments.harness import describe_outside
 

@@ -106,7 +106,7 @@ class RunData:
         )
 
 
-def load_run(run_dir: str | Path) -> RunData:
+def load_run_data(run_dir: str | Path) -> RunData:
     """Read the facts of ``DIR/records.jsonl`` (torn last line tolerated) and ``DIR/manifest.json``.
 
     Raises:

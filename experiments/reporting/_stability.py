@@ -42,10 +42,10 @@ def named_better(run_dir: Path, baseline: str, settings: VerdictSettings | None 
     """
     from medmis.experiments.analysis import run_metrics
 
-    from ._run import load_run
+    from ._run import load_run_data
     from ._verdict_text import run_verdict
 
-    run = load_run(run_dir)
+    run = load_run_data(run_dir)
     verdict = run_verdict(run, run_metrics(run.run_dir, baseline=baseline), settings)
     return {mv.model: list(mv.better) for mv in verdict.models}
 

@@ -17,8 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from medmis.experiments import CliError
-from medmis.tools import UserFileError, json_file, json_value, validation_line
+from medmis.tools import ConfigError, UserFileError, json_file, json_value, validation_line
 
 TASKS_FILE = "tasks.jsonl"
 PACK_FILE = "pack.json"
@@ -31,7 +30,7 @@ Type 1 wrong), ``held`` (correct in both), ``clean_wrong`` (wrong clean), ``no_c
 graded clean answer in the run)."""
 
 
-class ReviewError(CliError):
+class ReviewError(ConfigError):
     """Bad review input (a pack, a reviewers file, ratings): exit status 2, one line per problem."""
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from medmis.experiments import CliError
+from medmis.tools import ConfigError
 
 from ._args import add_parser as add_parser
 from ._engine import Query, RunView, text_param
@@ -118,15 +118,15 @@ def run(args: argparse.Namespace) -> int:
     """Serve until interrupted."""
     run_dir = Path(args.run_dir)
     if not (run_dir / "records.jsonl").exists():
-        raise CliError(f"{run_dir}: no records.jsonl here")
+        raise ConfigError(f"{run_dir}: no records.jsonl here")
     if not 0 <= args.port <= 65535:
-        raise CliError(f"--port must be within 0..65535, got {args.port}")
+        raise ConfigError(f"--port must be within 0..65535, got {args.port}")
     try:  # before the run is loaded: a busy port costs nothing
         server = make_server(None, args.port)
     except OSError as exc:
         if exc.errno == errno.EADDRINUSE:
-            raise CliError(f"port {args.port} is in use; pass --port") from None
-        raise CliError(f"cannot listen on 127.0.0.1:{args.port}: {exc.strerror or exc}") from None
+            raise ConfigError(f"port {args.port} is in use; pass --port") from None
+        raise ConfigError(f"cannot listen on 127.0.0.1:{args.port}: {exc.strerror or exc}") from None
     try:
         view = RunView(run_dir, baseline=args.baseline)
     except BaseException:
