@@ -134,7 +134,6 @@ def _masked(tree: Any) -> Any:
     return tree
 
 
-@defender("isolation_spy", uses_tools=True)
 def isolation_spy(opts: DefenderOptions) -> SolveFn:
     """Searches, reads two results, and walks what it was handed."""
 
@@ -149,6 +148,17 @@ def isolation_spy(opts: DefenderOptions) -> SolveFn:
         return Answer(choice=next(iter(case.options)), raw="done")
 
     return solve
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _spy_registered() -> Any:
+    """The spy is registered for this module's tests only (registered at import, every test file
+    collected after this one would run it as a built-in defender)."""
+    from medmis.defenses._base import _REGISTRY
+
+    defender("isolation_spy", uses_tools=True)(isolation_spy)
+    yield
+    _REGISTRY.pop("isolation_spy", None)
 
 
 def _corpus(tmp_path: Path) -> Path:

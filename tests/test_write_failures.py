@@ -113,10 +113,10 @@ def test_a_directory_where_records_should_be_is_one_line_and_exit_2(tmp_path: Pa
     (out / "records.jsonl").mkdir(parents=True)
     done = medmis(*command(kind, tmp_path, out))
     assert done.returncode == 2, done.stderr
-    # (ablate reads the folder's records first, to see what is left to do)
-    expected = (f"[Errno 21] Is a directory: '{out / 'records.jsonl'}'" if kind == "ablate" else
-                f"cannot write {out / 'records.jsonl'}: [Errno 21 EISDIR] Is a directory; nothing was written")
+    # one preflight of every output path, for run and ablate alike (issue 31)
+    expected = f"{out / 'records.jsonl'} is a folder where the run writes a file; move it away or choose another --out"
     assert one_line(done.stderr) == f"medmis: {expected}"
+    assert sorted(p.name for p in out.iterdir()) == ["records.jsonl"]  # nothing created
 
 
 def test_a_file_where_the_traces_folder_should_be_is_one_line_and_exit_2(tmp_path: Path) -> None:
@@ -125,17 +125,20 @@ def test_a_file_where_the_traces_folder_should_be_is_one_line_and_exit_2(tmp_pat
     (out / "traces").write_text("")
     done = medmis(*RUN, "--out", str(out))
     assert done.returncode == 2, done.stderr
-    assert one_line(done.stderr).startswith(f"medmis: cannot write {out / 'traces'}: [Errno 17 EEXIST]")
+    assert one_line(done.stderr) == (f"medmis: {out / 'traces'} is a file where the run keeps a folder; "
+                                     "move it away or choose another --out")
+    assert sorted(p.name for p in out.iterdir()) == ["traces"]  # nothing created
 
 
-def test_a_directory_where_a_trace_file_should_be_fails_at_the_first_case(tmp_path: Path) -> None:
+def test_a_directory_where_a_trace_file_should_be_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    # it used to fail at the first case, after manifest.json, plan.json and an empty
+    # records.jsonl were made; exit 2 creates nothing (issue 31)
     out = tmp_path / "out"
     (out / "traces" / "mock_examinee__none.jsonl").mkdir(parents=True)
     done = medmis(*RUN, "--out", str(out))
     assert done.returncode == 2, done.stderr
-    assert "[Errno 21 EISDIR] Is a directory; nothing was written" in one_line(done.stderr)
-    assert manifest(out)["outcome"]["status"] == "write failed"
-    assert (out / "records.jsonl").read_text() == ""
+    assert "is a folder where the run writes a file" in one_line(done.stderr)
+    assert sorted(p.name for p in out.iterdir()) == ["traces"]
 
 
 @pytest.mark.parametrize(("kind", "processes"), [("run", 1), ("run", 2), ("ablate", 1)])
