@@ -22,7 +22,6 @@ if TYPE_CHECKING:
         provider_family,
     )
     from ._decoding import decoding_fingerprint, decoding_record, decoding_table
-    from ._direct import ainvoke_chat
     from ._errors import (
         BlockedResponseError,
         MalformedResponseError,
@@ -68,7 +67,6 @@ _HOME = {
         "_capabilities",
     ),
     **dict.fromkeys(("decoding_fingerprint", "decoding_record", "decoding_table"), "_decoding"),
-    **dict.fromkeys(("ainvoke_chat",), "_direct"),
     **dict.fromkeys(("AdaptiveLimiter", "LimiterState"), "_limiter"),
     **dict.fromkeys(("effective_base_url",), "_registry"),
     **dict.fromkeys(("content_text",), "_text"),
@@ -97,7 +95,6 @@ __all__ = [
     "accepts_call_settings",
     "accepts_structured_output",
     "aclose_transports",
-    "ainvoke_chat",
     "classify",
     "content_text",
     "cycle",

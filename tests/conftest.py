@@ -26,14 +26,6 @@ def _respx_at_the_client(request: pytest.FixtureRequest, monkeypatch: pytest.Mon
         monkeypatch.setattr(respx.mocks, "DEFAULT_MOCKER", "httpx")
 
 
-@pytest.fixture(autouse=True)
-def _report_in_process(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    """``medmis run`` writes its report in-process in tests (a worker per run would start a
-    second interpreter for every CLI test); tests marked ``report_worker`` keep the worker."""
-    if not request.node.get_closest_marker("report_worker"):
-        monkeypatch.setenv("MEDMIS_REPORT_WORKER", "0")
-
-
 @pytest.fixture
 def fixtures_dir() -> Path:
     return FIXTURES

@@ -218,7 +218,7 @@ def test_ablate_sends_no_run_seed_to_a_provider(
     config = tmp_path / "grid.toml"
     config.write_text(
         f'data = "{DATA}"\nsubset = "{SUBSET}"\nlimit = 1\nseed = 9\ndecoding = "reference"\n'
-        f'cache = "live"\nprocesses = 1\nout = "{tmp_path / "abl"}"\n'
+        f'cache = "live"\nout = "{tmp_path / "abl"}"\n'
         '[[models]]\nspec = "openai/gpt-5.4"\n[[defenders]]\nname = "none"\n',
         encoding="utf-8",
     )

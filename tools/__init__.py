@@ -17,13 +17,6 @@ if TYPE_CHECKING:
     from ._cassette import import_cassette
     from ._cli import tools_search, tools_visit
     from ._corpus import CorpusDocument, LocalSearch, load_corpus, url_key
-    from ._exit import (
-        collect_from_here,
-        exit_now,
-        noting_signals,
-        signals_seen,
-        sigterm_as_interrupt,
-    )
     from ._facade import CaseTools, routed
     from ._jina import JINA_DEFAULT_BASE_URL, JinaReader
     from ._llm_cache import StoreCache, attach_cache
@@ -54,8 +47,8 @@ if TYPE_CHECKING:
     from ._safety import DEFAULT_BLOCKLIST, AllowedHost, Blocklist, UrlPolicy, address_problem
     from ._search import SearchBackend
     from ._serper import SERPER_DEFAULT_BASE_URL, SerperSearch
+    from ._signals import noting_signals, signals_seen, sigterm_as_interrupt
     from ._store import CacheMode, RecordStore
-    from ._switch import switched_on
     from ._tavily import TAVILY_DEFAULT_BASE_URL, TavilySearch
     from ._text import split_sentences
     from ._types import (
@@ -141,8 +134,7 @@ _HOME = {
     **dict.fromkeys(("import_cassette",), "_cassette"),
     **dict.fromkeys(("tools_search", "tools_visit"), "_cli"),
     **dict.fromkeys(("url_key",), "_corpus"),
-    **dict.fromkeys(("collect_from_here", "exit_now", "noting_signals", "sigterm_as_interrupt", "signals_seen"),
-                    "_exit"),
+    **dict.fromkeys(("noting_signals", "sigterm_as_interrupt", "signals_seen"), "_signals"),
     **dict.fromkeys(("CaseTools", "routed"), "_facade"),
     **dict.fromkeys(("JINA_DEFAULT_BASE_URL",), "_jina"),
     **dict.fromkeys(
@@ -153,7 +145,6 @@ _HOME = {
         "_redact",
     ),
     **dict.fromkeys(("SERPER_DEFAULT_BASE_URL",), "_serper"),
-    **dict.fromkeys(("switched_on",), "_switch"),
     **dict.fromkeys(("TAVILY_DEFAULT_BASE_URL",), "_tavily"),
     **dict.fromkeys(("split_sentences",), "_text"),
 }
@@ -212,9 +203,7 @@ __all__ = [
     "bulk_transfers",
     "cache_probe",
     "case_key",
-    "collect_from_here",
     "configured_secrets",
-    "exit_now",
     "extract_html",
     "fetch_page",
     "focus_text",
@@ -243,7 +232,6 @@ __all__ = [
     "signals_seen",
     "sigterm_as_interrupt",
     "split_sentences",
-    "switched_on",
     "tool_schemas",
     "tools_search",
     "tools_visit",
