@@ -30,6 +30,7 @@ if TYPE_CHECKING:
         ModelError,
         TransientModelError,
     )
+    from ._http import aclose_transports
     from ._limiter import AdaptiveLimiter, LimiterState
     from ._mock import ScriptedChatModel, cycle, estimate_tokens, message_text
     from ._registry import (
@@ -42,7 +43,6 @@ if TYPE_CHECKING:
     )
     from ._retry import RetryPolicy, classify, retry_async
     from ._text import content_text
-    from ._transport import aclose_transports
 
 # Exports load on first use: a module that needs one adapter piece (the report's prompt
 # tables need ``_capabilities``) does not import LangChain's model stack through this package.
@@ -57,7 +57,7 @@ _HOME = {
         "_registry",
     ),
     **dict.fromkeys(("RetryPolicy", "classify", "retry_async"), "_retry"),
-    "aclose_transports": "_transport",
+    "aclose_transports": "_http",
     **dict.fromkeys(
         (
             "CALL_SETTINGS_KWARG", "CallSettings", "GOOGLE_FAMILIES", "STRUCTURED_OUTPUT_KWARG",

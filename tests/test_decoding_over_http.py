@@ -29,8 +29,6 @@ from medmis.experiments import Item, load_dataset
 from medmis.experiments.cli import main
 from medmis.experiments.harness import read_records
 
-pytestmark = pytest.mark.sdk_http
-
 SNAPSHOTS = Path(__file__).resolve().parent / "snapshots"
 Json = dict[str, Any]
 
