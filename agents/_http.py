@@ -47,7 +47,7 @@ def httpx2_async_client(timeout_s: float, *, max_response_bytes: int | None = DE
     """:func:`async_client` for an SDK that speaks ``httpx2`` (anthropic)."""
     import httpx2
 
-    from medmis.tools._bounded_httpx2 import Httpx2BoundedAsyncClient
+    from medmis.tools import Httpx2BoundedAsyncClient
 
     client = Httpx2BoundedAsyncClient(timeout=timeout_s, limits=httpx2.Limits(**HTTP_LIMITS),
                                       deadline_s=timeout_s, max_bytes=max_response_bytes)
@@ -59,7 +59,7 @@ def httpx2_sync_client(timeout_s: float, *, max_response_bytes: int | None = DEF
     """:func:`sync_client` for an SDK that speaks ``httpx2`` (anthropic)."""
     import httpx2
 
-    from medmis.tools._bounded_httpx2 import Httpx2BoundedClient
+    from medmis.tools import Httpx2BoundedClient
 
     return Httpx2BoundedClient(timeout=timeout_s, limits=httpx2.Limits(**HTTP_LIMITS),
                                deadline_s=timeout_s, max_bytes=max_response_bytes)

@@ -151,6 +151,17 @@ class OpenAIChat(ChatOpenAI):
         with _mapped_errors():
             return _checked(await super()._agenerate(messages, stop, run_manager, **kwargs))
 
+    def completion_result(self, completion: openai.BaseModel) -> ChatResult:
+        """A chat completion that came without a call (a batch job's result line), read as this
+        model reads its replies.
+
+        The one use of ``ChatOpenAI``'s private ``_create_chat_result`` (the batch shim, see
+        ``medmis.experiments.harness._batch_model``): the completion's JSON must become the
+        message an interactive call would have made, and only that parser makes it.
+        """
+        with _mapped_errors():
+            return _checked(self._create_chat_result(completion))
+
 
 @contextlib.contextmanager
 def _mapped_errors() -> Iterator[None]:

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
         ResponseTooLargeError,
         bulk_transfers,
     )
+    from ._bounded_httpx2 import Httpx2BoundedAsyncClient, Httpx2BoundedClient
     from ._cache_cli import add_cache_parser, one_line, run_cache
     from ._cassette import import_cassette
     from ._cli import tools_search, tools_visit
@@ -130,6 +131,7 @@ _HOME = {
         ),
         "_bounded",
     ),
+    **dict.fromkeys(("Httpx2BoundedAsyncClient", "Httpx2BoundedClient"), "_bounded_httpx2"),
     **dict.fromkeys(("add_cache_parser", "one_line", "run_cache"), "_cache_cli"),
     **dict.fromkeys(("import_cassette",), "_cassette"),
     **dict.fromkeys(("tools_search", "tools_visit"), "_cli"),
@@ -170,6 +172,8 @@ __all__ = [
     "CacheProbe",
     "CaseTools",
     "CorpusDocument",
+    "Httpx2BoundedAsyncClient",
+    "Httpx2BoundedClient",
     "JinaReader",
     "LocalSearch",
     "Page",
