@@ -22,7 +22,6 @@ if TYPE_CHECKING:
         provider_family,
     )
     from ._decoding import decoding_fingerprint, decoding_record, decoding_table
-    from ._direct import ainvoke_chat
     from ._errors import (
         BlockedResponseError,
         MalformedResponseError,
@@ -31,6 +30,7 @@ if TYPE_CHECKING:
         ModelError,
         TransientModelError,
     )
+    from ._http import aclose_transports
     from ._limiter import AdaptiveLimiter, LimiterState
     from ._mock import ScriptedChatModel, cycle, estimate_tokens, message_text
     from ._registry import (
@@ -43,7 +43,6 @@ if TYPE_CHECKING:
     )
     from ._retry import RetryPolicy, classify, retry_async
     from ._text import content_text
-    from ._transport import aclose_transports
 
 # Exports load on first use: a module that needs one adapter piece (the report's prompt
 # tables need ``_capabilities``) does not import LangChain's model stack through this package.
@@ -58,7 +57,7 @@ _HOME = {
         "_registry",
     ),
     **dict.fromkeys(("RetryPolicy", "classify", "retry_async"), "_retry"),
-    "aclose_transports": "_transport",
+    "aclose_transports": "_http",
     **dict.fromkeys(
         (
             "CALL_SETTINGS_KWARG", "CallSettings", "GOOGLE_FAMILIES", "STRUCTURED_OUTPUT_KWARG",
@@ -68,7 +67,6 @@ _HOME = {
         "_capabilities",
     ),
     **dict.fromkeys(("decoding_fingerprint", "decoding_record", "decoding_table"), "_decoding"),
-    **dict.fromkeys(("ainvoke_chat",), "_direct"),
     **dict.fromkeys(("AdaptiveLimiter", "LimiterState"), "_limiter"),
     **dict.fromkeys(("effective_base_url",), "_registry"),
     **dict.fromkeys(("content_text",), "_text"),
@@ -97,7 +95,6 @@ __all__ = [
     "accepts_call_settings",
     "accepts_structured_output",
     "aclose_transports",
-    "ainvoke_chat",
     "classify",
     "content_text",
     "cycle",

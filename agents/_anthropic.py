@@ -2,8 +2,8 @@
 
 ``AnthropicChat`` is a thin subclass that:
 
-* sends its requests through (legacy) ``httpx`` clients bridged into the SDK's ``httpx2``
-  client (:mod:`._httpx_bridge`), so respx-mocked tests and ``classify`` see every call;
+* sends its requests through the toolkit's bounded ``httpx2`` clients (:mod:`._http`: the
+  request deadline and the decoded reply cap on the SDK's own transport);
 * never retries inside the SDK (``max_retries=0``): the run's
   :class:`~medmis.agents._retry.RetryPolicy` retries in ``DefenderContext.generate``;
 * sends exactly the thinking it is given — a token budget (``{"type": "enabled",
@@ -43,7 +43,6 @@ from functools import cached_property
 from typing import Any, ClassVar, Literal
 
 import anthropic
-import httpx2
 import pydantic
 from langchain_anthropic import ChatAnthropic
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
@@ -66,10 +65,9 @@ from ._errors import (
     ModelConfigError,
     raise_size_cap,
 )
-from ._httpx_bridge import AsyncHttpxBridge, HttpxBridge
+from ._http import httpx2_async_client, httpx2_sync_client
 from ._mock import content_text
 from ._registry import ModelOptions
-from ._transport import async_client, sync_client
 
 KEY_VARIABLE = "ANTHROPIC_API_KEY"
 BASE_URL_VARIABLE = "ANTHROPIC_BASE_URL"
@@ -134,13 +132,13 @@ class AnthropicChat(ChatAnthropic):
 
     @cached_property
     def _client(self) -> anthropic.Client:
-        bridge = HttpxBridge(sync_client(self.http_timeout_s, max_response_bytes=self.max_response_bytes))
-        return anthropic.Client(**self._client_params, http_client=httpx2.Client(transport=bridge))
+        http = httpx2_sync_client(self.http_timeout_s, max_response_bytes=self.max_response_bytes)
+        return anthropic.Client(**self._client_params, http_client=http)
 
     @cached_property
     def _async_client(self) -> anthropic.AsyncClient:
-        bridge = AsyncHttpxBridge(async_client(self.http_timeout_s, max_response_bytes=self.max_response_bytes))
-        return anthropic.AsyncClient(**self._client_params, http_client=httpx2.AsyncClient(transport=bridge))
+        http = httpx2_async_client(self.http_timeout_s, max_response_bytes=self.max_response_bytes)
+        return anthropic.AsyncClient(**self._client_params, http_client=http)
 
     def _get_request_payload(
         self, input_: LanguageModelInput, *, stop: list[str] | None = None, **kwargs: Any

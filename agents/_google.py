@@ -3,11 +3,11 @@
 We do not use langchain-google-genai because this toolkit needs control over four things
 that wrapper hides:
 
-* **Transport.** Every call goes through the toolkit's httpx clients (:mod:`._transport`,
-  aiohttp underneath), so respx-mocked tests and the record/replay layer see every request.
-  google-genai silently uses its own aiohttp session for async calls whenever aiohttp is
-  importable; handing it our ``httpx.AsyncClient`` through ``HttpOptions.httpx_async_client``
-  switches that off (see ``BaseApiClient._use_aiohttp``).
+* **Transport.** Every call goes through the toolkit's bounded httpx clients (:mod:`._http`:
+  the request deadline and the decoded reply cap), handed over through the public
+  ``HttpOptions.httpx_client`` / ``httpx_async_client``, so respx-mocked tests and the
+  record/replay layer see every request. google-genai would otherwise use its own aiohttp
+  session for async calls whenever aiohttp is importable, which nothing bounds.
 * **Retries.** The SDK's own retries are disabled (``HttpRetryOptions(attempts=1)``); the
   run's :class:`~medmis.agents._retry.RetryPolicy` retries in ``DefenderContext.generate``, so
   attempts and deadlines are counted once.
@@ -70,8 +70,8 @@ from ._gemini_wire import (
     to_gemini_contents,
     usage_from_gemini,
 )
+from ._http import async_client, sync_client
 from ._registry import ModelOptions
-from ._transport import async_client, sync_client
 
 # Re-exported: the wire conversions have always been importable from here.
 __all__ = [

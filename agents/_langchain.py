@@ -11,7 +11,7 @@ Thinking budgets and Gemini thinking levels are provider-specific: pass them in 
 under the integration's own name (e.g. ``thinking={"type": "adaptive"}`` for Anthropic).
 
 An integration whose model takes ``http_client`` and ``http_async_client`` (ChatOpenAI and
-the integrations built on it) is handed the toolkit's bounded clients (:mod:`._transport`:
+the integrations built on it) is handed the toolkit's bounded clients (:mod:`._http`:
 the request deadline and the decoded reply cap), unless ``extra`` names its own. Any other
 keeps the integration's own transport (often ``httpx2``), which the toolkit cannot bound
 through a public API (use the toolkit's own ``anthropic/``, ``google/`` or ``openai/`` spec
@@ -28,8 +28,8 @@ from typing import Any
 from langchain_core.language_models import BaseChatModel
 
 from ._errors import ModelConfigError
+from ._http import async_client, sync_client
 from ._registry import ModelOptions
-from ._transport import async_client, sync_client
 
 # The constructor arguments LangChain's OpenAI-family models make their SDK clients from.
 _HTTP_CLIENT_FIELDS = ("http_client", "http_async_client")

@@ -27,8 +27,10 @@ Usage comes from the response's ``usage`` block (non-streaming); ``output_tokens
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+from collections.abc import Iterator
 from typing import Any, ClassVar
 
 import openai
@@ -53,9 +55,9 @@ from ._errors import (
     ModelConfigError,
     raise_size_cap,
 )
+from ._http import async_client, sync_client
 from ._options import OPENAI_BASE_URL_VARIABLE, is_openai_host, is_openai_reasoning_model
 from ._registry import ModelOptions
-from ._transport import async_client, sync_client
 
 KEY_VARIABLE = "OPENAI_API_KEY"
 BASE_URL_VARIABLE = OPENAI_BASE_URL_VARIABLE
@@ -65,7 +67,7 @@ EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 # vLLM, SGLang, Ollama and llama.cpp accept any key, but the SDK refuses to send none.
 PLACEHOLDER_KEY = "EMPTY"
 
-# What ``ChatOpenAI._create_chat_result`` raises on a body that is not a chat completion.
+# What ``ChatOpenAI`` raises while reading a body that is not a chat completion.
 _PARSE_ERRORS = (KeyError, TypeError, ValueError, AttributeError, IndexError)
 # What the SDK raises earlier, while decoding a 2xx body labelled JSON (nothing in request
 # building decodes JSON, so these can only come from the response).
@@ -142,13 +144,8 @@ class OpenAIChat(ChatOpenAI):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        try:
-            return super()._generate(messages, stop, run_manager, **kwargs)
-        except _BODY_ERRORS as exc:
-            raise MalformedResponseError(f"openai response could not be parsed: {exc}"[:300]) from exc
-        except openai.APIConnectionError as exc:
-            raise_size_cap(exc)
-            raise
+        with _mapped_errors():
+            return _checked(super()._generate(messages, stop, run_manager, **kwargs))
 
     async def _agenerate(
         self,
@@ -157,73 +154,44 @@ class OpenAIChat(ChatOpenAI):
         run_manager: AsyncCallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        payload = self._get_request_payload(messages, stop=stop, **kwargs)
-        try:
-            if not _plain_chat_payload(payload):
-                return await super()._agenerate(messages, stop, run_manager, **kwargs)
-            options: Any = {"timeout": payload["timeout"]} if payload.get("timeout") is not None else {}
-            # cast_to=object: the JSON as it came, which _create_chat_result reads as a dict
-            # (building the SDK's ChatCompletion only to dump it again cost 0.7 ms a call)
-            response = await self.root_async_client.post(
-                "/chat/completions", body=_wire_body(payload), cast_to=object, options=options
-            )
-        except _BODY_ERRORS as exc:
-            raise MalformedResponseError(f"openai response could not be parsed: {exc}"[:300]) from exc
-        except openai.APIConnectionError as exc:
-            raise_size_cap(exc)
-            raise
-        return self._create_chat_result(response)
+        with _mapped_errors():
+            return _checked(await super()._agenerate(messages, stop, run_manager, **kwargs))
 
-    def _create_chat_result(
-        self,
-        response: dict | openai.BaseModel,
-        generation_info: dict | None = None,
-    ) -> ChatResult:
-        # Both the sync and the async path parse through here, so one wrapper covers both.
-        try:
-            result = super()._create_chat_result(response, generation_info)
-        except _PARSE_ERRORS as exc:
-            raise MalformedResponseError(f"openai response could not be parsed: {exc}"[:300]) from exc
-        if not result.generations:
-            raise MalformedResponseError("openai response has no choices")
-        if isinstance(response, dict):  # LangChain keeps a refusal only from SDK objects
-            refusal = ((response.get("choices") or [{}])[0].get("message") or {}).get("refusal")
-            if refusal:
-                result.generations[0].message.additional_kwargs["refusal"] = refusal
-        info = result.generations[0].generation_info or {}
-        if info.get("finish_reason") == "content_filter":
-            raise BlockedResponseError("openai stopped the answer: finish_reason=content_filter")
-        return result
+    def completion_result(self, completion: openai.BaseModel) -> ChatResult:
+        """A chat completion that came without a call (a batch job's result line), read as this
+        model reads its replies.
+
+        The one use of ``ChatOpenAI``'s private ``_create_chat_result`` (the batch shim, see
+        ``medmis.experiments.harness._batch_model``): the completion's JSON must become the
+        message an interactive call would have made, and only that parser makes it.
+        """
+        with _mapped_errors():
+            return _checked(self._create_chat_result(completion))
 
 
-# Payload keys ``ChatOpenAI`` hands to ``create()`` as request options rather than body fields.
-_OPTION_KEYS = frozenset({"extra_body", "extra_headers", "extra_query", "timeout"})
+@contextlib.contextmanager
+def _mapped_errors() -> Iterator[None]:
+    """A body the SDK or ``ChatOpenAI`` cannot read as a chat completion is a
+    :class:`MalformedResponseError`; a reply over the size cap says so."""
+    try:
+        yield
+    except MalformedResponseError:
+        raise
+    except (*_BODY_ERRORS, *_PARSE_ERRORS) as exc:
+        raise MalformedResponseError(f"openai response could not be parsed: {exc}"[:300]) from exc
+    except openai.APIConnectionError as exc:
+        raise_size_cap(exc)
+        raise
 
 
-def _plain_chat_payload(payload: dict[str, Any]) -> bool:
-    """Whether ``payload`` is a non-streaming Chat Completions body of plain JSON values.
-
-    Those (every request the harness sends) go out through the SDK client's ``post`` as they
-    are. Streaming, the Responses API, a pydantic ``response_format`` class and per-call
-    headers or query parameters take ``ChatOpenAI``'s own path.
-    """
-    if payload.get("stream") or "input" in payload or "extra_headers" in payload or "extra_query" in payload:
-        return False
-    return not isinstance(payload.get("response_format"), type)
-
-
-def _wire_body(payload: dict[str, Any]) -> dict[str, Any]:
-    """The JSON body ``create(**payload)`` would send, built without the SDK's type-driven transform.
-
-    ``create()`` walks the body against its TypedDicts on every call (about a third of a call's
-    CPU in the harness, measured with py-spy) to rename aliased keys, encode files and format
-    dates; LangChain's payload holds none of those, only JSON values, so the walk is the identity
-    here. ``extra_body`` is merged on top, as the SDK does.
-    """
-    body = {k: v for k, v in payload.items() if k not in _OPTION_KEYS}
-    body["stream"] = False  # both create() and parse() send it
-    body.update(payload.get("extra_body") or {})
-    return body
+def _checked(result: ChatResult) -> ChatResult:
+    """``result``, unless it holds no answer or the provider's filter stopped the answer."""
+    if not result.generations:
+        raise MalformedResponseError("openai response has no choices")
+    info = result.generations[0].generation_info or {}
+    if info.get("finish_reason") == "content_filter":
+        raise BlockedResponseError("openai stopped the answer: finish_reason=content_filter")
+    return result
 
 
 def resolve_key(base_url: str | None) -> str:
@@ -282,8 +250,8 @@ def build(model_id: str, opts: ModelOptions) -> BaseChatModel:
         seed=opts.seed,
         timeout=opts.timeout_s,
         max_retries=0,
-        # Legacy httpx clients, not the SDK's default httpx2: the toolkit's record/replay layer,
-        # respx-mocked tests and ``classify`` all speak httpx (on aiohttp underneath, _transport).
+        # Bounded httpx clients (_http), not the SDK's default httpx2 ones: the request
+        # deadline and the decoded reply cap hold, and respx-mocked tests see every call.
         http_client=sync_client(opts.timeout_s, max_response_bytes=opts.max_response_bytes),
         http_async_client=async_client(opts.timeout_s, max_response_bytes=opts.max_response_bytes),
         use_responses_api=False,

@@ -133,30 +133,23 @@ def add_batch_flags(p: argparse.ArgumentParser) -> None:
                         "batch discount; 0 when the prices given are batch prices)")
 
 
-def processes_value(value: str) -> int | str:
-    """``--processes``: ``auto`` or a whole number of at least 1."""
-    if value == "auto":
-        return value
-    try:
-        n = int(value)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"expected auto or a whole number >= 1, got {value!r}")
-    return n
+class RemovedFlag(argparse.Action):
+    """A flag that no longer exists: using it is a one-line usage error (exit 2), which says why."""
+
+    def __init__(self, option_strings: list[str], dest: str, *, why: str, **kwargs: Any) -> None:
+        self.why = why
+        super().__init__(option_strings, dest, nargs="?", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        parser.error(f"{option_string} was removed: {self.why}")
 
 
 def add_scale_flags(p: argparse.ArgumentParser) -> None:
-    """How a run spreads: processes sharing its calls, and provider batch jobs."""
-    p.add_argument("--processes", type=processes_value, default="auto", metavar="N|auto",
-                   help="processes sharing the calls and --max-connections (Linux; forked once the "
-                        "models are built). auto (default): one per core, up to 4, when the models "
-                        "are remote and there are at least 8 connections and 128 cases per process")
-    p.add_argument("--helper-timeout", type=_float_range(0.0, None, "a number of seconds above 0"),
-                   default=None, metavar="S",
-                   help="with --processes: a call process that sends nothing for S seconds (no "
-                        "case, no heartbeat; it sends one a second) is killed and its cases run in "
-                        "the parent (default: --model-timeout + 30)")
+    """How a run spreads: provider batch jobs (``--processes`` is gone: one process runs every call)."""
+    one_process = "every call runs in one process on one event loop; --max-connections sets the concurrency"
+    p.add_argument("--processes", action=RemovedFlag, why=one_process)
+    p.add_argument("--helper-timeout", action=RemovedFlag, why=one_process)
     add_batch_flags(p)
 
 

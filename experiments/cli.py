@@ -41,7 +41,7 @@ from medmis.experiments._cli_flags import (
     thinking_budget,
 )
 from medmis.experiments._errors import CliError, error_lines
-from medmis.tools import exit_now, sigterm_as_interrupt
+from medmis.tools import sigterm_as_interrupt
 
 EXIT_CONFIG = 2
 
@@ -194,24 +194,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    import gc
+    from medmis.experiments.harness import RunInterrupted
 
-    # start-up makes ~200k objects that live as long as the process (the SDKs' classes): the
-    # collector would only scan them again and again; the harness freezes them and turns it
-    # back on when the cases begin (medmis.tools._exit.collect_from_here)
-    gc.disable()
-    from medmis.experiments.reporting import ReportWorker, worker_enabled
-
-    # the reporting stack loads in a second process from the start, on the core our imports leave idle
     try:
-        with ReportWorker.start() if worker_enabled() else ReportWorker(None) as worker:
-            return _run_command(args, argv, worker)
-    finally:
-        gc.unfreeze()  # a caller of main() in this process gets its collector back as it was
-        gc.enable()
+        return _run_command(args, argv)
+    except RunInterrupted as exc:
+        from medmis.experiments.reporting import report_interrupted, write_report
+
+        # Ctrl-C or SIGTERM stopped the run: its report at once, marked incomplete
+        report_interrupted(write_report, exc.out, _notice)
+        raise
 
 
-def _run_command(args: argparse.Namespace, argv: Sequence[str], worker: Any) -> int:
+def _run_command(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from medmis.agents import ModelOptions
     from medmis.experiments.harness import DefenderConfig, RunConfig, run_experiment
 
@@ -246,7 +241,7 @@ def _run_command(args: argparse.Namespace, argv: Sequence[str], worker: Any) -> 
         prompt=args.prompt,
         seed=args.seed,
         out=args.out,
-        max_connections=args.max_connections, processes=args.processes, helper_timeout_s=args.helper_timeout,
+        max_connections=args.max_connections,
         max_retries=args.max_retries,
         **({"case_timeout_s": args.case_timeout} if args.case_timeout is not None else {}),
         cache=args.cache,
@@ -286,7 +281,9 @@ def _run_command(args: argparse.Namespace, argv: Sequence[str], worker: Any) -> 
         raise CliError(f"{exc.summary()}; `medmis data validate` lists them all, "
                        "--on-invalid skip runs the valid rows") from None
     if config.write_report and not (result.nothing_to_do and (result.out / "report.md").exists()):
-        result.report = worker.write(result.out, plugins=config.plugins)
+        from medmis.experiments.reporting import write_report
+
+        result.report = write_report(result.out)
     if result.nothing_to_do:
         print(f"nothing to do: {result.records} records complete in {result.out}")
     else:
@@ -434,8 +431,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def console() -> None:
-    """The ``medmis`` command: :func:`main`, then an exit without the interpreter's teardown."""
-    exit_now(sigterm_as_interrupt()(main)())  # SIGTERM as Ctrl-C (the command line's, not a library caller's)
+    """The ``medmis`` command: :func:`main`, its code as the process's exit status."""
+    sys.exit(sigterm_as_interrupt()(main)())  # SIGTERM as Ctrl-C (the command line's, not a library caller's)
 
 
 if __name__ == "__main__":  # pragma: no cover

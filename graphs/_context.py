@@ -28,7 +28,6 @@ from medmis.agents import (
     StructuredOutput,
     accepts_call_settings,
     accepts_structured_output,
-    ainvoke_chat,
     message_text,
     provider_family,
     retry_async,
@@ -165,8 +164,8 @@ class DefenderContext:
 
                 async def call() -> Any:
                     if limiter is None:
-                        return await ainvoke_chat(runnable, messages)
-                    return await limiter.run(lambda: ainvoke_chat(runnable, messages))
+                        return await runnable.ainvoke(list(messages))
+                    return await limiter.run(lambda: runnable.ainvoke(list(messages)))
 
                 reply = await retry_async(call, self.retry)
         except Exception as exc:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import respx.mocks
+from httpx2_respx import routed_to_respx
 
 from medmis.defenses import testing as defenses_testing
 from medmis.experiments import Item
@@ -15,23 +16,14 @@ FIXTURES = ROOT / "fixtures"
 
 
 @pytest.fixture(autouse=True)
-def _respx_at_the_client(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    """In modules marked ``sdk_http``, respx patches httpx clients rather than httpcore.
-
-    The provider SDKs' clients are httpx clients on an aiohttp transport
-    (agents/_transport.py), which respx's default httpcore patch never sees. The web tools
-    keep httpx's own transport and the default patch.
-    """
-    if request.node.get_closest_marker("sdk_http"):
-        monkeypatch.setattr(respx.mocks, "DEFAULT_MOCKER", "httpx")
-
-
-@pytest.fixture(autouse=True)
-def _report_in_process(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    """``medmis run`` writes its report in-process in tests (a worker per run would start a
-    second interpreter for every CLI test); tests marked ``report_worker`` keep the worker."""
-    if not request.node.get_closest_marker("report_worker"):
-        monkeypatch.setenv("MEDMIS_REPORT_WORKER", "0")
+def _httpx2_through_respx(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """In tests that take ``respx_mock``, the anthropic SDK's ``httpx2`` requests reach respx's
+    routes too (:mod:`httpx2_respx`); other tests keep ``httpx2``'s own transport."""
+    if "respx_mock" not in request.fixturenames:
+        yield
+        return
+    with routed_to_respx(monkeypatch):
+        yield
 
 
 @pytest.fixture

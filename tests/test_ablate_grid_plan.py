@@ -77,7 +77,6 @@ def _records(folder: Path) -> int:
 
 def test_the_dry_runs_plan_is_what_the_run_executes(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("MEDMIS_REPORT_WORKER", "0")
     path = _config(tmp_path)
     assert main(["ablate", str(path), "--dry-run"]) == 0
     plan = capsys.readouterr().out
@@ -106,7 +105,6 @@ def _cost(folder: Path) -> float:
 
 def test_the_budget_cap_is_the_whole_grids(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("MEDMIS_REPORT_WORKER", "0")
     free = tmp_path / "free"
     free.mkdir()
     assert main(["ablate", str(_config(free, poison=False)), "--no-progress"]) == 0

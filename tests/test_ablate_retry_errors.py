@@ -26,7 +26,6 @@ data = "{SAMPLE.as_posix()}"
 limit = 3
 protocols = ["clean", "type1", "type2"]
 out = "{out.as_posix()}"
-processes = 1
 
 [[models]]
 spec = "mock/examinee"

@@ -28,8 +28,6 @@ from medmis.experiments import Item, load_dataset
 from medmis.experiments.cli import main
 from medmis.experiments.harness import read_records
 
-pytestmark = pytest.mark.sdk_http
-
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "fixtures" / "medmisbench_sample.jsonl"
 SUBSET = "MEDMISHLE"

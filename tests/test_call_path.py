@@ -3,18 +3,12 @@
 - ``json_needs_redaction`` may only say "nothing to mask" when the full redaction walk
   indeed changes nothing (fuzzed with the patterns' own look-alikes and credential names);
 - ``scrub_lines`` writes what serialising the fully redacted record and trace would write;
-- ``ainvoke_chat`` returns the message ``ainvoke`` returns, through the real openai SDK and
-  transport against a 127.0.0.1 server, and takes ``ainvoke`` whenever a callback, a cache,
-  streaming or the switch would notice the difference;
-- the cookie jar still keeps a cookie a server sets;
 - a fresh folder's resume plan and outcome equal the DuckDB reads they skip;
-- ``exit_now`` runs ``atexit`` handlers and flushes output before it ends the process;
 - importing the defenders does not import LangGraph.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import random
 import subprocess
@@ -25,14 +19,7 @@ from typing import Any
 
 import httpx
 import pytest
-from langchain_core.callbacks import AsyncCallbackHandler
-from langchain_core.messages import HumanMessage, SystemMessage
-from langchain_core.runnables import RunnableLambda
-from raw_http import RawServer
 
-from medmis.agents import ModelOptions, aclose_transports, load_model
-from medmis.agents._direct import ainvoke_chat, direct_target
-from medmis.agents._transport import async_client
 from medmis.experiments.benchmark import Record
 from medmis.experiments.harness._io import scrub_lines
 from medmis.experiments.harness._outcome import record_outcome
@@ -112,120 +99,6 @@ def test_scrub_lines_writes_what_the_full_redaction_would(error: str | None) -> 
         assert masked is record and record_line == record.model_dump_json()
 
 
-_COMPLETION = {
-    "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "served-model",
-    "system_fingerprint": "fp_1",
-    "choices": [{"index": 0, "finish_reason": "tool_calls", "logprobs": None,
-                 "message": {"role": "assistant", "content": "Looking it up.", "refusal": None,
-                             "tool_calls": [{"id": "call_1", "type": "function",
-                                             "function": {"name": "search_web", "arguments": "{\"query\": \"x\"}"}}]}}],
-    "usage": {"prompt_tokens": 12, "completion_tokens": 7, "total_tokens": 19,
-              "completion_tokens_details": {"reasoning_tokens": 3}},
-}
-
-
-def _fixed_server(body: dict[str, Any], headers: str = "") -> RawServer:
-    """A keep-alive 127.0.0.1 server answering every request with one chat completion."""
-    payload = json.dumps(body).encode()
-    reply = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n" + headers.encode()
-             + b"Content-Length: " + str(len(payload)).encode() + b"\r\n\r\n" + payload)
-    return RawServer(reply, keep_alive=True)
-
-
-def _messages() -> list[Any]:
-    return [SystemMessage("Answer with JSON."), HumanMessage("Question?\nA: x\nB: y")]
-
-
-def _comparable(message: Any) -> dict[str, Any]:
-    data = message.model_dump()
-    data.pop("id")
-    return data
-
-
-class _Seen(AsyncCallbackHandler):
-    def __init__(self) -> None:
-        self.starts = 0
-
-    async def on_chat_model_start(self, *args: Any, **kwargs: Any) -> None:
-        self.starts += 1
-
-
-def test_a_direct_call_returns_what_ainvoke_returns(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("MEDMIS_HTTP_TRANSPORT", raising=False)
-    monkeypatch.delenv("MEDMIS_DIRECT_CALLS", raising=False)
-
-    async def go() -> None:
-        async with _fixed_server(_COMPLETION) as root:
-            url = root + "/v1"
-            chat = load_model("openai/served-model", ModelOptions(base_url=url, max_output_tokens=64))
-            tools = [{"type": "function", "function": {"name": "search_web", "description": "search",
-                                                        "parameters": {"type": "object", "properties": {}}}}]
-            for runnable in (chat, chat.bind_tools(tools), chat.bind(structured_output={
-                    "name": "answer", "schema": {"type": "object", "properties": {"answer_letter": {"type": "string"}}}})):
-                assert direct_target(runnable) is not None
-                direct = await ainvoke_chat(runnable, _messages())
-                long_way = await runnable.ainvoke(_messages())
-                assert _comparable(direct) == _comparable(long_way)
-                assert direct.tool_calls[0]["name"] == "search_web"
-                assert direct.usage_metadata["output_tokens"] == 7
-                assert direct.response_metadata["finish_reason"] == "tool_calls"
-            await aclose_transports()
-
-    asyncio.run(go())
-
-
-def test_anything_that_would_notice_takes_the_long_way(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("MEDMIS_HTTP_TRANSPORT", raising=False)
-    monkeypatch.delenv("MEDMIS_DIRECT_CALLS", raising=False)
-    from medmis.tools import RecordStore, StoreCache
-
-    async def go(tmp: Path) -> None:
-        async with _fixed_server(_COMPLETION) as root:
-            url = root + "/v1"
-            chat = load_model("openai/served-model", ModelOptions(base_url=url))
-            seen = _Seen()
-            # a handler on the model, one inherited from an enclosing runnable, a cache
-            await ainvoke_chat(chat.model_copy(update={"callbacks": [seen]}), _messages())
-            assert seen.starts == 1
-
-            async def nested(_: Any) -> Any:
-                assert direct_target(chat) is None
-                return await ainvoke_chat(chat, _messages())
-
-            await RunnableLambda(nested).ainvoke(None, config={"callbacks": [seen]})
-            assert seen.starts == 2
-            cached = chat.model_copy(update={"cache": StoreCache(RecordStore(tmp / "cache", "record"))})
-            assert direct_target(cached) is None
-            assert direct_target(chat.model_copy(update={"streaming": True})) is None
-            monkeypatch.setenv("MEDMIS_DIRECT_CALLS", "0")
-            assert direct_target(chat) is None
-            monkeypatch.delenv("MEDMIS_DIRECT_CALLS")
-            assert direct_target(chat) is not None
-            await aclose_transports()
-
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as tmp:
-        asyncio.run(go(Path(tmp)))
-
-
-def test_the_cookie_jar_still_keeps_a_cookie_a_server_sets(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("MEDMIS_HTTP_TRANSPORT", raising=False)
-
-    async def go() -> tuple[dict[str, str], dict[str, str]]:
-        jars = []
-        for extra in ("Set-Cookie: route=replica-2; Path=/\r\n", ""):
-            async with _fixed_server(_COMPLETION, headers=extra) as url:
-                client = async_client(5)
-                await client.post(f"{url}/chat/completions", json={})
-                jars.append(dict(client.cookies))
-                await aclose_transports()
-        return jars[0], jars[1]
-
-    with_cookie, without = asyncio.run(go())
-    assert with_cookie == {"route": "replica-2"} and without == {}
-
-
 def _plan() -> CasePlan:
     cases = [("clean", "S/q1", None), ("type1", "S/q1", "B"), ("clean", "S/q2", None)]
     return CasePlan(["m1", "m2"], ["none", "warn"], cases)
@@ -259,29 +132,6 @@ def _python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
 
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
                           timeout=60, env={**os.environ, **env}, check=False)
-
-
-def test_exit_now_runs_exit_handlers_and_flushes(tmp_path: Path) -> None:
-    marker = tmp_path / "atexit.txt"
-    code = f"""
-        import atexit, sys
-        from medmis.tools._exit import exit_now
-        atexit.register(lambda: open({str(marker)!r}, "w").write("ran"))
-        sys.stdout.write("buffered output")
-        print("to stderr", file=sys.stderr)
-        exit_now(3)
-    """
-    done = _python(code)
-    assert done.returncode == 3 and done.stdout == "buffered output" and "to stderr" in done.stderr
-    assert marker.read_text() == "ran"
-    # a live thread takes the ordinary exit, which waits for it
-    threaded = _python("""
-        import threading, time, sys
-        from medmis.tools._exit import exit_now
-        threading.Thread(target=lambda: (time.sleep(0.3), print("thread done", flush=True))).start()
-        exit_now(4)
-    """)
-    assert threaded.returncode == 4 and "thread done" in threaded.stdout
 
 
 def test_importing_the_defenders_does_not_import_langgraph() -> None:

@@ -51,7 +51,7 @@ MISBEHAVIOUR = {
 
 
 def medmis(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "MEDMIS_REPORT_WORKER": "0", **(env or {})}
+    env = {**os.environ, **(env or {})}
     return subprocess.run([sys.executable, "-m", "medmis.experiments.cli", *args], capture_output=True,
                           text=True, env=env, timeout=timeout, cwd=ROOT)
 
@@ -59,7 +59,7 @@ def medmis(*args: str, env: dict[str, str] | None = None, timeout: float = 120) 
 def run_args(out: Path, plugin: Path, *extra: str) -> list[str]:
     return ["run", "--data", str(SAMPLE), "--limit", "3", "--model", "mock/examinee", "--defender",
             "misbehaves_once", "--protocol", "clean,type1", "--out", str(out), "--no-progress",
-            "--processes", "1", "--plugin", str(plugin), *extra]
+            "--plugin", str(plugin), *extra]
 
 
 def one_line(err: str) -> str:
@@ -159,7 +159,7 @@ def test_a_real_signal_inside_a_defender_still_stops_the_run(tmp_path: Path) -> 
     plugin.write_text(PLUGIN.replace("{what}", "blocks in its own code").replace(
         "{first}", f"import pathlib, time; pathlib.Path({str(marker)!r}).touch(); time.sleep(60)"))
     out = tmp_path / "run"
-    env = {**os.environ, "MEDMIS_REPORT_WORKER": "0"}
+    env = {**os.environ}
     proc = subprocess.Popen([sys.executable, "-m", "medmis.experiments.cli", *run_args(out, plugin)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
@@ -192,7 +192,6 @@ limit = 2
 protocols = ["clean"]
 out = "{out.as_posix()}"
 plugins = ["defense.py"]
-processes = 1
 case_timeout = 1
 
 [[models]]

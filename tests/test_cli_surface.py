@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from medmis.experiments._cli_flags import RemovedFlag
 from medmis.experiments.cli import build_parser, main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,7 +41,7 @@ def test_version_names_the_installed_distribution_and_the_checkout_commit() -> N
 def _walk(parser: argparse.ArgumentParser, path: list[str]) -> list[str]:
     missing: list[str] = []
     for action in parser._actions:
-        if isinstance(action, argparse._HelpAction):
+        if isinstance(action, argparse._HelpAction | RemovedFlag):  # a removed flag is hidden on purpose
             continue
         if isinstance(action, argparse._SubParsersAction):
             described = {choice.dest for choice in action._choices_actions}
@@ -55,6 +56,17 @@ def _walk(parser: argparse.ArgumentParser, path: list[str]) -> list[str]:
 
 def test_every_option_of_every_command_has_help() -> None:
     assert _walk(build_parser(), ["medmis"]) == []
+
+
+@pytest.mark.parametrize("flag", [["--processes", "2"], ["--processes", "auto"], ["--processes"],
+                                  ["--helper-timeout", "30"]])
+def test_a_removed_flag_is_one_line_and_exit_2(flag: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stop:
+        main(["run", "--data", "x.jsonl", "--model", "mock/examinee", *flag])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert f"{flag[0]} was removed: every call runs in one process on one event loop" in err
 
 
 def _run(tmp_path: Path, *extra: str) -> list[str]:

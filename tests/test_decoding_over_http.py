@@ -29,8 +29,6 @@ from medmis.experiments import Item, load_dataset
 from medmis.experiments.cli import main
 from medmis.experiments.harness import read_records
 
-pytestmark = pytest.mark.sdk_http
-
 SNAPSHOTS = Path(__file__).resolve().parent / "snapshots"
 Json = dict[str, Any]
 
@@ -277,7 +275,7 @@ def test_ablate_sends_no_run_seed_to_a_provider(
     config = tmp_path / "grid.toml"
     config.write_text(
         f'data = "{DATA}"\nsubset = "{SUBSET}"\nlimit = 1\nseed = 9\ndecoding = "reference"\n'
-        f'cache = "live"\nprocesses = 1\nout = "{tmp_path / "abl"}"\n'
+        f'cache = "live"\nout = "{tmp_path / "abl"}"\n'
         '[[models]]\nspec = "openai/gpt-5.4"\n[[defenders]]\nname = "none"\n',
         encoding="utf-8",
     )

@@ -188,7 +188,7 @@ def _run(tmp_path: Path, name: str, corpus: Path, poison: PoisonSettings | None)
     out = tmp_path / name
     config = RunConfig(data=str(SAMPLE), limit=1, models=["mock/examinee"],
                        defenders=[DefenderConfig(name="isolation_spy")], protocols=["type1"], out=str(out),
-                       corpus_dir=str(corpus), poison=poison, progress=False, processes=1)
+                       corpus_dir=str(corpus), poison=poison, progress=False)
     result = asyncio.run(Harness(config).run())
     assert result.records == 1
     record = json.loads((out / "records.jsonl").read_text(encoding="utf-8"))

@@ -31,8 +31,6 @@ from medmis.agents import ModelOptions, ScriptedChatModel, load_model, message_t
 from medmis.defenses import DefenderContext, create_defender, list_defenders
 from medmis.defenses.testing import FakeExaminee, FakeToolset, toy_case, toy_item
 
-pytestmark = pytest.mark.sdk_http
-
 PROTOCOLS = ("clean", "type1", "type2")
 DEFENDERS = sorted(spec.name for spec in list_defenders())
 # defenders that bind search_web / visit_web to the model itself on a case with context

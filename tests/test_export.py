@@ -24,7 +24,6 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A simulated-examinee run with a tool-using defender (its web-tool calls become events)."""
     out = tmp_path_factory.mktemp("export") / "run"
     mp = pytest.MonkeyPatch()
-    mp.setenv("MEDMIS_REPORT_WORKER", "0")
     try:
         code = main(["run", "--data", str(SAMPLE), "--limit", "8", "--model", "mock/examinee",
                      "--defender", "none,claim_verify", "--corpus-dir", str(ROOT / "fixtures" / "corpus"),
@@ -233,7 +232,6 @@ def test_the_card_lists_the_languages_of_the_items(tmp_path: Path, monkeypatch: 
     english = [r for r in rows if '"MEDMISQA"' in r][:2]
     chinese = [r for r in rows if '"MEDMISJOURNEY"' in r][:3]
     data.write_text("\n".join(english + chinese) + "\n", encoding="utf-8")
-    monkeypatch.setenv("MEDMIS_REPORT_WORKER", "0")
     run = tmp_path / "run"
     assert main(["run", "--data", str(data), "--model", "mock/examinee", "--defender", "none",
                  "--out", str(run), "--no-progress"]) == 0
@@ -252,7 +250,6 @@ def test_the_card_lists_the_languages_of_the_items(tmp_path: Path, monkeypatch: 
 
 def test_the_card_of_a_stopped_run_says_incomplete_with_its_counts(tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("MEDMIS_REPORT_WORKER", "0")
     run = tmp_path / "run"
     # a call cap stops the run part-way (exit 3), as a budget or Ctrl-C does
     assert main(["run", "--data", str(SAMPLE), "--limit", "10", "--model", "mock/examinee",

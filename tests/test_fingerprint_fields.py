@@ -234,7 +234,7 @@ def install_plugin(site: Path, version: str = "0.1") -> Path:
 
 
 def medmis(site: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(site), "MEDMIS_REPORT_WORKER": "0"}
+    env = {**os.environ, "PYTHONPATH": str(site)}
     return subprocess.run([sys.executable, "-m", "medmis.experiments.cli", *args], capture_output=True,
                           text=True, env=env, timeout=120)
 

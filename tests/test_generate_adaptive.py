@@ -144,7 +144,6 @@ def gemini_handler(calls: list[Json]):
     return generate_http.gemini_handler(calls, wire_reply, usage=(900, 200))
 
 
-@pytest.mark.sdk_http
 def test_openai_request_carries_the_warning_and_the_claims(tmp_path: Path) -> None:
     calls: list[Json] = []
     out = tmp_path / "adv.jsonl"
@@ -170,7 +169,6 @@ def test_openai_request_carries_the_warning_and_the_claims(tmp_path: Path) -> No
         assert all(row[k].startswith("Wire passage for option") for k in false_keys(row))
 
 
-@pytest.mark.sdk_http
 def test_gemini_request_carries_claim_verify_prompts(tmp_path: Path) -> None:
     calls: list[Json] = []
     out = tmp_path / "adv.jsonl"
@@ -302,7 +300,6 @@ def test_resume_skips_done_items_and_refuses_another_defense(tmp_path: Path, cap
     assert "differs in: attack, mode" in capsys.readouterr().err
 
 
-@pytest.mark.sdk_http
 def test_defender_options_decide_what_the_attacker_sees(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     calls: list[Json] = []
     out = tmp_path / "adv.jsonl"
@@ -337,7 +334,6 @@ def test_a_changed_plugin_prompt_is_another_generation(tmp_path: Path, capsys: p
     assert "differs in: attack" in capsys.readouterr().err
 
 
-@pytest.mark.sdk_http
 def test_record_then_replay_with_no_network(tmp_path: Path) -> None:
     calls: list[Json] = []
     first, again = tmp_path / "first.jsonl", tmp_path / "again.jsonl"

@@ -23,8 +23,6 @@ from medmis.experiments.benchmark import load_dataset
 from medmis.experiments.cli import main
 from medmis.experiments.generate._prompts import CHINESE_REQUIREMENT
 
-pytestmark = pytest.mark.sdk_http
-
 ROOT = Path(__file__).resolve().parents[1]
 FIX = ROOT / "fixtures" / "generate"
 GEMINI_URL = re.compile(r"https://generativelanguage\.googleapis\.com/v1(beta)?/models/gemini-gen:generateContent")

@@ -23,8 +23,6 @@ from medmis.experiments.cli import main
 from medmis.experiments.generate._prompts import CHINESE_REQUIREMENT
 from medmis.tools._poison_types import PAGE_STYLES, load_pages
 
-pytestmark = pytest.mark.sdk_http
-
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "fixtures" / "medmisbench_sample.jsonl"
 GEMINI_URL = re.compile(r"https://generativelanguage\.googleapis\.com/v1(beta)?/models/gemini-gen:generateContent")

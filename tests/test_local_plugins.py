@@ -4,7 +4,6 @@ source hash joins the fingerprint; a bad file is one line, exit 2."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -48,10 +47,9 @@ def local_blind(opts: DefenderOptions) -> SolveFn:
 '''
 
 
-def medmis(*args: str, cwd: Path | None = None, worker: bool = False) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "MEDMIS_REPORT_WORKER": "1" if worker else "0"}
+def medmis(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "medmis.experiments.cli", *args], capture_output=True,
-                          text=True, env=env, timeout=120, cwd=cwd)
+                          text=True, timeout=120, cwd=cwd)
 
 
 def one_line(err: str) -> str:
@@ -82,10 +80,10 @@ def test_run_with_a_plugin_writes_its_report_and_refuses_an_edited_file(tmp_path
     plugin = tmp_path / "defense.py"
     plugin.write_text(PLUGIN)
     out = tmp_path / "run"
-    first = medmis(*run_args(out, plugin), worker=True)  # the report worker loads it too
+    first = medmis(*run_args(out, plugin))
     assert first.returncode == 0, first.stderr
     assert (out / "report.md").exists() and "local_probe" in (out / "report.md").read_text()
-    # the worker that wrote it knew the plug-in's defenders: its control is a control there
+    # the report knew the plug-in's defenders: its control is a control there
     findings = json.loads((out / "verdict.json").read_text())["models"]["mock/examinee"]["findings"]
     assert findings["local_blind"]["control"] is True and findings["local_probe"]["control"] is False
     code = json.loads((out / "manifest.json").read_text())["fingerprint"]["defenders"]["local_probe"]["code"]

@@ -28,7 +28,6 @@ def _metrics_parquet(dataset: Path) -> list[Path]:
 
 
 def test_metrics_parquet_agrees_with_metrics_csv_row_for_row(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("MEDMIS_REPORT_WORKER", "0")
     run = tmp_path / "run"
     assert main(["run", "--data", str(SAMPLE), "--limit", "4", "--model", "mock/examinee",
                  "--defender", "none,warning", "--out", str(run), "--no-progress"]) == 0

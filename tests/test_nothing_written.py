@@ -17,7 +17,7 @@ SAMPLE = ROOT / "fixtures" / "medmisbench_sample.jsonl"
 
 
 def medmis(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "MEDMIS_REPORT_WORKER": "0"}
+    env = {**os.environ}
     return subprocess.run([sys.executable, "-m", "medmis.experiments.cli", *args], capture_output=True,
                           text=True, env=env, timeout=120, cwd=ROOT)
 

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +9,6 @@ import pytest
 
 from medmis.experiments.analysis import wilson
 from medmis.experiments.reporting._plots import (
-    HELPER_KEYS,
     PLOT_FILES,
     PLOTS_DIR,
     cost_axis,
@@ -135,46 +131,6 @@ def test_baseline_first_then_sorted() -> None:
     assert defender_order(["warning", "none", "claim_verify"], "none") == [
         "none", "claim_verify", "warning"]
     assert defender_order({"b": 1, "a": 2}, "none") == ["a", "b"]
-
-
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the forked helper is Linux only")
-def test_a_forked_helper_draws_the_same_bytes(tmp_path: Path) -> None:
-    from medmis.experiments.reporting._forked import ForkedPlotter
-
-    helper = ForkedPlotter.start()
-    assert helper is not None
-    shared = write_plots(tmp_path / "shared", sample_metrics(), helper=helper)
-    alone = write_plots(tmp_path / "alone", sample_metrics())
-    assert list(shared) == list(PLOT_FILES)
-    for key in PLOT_FILES:
-        assert shared[key].read_bytes() == alone[key].read_bytes(), key
-    # the helper drew its share: killed, its figures are drawn here instead, the same
-    for path in shared.values():
-        path.unlink()
-    os.kill(helper.pid, signal.SIGKILL)
-    os.waitpid(helper.pid, 0)
-    again = write_plots(tmp_path / "shared", sample_metrics(), helper=helper)
-    for key in PLOT_FILES:
-        assert again[key].read_bytes() == alone[key].read_bytes(), key
-
-
-class _FailingHelper:
-    def __init__(self, answer: dict[str, Path] | None) -> None:
-        self.answer, self.asked = answer, []  # type: ignore[var-annotated]
-
-    def submit(self, run_dir: Path, metrics: dict[str, Any], keys: Any) -> None:
-        self.asked.append(list(keys))
-
-    def collect(self) -> dict[str, Path] | None:
-        return self.answer
-
-
-@pytest.mark.parametrize("answer", [None, {"cost_vs_asr": Path("elsewhere.png")}])
-def test_what_a_helper_does_not_deliver_is_drawn_here(tmp_path: Path, answer: dict[str, Path] | None) -> None:
-    helper = _FailingHelper(answer)
-    paths = write_plots(tmp_path, sample_metrics(), helper=helper)
-    assert helper.asked == [list(HELPER_KEYS)]
-    _assert_pngs(paths, tmp_path)
 
 
 def _crowded_metrics(n: int) -> dict[str, Any]:

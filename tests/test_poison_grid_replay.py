@@ -31,7 +31,7 @@ def test_the_poisoned_grid_replays_offline_to_identical_records(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, medmis_no_network: list[str]
 ) -> None:
     monkeypatch.chdir(ROOT)  # the config's data and pages paths are relative to the checkout
-    common = ["--limit", "3", "--set", "processes=1", "--set", "poison.share=[0, 1.0]"]
+    common = ["--limit", "3", "--set", "poison.share=[0, 1.0]"]
     recorded, replayed = tmp_path / "recorded", tmp_path / "replayed"
     cache = tmp_path / "cache"
     assert main(["ablate", str(CONFIG), "--out", str(recorded), *common,

@@ -257,20 +257,3 @@ def test_a_folder_without_share_runs_has_no_poison_files(tmp_path: Path) -> None
     paths = write_report(tmp_path, figures=False)
     assert "poison.json" not in paths and not (tmp_path / "poison.json").exists()
     assert "Poisoned retrieval" not in (tmp_path / "report.md").read_text(encoding="utf-8")
-
-
-def test_the_report_worker_writes_the_same_poison_files_and_plot(tmp_path: Path) -> None:
-    from medmis.experiments.reporting._worker import ReportWorker
-
-    shape = {0.0: {"search_agent": "better"}, 1.0: {"search_agent": "same"}}
-    here, there = write_grid(tmp_path / "here", shape), write_grid(tmp_path / "there", shape)
-    write_report(here)
-    with ReportWorker.start() as worker:
-        answer = worker._ask(str(there))  # the worker process itself, not the in-process fallback
-    assert answer is not None and "error" not in answer, answer
-    paths = answer["paths"]
-    assert {"poison.json", "poison.csv", "plots/poison_asr.png"} <= set(paths)
-    for name in ("poison.json", "poison.csv"):
-        assert (here / name).read_text() == (there / name).read_text()
-    assert (here / "plots" / "poison_asr.png").read_bytes() == (there / "plots" / "poison_asr.png").read_bytes()
-    assert "## Poisoned retrieval" in (there / "report.md").read_text(encoding="utf-8")

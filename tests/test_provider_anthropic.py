@@ -36,8 +36,6 @@ from medmis.defenses import DefenderContext
 from medmis.experiments.benchmark._prompts import PAPER_STRUCTURED_OUTPUT
 from medmis.tools import tool_schemas
 
-pytestmark = pytest.mark.sdk_http
-
 MODEL = "claude-test"
 URL = "https://api.anthropic.com/v1/messages"
 QUESTION = [SystemMessage("You are a physician taking a board exam."), HumanMessage("Scurvy?")]

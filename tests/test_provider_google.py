@@ -36,8 +36,6 @@ from medmis.agents._google import GeminiChat, build, function_declaration, to_ge
 from medmis.defenses import DefenderContext
 from medmis.tools import tool_schemas
 
-pytestmark = pytest.mark.sdk_http
-
 MODEL = "gemini-test"
 URL = r"https://generativelanguage\.googleapis\.com/v1(beta)?/models/gemini-test:generateContent"
 

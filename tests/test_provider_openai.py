@@ -31,8 +31,6 @@ from medmis.agents._openai import PLACEHOLDER_KEY, OpenAIChat
 from medmis.defenses import DefenderContext
 from medmis.tools import tool_schemas
 
-pytestmark = pytest.mark.sdk_http
-
 MODEL = "gpt-test"
 URL = "https://api.openai.com/v1/chat/completions"
 QUESTION = [SystemMessage("You are a physician taking a board exam."), HumanMessage("Scurvy?")]

@@ -38,7 +38,6 @@ def test_the_offline_hle_mitigation_recipe_runs_without_the_hub_keys_or_network(
     commands = shell_commands(readme_block("bash", "hle_mitigation.toml", "search=local"))
     assert [c[:3] for c in commands] == [["medmis", "ablate", "experiments/configs/hle_mitigation.toml"]] * 2
     monkeypatch.chdir(ROOT)  # the recipe runs from the clone
-    monkeypatch.setenv("MEDMIS_REPORT_WORKER", "0")
     for key in ("GOOGLE_API_KEY", "GEMINI_API_KEY", "TAVILY_API_KEY", "SERPER_API_KEY", "JINA_API_KEY"):
         monkeypatch.delenv(key, raising=False)
     out = tmp_path / "hle_offline"

@@ -1,7 +1,7 @@
 """The request deadline and the reply size cap, against real servers on 127.0.0.1.
 
 A server that drips its reply one byte at a time never trips a per-read timeout; the deadline
-(``--model-timeout``) must end the call anyway, for every provider and both transports. A reply
+(``--model-timeout``) must end the call anyway, for every provider. A reply
 over the size cap must fail the call (not retried) without being read whole.
 """
 
@@ -26,7 +26,6 @@ from medmis.agents import ModelOptions, aclose_transports, classify, load_model
 from medmis.tools._bounded import BoundedAsyncClient, RequestDeadlineError, ResponseTooLargeError
 
 PROVIDERS = ("openai", "google", "anthropic")
-TRANSPORTS = ("aiohttp", "httpx")
 # a long, well-formed head: dripped at 0.05 s a byte it takes ~10 s, far past the 1 s deadline
 _SLOW_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n" + b"X-Pad: " + b"p" * 150 + b"\r\n"
 
@@ -69,16 +68,14 @@ def _chain(exc: BaseException | None) -> list[BaseException]:
     return out
 
 
-@pytest.mark.parametrize("transport", TRANSPORTS)
 @pytest.mark.parametrize("provider", PROVIDERS)
 def test_a_dripping_server_is_cut_off_at_the_deadline(
-    provider: str, transport: str, monkeypatch: pytest.MonkeyPatch
+    provider: str
 ) -> None:
-    monkeypatch.setenv("MEDMIS_HTTP_TRANSPORT", transport)
     server = RawServer(_SLOW_HEAD + b"\r\n{}", drip_s=0.05)
     exc, elapsed = asyncio.run(_call(provider, server, timeout_s=1.0))
-    assert not isinstance(exc, asyncio.TimeoutError | None), f"{provider}/{transport}: {exc!r} after {elapsed:.1f} s"
-    assert elapsed < 4, f"{provider}/{transport} held the call {elapsed:.1f} s"
+    assert not isinstance(exc, asyncio.TimeoutError | None), f"{provider}: {exc!r} after {elapsed:.1f} s"
+    assert elapsed < 4, f"{provider} held the call {elapsed:.1f} s"
     assert any(isinstance(e, RequestDeadlineError) for e in _chain(exc)), repr(exc)
     assert classify(exc)[0]  # a timeout: retried, as the per-read timeout was
     assert server.sent < len(_SLOW_HEAD)  # the reply was still dripping when the call ended
@@ -92,12 +89,10 @@ def _big_head(length: int | None) -> bytes:
 
 
 @pytest.mark.parametrize("declared", [True, False], ids=["content-length", "until-close"])
-@pytest.mark.parametrize("transport", TRANSPORTS)
 @pytest.mark.parametrize("provider", PROVIDERS)
 def test_a_reply_over_the_cap_fails_without_being_read(
-    provider: str, transport: str, declared: bool, monkeypatch: pytest.MonkeyPatch
+    provider: str, declared: bool
 ) -> None:
-    monkeypatch.setenv("MEDMIS_HTTP_TRANSPORT", transport)
     size = 50 * 1024 * 1024
     server = RawServer(_big_head(size if declared else None), filler=size)
     tracemalloc.start()
@@ -106,7 +101,7 @@ def test_a_reply_over_the_cap_fails_without_being_read(
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert isinstance(exc, ResponseTooLargeError), f"{provider}/{transport}: {exc!r}"
+    assert isinstance(exc, ResponseTooLargeError), f"{provider}: {exc!r}"
     assert "larger than 1,048,576 bytes (the response size cap)" in str(exc)
     assert classify(exc) == (False, None)  # the same request gets the same reply: not retried
     assert peak < 16 * 1024 * 1024, f"peak {peak / 2**20:.0f} MiB"

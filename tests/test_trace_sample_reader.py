@@ -76,22 +76,3 @@ def test_reader_equals_a_full_parse(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     if items:
         assert got
     assert _read_jsonl(path) == _reference(path, None)
-
-
-def test_files_read_in_worker_processes_equal_the_serial_read(tmp_path: Path,
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    paths = []
-    for i in range(3):
-        path = tmp_path / f"t{i}.jsonl"
-        path.write_bytes(b"\n".join(_lines()[i:]))
-        paths.append(path)
-    items = {"MEDMISQA/q3", "MEDMISQA/q4", "MEDMISHLE/é-ü", "/q1"}
-    serial = [_read_jsonl(p, items) for p in paths]
-    monkeypatch.setattr(_cases.os, "cpu_count", lambda: 2)
-    monkeypatch.setattr(_cases, "_PARALLEL_BYTES", 0)
-    pool, reads = _cases._start_reads(paths, items)
-    try:
-        assert pool is not None and _cases._collect(pool, reads) == serial
-    finally:
-        pool.shutdown()
-    assert all(serial)

@@ -150,6 +150,7 @@ DEFENDERS = '[[defenders]]\nname = "none"\n'
      "baseline 'warning' is not a defender of the grid (choose from none)"),
     ("", MODELS + DEFENDERS.replace("name", "nmae"), "defenders.0.nmae: unknown key (did you mean 'name'?)"),
     ("seeed = 3\n", MODELS + DEFENDERS, "seeed: unknown key (did you mean 'seed'?)"),
+    ("processes = 2\n", MODELS + DEFENDERS, "processes: removed (every call runs in one process"),
     ("max_connections = 0\n", MODELS + DEFENDERS, "max_connections: Input should be greater than or equal to 1"),
     ("limit = 0\n", MODELS + DEFENDERS, "limit: Input should be greater than or equal to 1"),
     ("", MODELS + DEFENDERS + "[model_options]\ntemprature = 0.2\n", "model_options"),

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
         ResponseTooLargeError,
         bulk_transfers,
     )
+    from ._bounded_httpx2 import Httpx2BoundedAsyncClient, Httpx2BoundedClient
     from ._cache_cli import add_cache_parser, one_line, run_cache
     from ._cassette import import_cassette
     from ._cli import tools_search, tools_visit
@@ -26,13 +27,6 @@ if TYPE_CHECKING:
         url_key,
     )
     from ._errors import EXIT_USAGE, ConfigError, InputError, MedmisError
-    from ._exit import (
-        collect_from_here,
-        exit_now,
-        noting_signals,
-        signals_seen,
-        sigterm_as_interrupt,
-    )
     from ._facade import CaseTools, routed
     from ._jina import JINA_DEFAULT_BASE_URL, JinaReader
     from ._llm_cache import StoreCache, attach_cache
@@ -63,8 +57,8 @@ if TYPE_CHECKING:
     from ._safety import DEFAULT_BLOCKLIST, AllowedHost, Blocklist, UrlPolicy, address_problem
     from ._search import SearchBackend
     from ._serper import SERPER_DEFAULT_BASE_URL, SerperSearch
+    from ._signals import noting_signals, signals_seen, sigterm_as_interrupt
     from ._store import CacheMode, RecordStore
-    from ._switch import switched_on
     from ._tavily import TAVILY_DEFAULT_BASE_URL, TavilySearch
     from ._text import split_sentences
     from ._types import (
@@ -166,12 +160,12 @@ _HOME = {
         ),
         "_bounded",
     ),
+    **dict.fromkeys(("Httpx2BoundedAsyncClient", "Httpx2BoundedClient"), "_bounded_httpx2"),
     **dict.fromkeys(("add_cache_parser", "one_line", "run_cache"), "_cache_cli"),
     **dict.fromkeys(("import_cassette",), "_cassette"),
     **dict.fromkeys(("tools_search", "tools_visit"), "_cli"),
     **dict.fromkeys(("url_key",), "_corpus"),
-    **dict.fromkeys(("collect_from_here", "exit_now", "noting_signals", "sigterm_as_interrupt", "signals_seen"),
-                    "_exit"),
+    **dict.fromkeys(("noting_signals", "sigterm_as_interrupt", "signals_seen"), "_signals"),
     **dict.fromkeys(("CaseTools", "routed"), "_facade"),
     **dict.fromkeys(("JINA_DEFAULT_BASE_URL",), "_jina"),
     **dict.fromkeys(
@@ -182,7 +176,6 @@ _HOME = {
         "_redact",
     ),
     **dict.fromkeys(("SERPER_DEFAULT_BASE_URL",), "_serper"),
-    **dict.fromkeys(("switched_on",), "_switch"),
     **dict.fromkeys(("TAVILY_DEFAULT_BASE_URL",), "_tavily"),
     **dict.fromkeys(("split_sentences",), "_text"),
     **dict.fromkeys(
@@ -221,6 +214,8 @@ __all__ = [
     "ConfigError",
     "CorpusDocument",
     "DuplicateKeyError",
+    "Httpx2BoundedAsyncClient",
+    "Httpx2BoundedClient",
     "InputError",
     "JinaReader",
     "LocalSearch",
@@ -258,11 +253,9 @@ __all__ = [
     "bulk_transfers",
     "cache_probe",
     "case_key",
-    "collect_from_here",
     "configured_secrets",
     "corpus_digest",
     "deep_line",
-    "exit_now",
     "extract_html",
     "fetch_page",
     "focus_text",
@@ -295,7 +288,6 @@ __all__ = [
     "signals_seen",
     "sigterm_as_interrupt",
     "split_sentences",
-    "switched_on",
     "toml_file",
     "toml_value",
     "too_deep",

@@ -4,9 +4,9 @@ tries them."""
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
-from langchain_core._api import suppress_langchain_beta_warning
 from langchain_core.load import Serializable, load
 from langchain_core.messages import AIMessage, AIMessageChunk
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, Generation, GenerationChunk
@@ -23,5 +23,8 @@ _GENERATION_CLASSES: list[type[Serializable]] = [
 
 def load_generations(value: dict[str, Any]) -> list[Any]:
     """The LangChain generations of a stored model value (``{"generations": [...]}``)."""
-    with suppress_langchain_beta_warning():
+    with warnings.catch_warnings():
+        # ``load`` is marked beta (a DeprecationWarning subclass); matched by its message,
+        # since the warning's class lives in a private LangChain module
+        warnings.filterwarnings("ignore", message="The function `load` is in beta", category=DeprecationWarning)
         return [load(g, allowed_objects=_GENERATION_CLASSES) for g in value["generations"]]

@@ -227,7 +227,6 @@ def _run_config(config: AblationConfig, out: Path, *, progress: bool, shuffled: 
         seed=config.seed,
         out=str(out),
         max_connections=config.max_connections,
-        processes=config.processes, helper_timeout_s=config.helper_timeout_s,
         **case_timeout,
         max_retries=config.max_retries, retry_errors=config.retry_errors,
         cache=config.cache,

@@ -16,7 +16,7 @@ import types
 import typing
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -209,10 +209,6 @@ class AblationConfig(BaseModel):
     seed: int = 0
     out: str = "runs/ablation"
     max_connections: int = Field(default=8, ge=1)
-    processes: Annotated[int, Field(ge=1)] | Literal["auto"] = "auto"
-    """Processes sharing each run's calls, as ``medmis run --processes``."""
-    helper_timeout_s: float | None = Field(default=None, gt=0)
-    """As ``medmis run --helper-timeout`` (default: the model timeout + 30 s)."""
     case_timeout: float | None = Field(default=None, gt=0)
     """As ``medmis run --case-timeout``: seconds a defender has to answer one case (default
     1800); past it the case is an error and the run goes on. Not part of any fingerprint."""
@@ -415,12 +411,20 @@ def _known_keys(loc: Sequence[Any]) -> list[str]:
     return sorted(model.model_fields) if model is not None else []
 
 
+# keys an older config may hold, with why they went
+_REMOVED_KEYS = dict.fromkeys(
+    ("processes", "helper_timeout_s"),
+    "every call runs in one process on one event loop; max_connections sets the concurrency")
+
+
 def _describe(exc: ValidationError, raw: dict[str, Any]) -> str:
     """The first problem in one line; a misspelt key names the key it resembles."""
     errors = exc.errors()
     # a misspelt key also shows up as the missing key it was meant to be: name the misspelling
     first = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     where = ".".join(str(p) for p in first["loc"]) or "config"
+    if first["type"] == "extra_forbidden" and first["loc"][-1] in _REMOVED_KEYS:
+        return f"{where}: removed ({_REMOVED_KEYS[str(first['loc'][-1])]})"
     if first["type"] == "extra_forbidden":
         known = _known_keys(first["loc"])
         close = difflib.get_close_matches(str(first["loc"][-1]), known, n=1)

@@ -4,9 +4,8 @@ Sections (each with its target):
 - ``harness_overhead``: ms per case of the paired harness with a zero-latency scripted model
   over 3,000 cases, after a 15-case warm-up run in the same process (target <= 2 ms/case);
 - ``concurrency``: 1,200 calls at 32 connections to a local OpenAI-compatible server with
-  100 ms latency, through the real openai client, the harness in a fresh interpreter with one
-  process and with ``processes="auto"`` (the CLI's default; target for the latter: wall <=
-  1.15 x 1,200 x 0.1 s / 32);
+  100 ms latency, through the real openai client, the harness in a fresh interpreter (target:
+  wall <= 1.15 x 1,200 x 0.1 s / 32);
 - ``throughput``: a whole ``medmis run`` process (start-up, run, report) against a lean async
   httpx client on the same work, 1,224 calls at 32 connections to a local server with 100 ms
   latency (target <= 1.3 x the lean client's wall), see :mod:`._throughput`;
@@ -35,7 +34,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from medmis.agents import ScriptedChatModel, cycle
 
@@ -80,13 +79,11 @@ async def bench_harness(n_items: int = 1000) -> dict[str, Any]:
     }
 
 
-async def _concurrency_run(calls: int, connections: int, latency: float,
-                           processes: int | Literal["auto"]) -> dict[str, Any]:
+async def _concurrency_run(calls: int, connections: int, latency: float) -> dict[str, Any]:
     from medmis.agents import ModelOptions
     from medmis.experiments.harness import DefenderConfig, Harness, RunConfig
 
     from ._fake_openai import serve_in_processes
-    from ._throughput import run_processes
 
     stats: list[dict[str, int]] = []
     # the server runs in its own process so its CPU is not charged to the harness
@@ -98,19 +95,15 @@ async def _concurrency_run(calls: int, connections: int, latency: float,
             data=str(data), models=["openai/bench"], model_options=opts,
             defenders=[DefenderConfig(name="none")], out=str(Path(tmp) / "run"),
             progress=False, write_report=False, max_connections=connections, max_retries=0,
-            processes=processes,
         )
-        # models built by load_model, as the CLI builds them ("auto" takes a caller's factory
-        # for a local model and stays in one process)
+        # models built by load_model, as the CLI builds them
         harness = Harness(config, argv=["bench"])
         start = time.perf_counter()
         result = await harness.run()
         wall = time.perf_counter() - start
-        processes_used = run_processes(Path(tmp) / "run")
     served = stats[0] if stats else {}
     ideal = calls * latency / connections
     return {
-        "processes": processes_used,
         "calls": int(served.get("requests", -1)),
         "records": result.new_records,
         "errors": result.stats.errors,
@@ -126,35 +119,26 @@ from medmis.agents import ModelOptions, load_model
 from medmis.experiments.bench._main import _concurrency_run
 
 load_model("openai/bench", ModelOptions(base_url="http://127.0.0.1:9/v1"))  # the SDK's imports, untimed
-processes = sys.argv[4] if sys.argv[4] == "auto" else int(sys.argv[4])
-print(json.dumps(asyncio.run(_concurrency_run(int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), processes))))
+print(json.dumps(asyncio.run(_concurrency_run(int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])))))
 """
 
 
 def bench_concurrency(calls: int = 1200, connections: int = 32, latency: float = 0.1) -> dict[str, Any]:
-    """The harness in a fresh interpreter, once with one process and once with
-    ``processes="auto"`` (the CLI's default); the target is judged on the second. Fresh, because
-    a fork needs a process without other threads, and the earlier sections leave some (DuckDB's);
-    the model SDK is imported before the run is timed."""
+    """The harness in a fresh interpreter (the earlier sections leave threads and imports
+    behind); the model SDK is imported before the run is timed."""
     import sys
 
     from ._throughput import _timed
 
-    def child(processes: str) -> dict[str, Any]:
-        _, _, out = _timed([sys.executable, "-c", _CONCURRENCY_CHILD, str(calls), str(connections), str(latency),
-                            processes])
-        result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
-        return result
-
-    one, auto = child("1"), child("auto")
+    _, _, out = _timed([sys.executable, "-c", _CONCURRENCY_CHILD, str(calls), str(connections), str(latency)])
+    run: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
     return {
         "calls": calls,
         "connections": connections,
         "ideal_s": round(calls * latency / connections, 3),
-        "one_process": one,
-        "auto": auto,
+        "run": run,
         "target_ratio": 1.15,
-        "meets_target": auto["ratio_to_ideal"] <= 1.15 and not auto["errors"],
+        "meets_target": run["ratio_to_ideal"] <= 1.15 and not run["errors"],
     }
 
 

@@ -55,7 +55,7 @@ if TYPE_CHECKING:
     )
 
 # Exports load on first use: the report reads records through ``._io`` without importing the
-# runner (and with it LangChain's model stack) into the report worker.
+# runner (and with it LangChain's model stack) into ``medmis report``.
 _HOME = {
     "KEY": "_scan",
     **dict.fromkeys(("append_records", "read_records", "repair_torn_tail"), "_io"),

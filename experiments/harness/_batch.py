@@ -291,7 +291,7 @@ class BatchHarness(Harness):
         progress = RunProgress(len(jobs), enabled=self.config.progress)
         try:
             loop = CaseLoop(self, jobs, rec_fh, clean_state, trace_handles=trace_handles)
-            written = await loop.run(1, lambda: progress)
+            written = await loop.run(lambda: progress)
         finally:
             progress.close()
             self._pool, self.retry, self._answering = interactive, retry, None

@@ -7,6 +7,13 @@ interactive adapter would send (built by that adapter: ``OpenAIChat._get_request
 *Answering*: the same call is rebuilt the same way, looked up by its hash among a batch job's
 results, and parsed by the adapter's own response parser, so the record, its usage and its
 extracted answer are what an interactive call with that reply would have produced.
+
+This module is the toolkit's one shim over other libraries' private names (allowed by name in
+``tests/test_public_apis_only.py``): a batch job's result is a provider's JSON with no call
+around it, and only the SDKs' private parsers turn that JSON into the objects their public
+calls return (``ChatOpenAI._create_chat_result`` through ``OpenAIChat.completion_result``,
+google-genai's ``GenerateContentResponse._from_response``). Re-implementing either parser would
+give batch records a second reading of the same reply.
 """
 
 from __future__ import annotations
@@ -99,7 +106,7 @@ def chat_result(real: Any, request: BatchRequest, response: Any) -> ChatResult:
     if provider_family(real) == "openai":
         from openai.types.chat import ChatCompletion
 
-        return real._create_chat_result(ChatCompletion.model_validate(response))
+        return real.completion_result(ChatCompletion.model_validate(response))  # type: ignore[no-any-return]
     config = request.body.get("config") or {}
     schema = config.get("response_schema", config.get("response_json_schema"))
     if schema is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -94,12 +94,6 @@ class RunConfig(BaseModel):
     seed: int = 0
     out: str
     max_connections: int = Field(default=8, ge=1)
-    processes: Annotated[int, Field(ge=1)] | Literal["auto"] = 1
-    """Processes sharing the calls (forked helpers, Linux): a number, or ``auto`` for one per
-    usable core when the models are remote and the run is big enough (see ``._caseloop``)."""
-    helper_timeout_s: float | None = Field(default=None, gt=0)
-    """Seconds a forked call process may send nothing (no case, no heartbeat) before it is
-    killed and its cases go back to the parent; None: ``model_options.timeout_s`` + 30."""
     max_retries: int = Field(default=4, ge=0)
     retry_base_delay: float = 1.0
     retry_deadline_s: float = 300.0

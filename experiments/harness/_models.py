@@ -34,7 +34,7 @@ class ModelPool:
             options) (``RunConfig.model_variants``); the factory is given the spec.
     """
 
-    __slots__ = ("_cache_dir", "_cache_mode", "_factory", "_inherited", "_max_connections", "_models",
+    __slots__ = ("_cache_dir", "_cache_mode", "_factory", "_max_connections", "_models",
                  "_options", "_raw", "_store", "_variants")
 
     def __init__(
@@ -55,7 +55,6 @@ class ModelPool:
         self._models: dict[str, BaseChatModel] = {}
         self._raw: dict[str, BaseChatModel] = {}
         self._store: Any = None
-        self._inherited: Any = None
         self._max_connections = max_connections
 
     def store(self) -> Any:
@@ -91,15 +90,6 @@ class ModelPool:
                 chat = attach_cache(chat, store)
             self._models[spec] = chat
         return self._models[spec]
-
-    def after_fork(self) -> None:
-        """In a forked process: forget the store and the models wired to it (a database
-        connection must not cross a fork); the next :meth:`get` opens this process's own.
-        The inherited objects are kept referenced so that no finaliser closes them here."""
-        if self._store is not None:
-            self._inherited = (self._store, self._models)
-        self._store = None
-        self._models = {}
 
     def close(self) -> None:
         """Close the store if one was opened."""

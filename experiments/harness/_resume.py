@@ -136,8 +136,7 @@ def _missing(con: duckdb.DuckDBPyConnection, plan: CasePlan) -> list[tuple[int, 
     # a target is an option key, never "": coalescing lets a hash join match clean/type2.
     # The plan goes in as list parameters (unnest), not Arrow tables: pyarrow's array
     # conversion imports pandas, more than half a second of every run's start. The answer
-    # comes back as tuples, not numpy arrays: numpy's import starts BLAS threads, and a
-    # process with threads may not fork the run's call processes (``--processes``).
+    # comes back as tuples, not numpy arrays: numpy's import is more start-up a run need not pay.
     con.execute(
         "CREATE TEMP TABLE __plan AS SELECT (generate_subscripts($1, 1) - 1)::INTEGER AS ci, "
         "unnest($1) AS protocol, unnest($2) AS item_key, unnest($3) AS t",

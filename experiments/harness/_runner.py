@@ -40,10 +40,10 @@ from medmis.experiments.benchmark import (
     plan_cases,
     prompt_preset,
 )
-from medmis.tools import CaseTools, collect_from_here, noting_signals, redact
+from medmis.tools import CaseTools, noting_signals, redact
 
 from ._ambient import check_ambient
-from ._caseloop import CaseLoop, fork_blocker, resolve_processes
+from ._caseloop import CaseLoop
 from ._config import (
     INVALID_ROWS_FILE,
     CacheMode,
@@ -102,7 +102,6 @@ class Harness:
     ) -> None:
         self.config = config
         self.notice = notice
-        self._factory_given = model_factory is not None
         self.out = Path(config.out)
         self._tools = tools
         self._tools_built = tools is not None
@@ -114,7 +113,6 @@ class Harness:
         # the error texts this invocation wrote into a folder that had no records: with the
         # count of records written (stats.done) the outcome needs no read of records.jsonl
         self._fresh_errors: list[str] | None = None
-        self._tools_injected = tools is not None
         self._loop: CaseLoop | None = None
         self._planned: list[tuple[int, ProtocolName, str | None]] | None = None
         self.retry = RetryPolicy(
@@ -182,26 +180,6 @@ class Harness:
                 except ToolError as exc:
                     raise RunSetupError(f"web tools: {exc.message}") from exc
         return self._tools
-
-    def _processes(self, jobs: int) -> int:
-        """How many processes share the calls (``config.processes``; see ``._caseloop``)."""
-        cfg = self.config
-        # a caller's tools may hold a store connection, which must not cross a fork
-        blocker = "the caller's tools cannot cross a fork" if self._tools_injected else fork_blocker()
-        if cfg.processes == 1 or blocker is not None:
-            if cfg.processes != "auto" and cfg.processes > 1 and self.notice is not None:
-                self.notice(f"--processes {cfg.processes}: running in one process ({blocker})")
-            return 1
-        # "auto" only for models over the network, built here (not a caller's factory's)
-        remote = not self._factory_given and not any(is_simulated(m) for m in cfg.models)
-        return resolve_processes(cfg.processes, jobs=jobs, connections=cfg.max_connections, remote=remote)
-
-    def after_fork(self, connections: int) -> None:
-        """In a forked call process: its own limiter, store and tools (none crosses a fork)."""
-        self.limiter = AdaptiveLimiter(connections)
-        self._pool.after_fork()
-        if not self._tools_injected:
-            self._tools, self._tools_built = None, False
 
     async def aclose(self) -> None:
         closer = getattr(self._tools, "aclose", None)
@@ -442,15 +420,13 @@ class Harness:
         total = len(todo[0]) + len(todo[1])
         if total == 0:
             return await self._nothing_to_do(records_path, resumed.records, skipped)
-        collect_from_here()
         try:
             with records_path.open("a", encoding="utf-8") as rec_fh:
                 # one queue, clean cases first: the last clean calls overlap the first
                 # injected ones instead of the whole run waiting for the slowest of them
                 jobs = todo[0] + todo[1]
                 self._loop = CaseLoop(self, jobs, rec_fh, clean_state)
-                new = await self._loop.run(self._processes(len(jobs)),
-                                           lambda: RunProgress(total, enabled=cfg.progress and total > 0))
+                new = await self._loop.run(lambda: RunProgress(total, enabled=cfg.progress and total > 0))
                 rec_fh.flush()
                 os.fsync(rec_fh.fileno())
         except (KeyboardInterrupt, asyncio.CancelledError):

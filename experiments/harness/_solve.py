@@ -3,7 +3,7 @@ web tools routed behind the facade, and with whatever the defender's code raises
 that case.
 
 Every path that runs cases comes through :func:`solve_case`: :meth:`~._runner.Harness.run_case`
-(direct runs, the forked call processes, a batch run's answered cases) and the request
+(direct runs and a batch run's answered cases) and the request
 collection of ``--batch`` (:mod:`._batch`).
 
 * **Deadline.** A defender that never returns (awaits forever, a server that never answers

@@ -1,8 +1,7 @@
 """Metrics -> reports: ``metrics.json``/``.csv``, ``report.md``, ``report.html`` and plots.
 
 ``write_report(run_dir)`` (re)writes every report file of a run folder from its records.
-Exports load on first use: ``medmis run`` imports only the report worker from here while its
-second process loads the rest (:mod:`._worker`).
+Exports load on first use (matplotlib and DuckDB only when a report is written).
 """
 
 import warnings
@@ -19,7 +18,6 @@ if TYPE_CHECKING:
     from ._plots import PLOT_FILES, PLOTS_DIR, write_plots
     from ._report import RunData, load_run_data, render_markdown, write_report
     from ._simulated import SIMULATED_STATEMENT, is_simulated, mark_simulated
-    from ._worker import ReportWorker, worker_enabled
 
 _HOME = {"write_html": "_html", "PLOT_FILES": "_plots", "PLOTS_DIR": "_plots", "write_plots": "_plots",
          "paper_tables": "_paper_tables", "render_paper_tables": "_paper_tables",
@@ -27,7 +25,6 @@ _HOME = {"write_html": "_html", "PLOT_FILES": "_plots", "PLOTS_DIR": "_plots", "
     **dict.fromkeys(("RAW_LIMIT", "agent_view", "clip_text", "question_from_trace"), "_cases"),
     "script_json": "_html",
     "metric_rows": "_format",
-    **dict.fromkeys(("ReportWorker", "worker_enabled"), "_worker"),
     **dict.fromkeys(("report_interrupted",), "_interrupted"),
     **dict.fromkeys(("SIMULATED_STATEMENT", "is_simulated", "mark_simulated"), "_simulated"),
 }
@@ -49,7 +46,6 @@ __all__ = [
     "PLOT_FILES",
     "RAW_LIMIT",
     "SIMULATED_STATEMENT",
-    "ReportWorker",
     "RunData",
     "agent_view",
     "clip_text",
@@ -63,7 +59,6 @@ __all__ = [
     "render_paper_tables",
     "report_interrupted",
     "script_json",
-    "worker_enabled",
     "write_html",
     "write_plots",
     "write_report",

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -242,62 +241,16 @@ def sample_items(run_dir: Path, max_items: int) -> tuple[list[str], int] | None:
     return [k for k, _, _ in rows], int(total)
 
 
-class PendingCases:
-    """:func:`case_data` under way: the sample is chosen and the trace reads started (in
-    worker processes on a release-sized run), so the caller can draw plots meanwhile.
-
-    Call :meth:`result` once; :meth:`close` (idempotent) stops reads nobody will collect.
-    """
-
-    def __init__(self, run_dir: Path, max_items: int = MAX_ITEMS) -> None:
-        self._max_items = max_items
-        self._sample = sample_items(run_dir, max_items)
-        chosen = set(self._sample[0]) if self._sample else None
-        self._pool, self._read = _start_reads(sorted((run_dir / "traces").glob("*.jsonl")), chosen)
-
-    def result(self) -> dict[str, Any]:
-        """The case browser's data (see :func:`case_data`)."""
-        try:
-            per_file = _collect(self._pool, self._read)
-        finally:
-            self.close()
-        return _assemble(self._sample, per_file, self._max_items)
-
-    def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
-
-
-def _start_reads(paths: list[Path], items: set[str] | None) -> tuple[Any, list[Any]]:
-    """Read ``paths`` here (small runs: the lines themselves) or start worker processes on
-    them (gigabytes of traces: a future per file); see :func:`_collect`."""
-    workers = min(len(paths), os.cpu_count() or 1, 4)
-    if items is None or workers < 2 or sum(p.stat().st_size for p in paths) < _PARALLEL_BYTES:
-        return None, [_read_jsonl(p, items) for p in paths]
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    # Skipping a line is Python work on every line, so each file goes to a worker process
-    # (fork: they need only this module, which is loaded already)
-    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
-    return pool, [pool.submit(_read_jsonl, p, items) for p in paths]
-
-
-def _collect(pool: Any, read: list[Any]) -> list[list[dict[str, Any]]]:
-    return [r.result() for r in read] if pool is not None else read
-
-
-_PARALLEL_BYTES = 256 << 20
-
-
 def case_data(run_dir: Path, max_items: int = MAX_ITEMS) -> dict[str, Any]:
     """The case browser's data: items with their protocol rows and every defender's answer.
 
     With ``records.jsonl`` present, only a sample of items is read from the traces (see
     :func:`sample_items`), so the page and the memory it takes stay bounded on any run.
     """
-    return PendingCases(run_dir, max_items).result()
+    sample = sample_items(run_dir, max_items)
+    chosen = set(sample[0]) if sample else None
+    per_file = [_read_jsonl(p, chosen) for p in sorted((run_dir / "traces").glob("*.jsonl"))]
+    return _assemble(sample, per_file, max_items)
 
 
 def _assemble(sample: tuple[list[str], int] | None, per_file: list[list[dict[str, Any]]],

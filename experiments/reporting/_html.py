@@ -134,7 +134,7 @@ def write_html(
         title: Page title (default: the run directory's name).
         simulated: Show the simulated-examinee banner when ``sections`` has none of its own.
         max_items: Items kept in the case browser (sorted by id); the rest are counted.
-        cases: The case browser's data when already gathered (:class:`PendingCases`);
+        cases: The case browser's data when already gathered (:func:`~._cases.case_data`);
             None reads it here with ``max_items``.
 
     Returns:

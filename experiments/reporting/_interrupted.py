@@ -2,8 +2,8 @@
 
 The run notes the stop in its manifest before it gives up the folder; the report reads it from
 there, so its first line (report.md, report.html) and ``verdict.json``'s ``incomplete`` say the
-run is incomplete and why. ``medmis run`` writes it through its report worker (whose context
-sees the stop leave), ``medmis ablate`` in-process.
+run is incomplete and why. Both ``medmis run`` and ``medmis ablate`` write it in-process
+when the stop reaches them.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from matplotlib.axes import Axes
@@ -29,11 +29,7 @@ from medmis.experiments.benchmark import CONTENT_TYPES, PROVENANCES
 from ._labels import label_points as _label_points
 from ._labels import place_labels as _place_labels
 from ._labels import short_defender as _short_defender
-from ._plot_helper import HELPER_KEYS
 from ._simulated import is_simulated, mark_simulated
-
-if TYPE_CHECKING:
-    from ._plot_helper import PlotHelper
 
 PLOTS_DIR = "plots"
 """Sub-directory of the run directory the PNGs are written to."""
@@ -160,28 +156,15 @@ def crossed_labels(by_defender: Mapping[str, Any]) -> tuple[list[str], list[str]
 # Figures
 
 
-def write_plots(run_dir: Path, metrics: dict[str, Any], *, helper: PlotHelper | None = None,
-                submitted: bool = False) -> dict[str, Path]:
+def write_plots(run_dir: Path, metrics: dict[str, Any]) -> dict[str, Path]:
     """Write the run's figures as PNGs under ``run_dir/plots``; their paths, keyed as in
     ``PLOT_FILES`` (empty when ``metrics``, the parsed ``metrics.json``, holds no model).
-
-    A ``helper`` draws :data:`HELPER_KEYS` meanwhile (already asked when ``submitted``);
-    whatever it does not deliver is drawn here, so the files are the same either way.
     """
     if not model_order(metrics):
         return {}
     out_dir = Path(run_dir) / PLOTS_DIR
     out_dir.mkdir(parents=True, exist_ok=True)
-    if helper is not None and not submitted:
-        helper.submit(Path(run_dir), metrics, HELPER_KEYS)
-    elsewhere = HELPER_KEYS if helper is not None else ()
-    paths = draw_plots(out_dir, metrics, [k for k in PLOT_FILES if k not in elsewhere])
-    if helper is not None:
-        drawn = helper.collect()
-        if drawn is None or set(drawn) != set(elsewhere):  # the helper failed: draw them here
-            drawn = draw_plots(out_dir, metrics, elsewhere)
-        paths.update(drawn)
-    return {key: paths[key] for key in PLOT_FILES}
+    return draw_plots(out_dir, metrics, list(PLOT_FILES))
 
 
 def draw_plots(out_dir: Path, metrics: dict[str, Any], keys: Sequence[str]) -> dict[str, Path]:

@@ -11,7 +11,7 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from medmis.experiments.analysis import (
     CLEAN_DROP_TOLERANCE,
@@ -49,10 +49,6 @@ from ._verdict_text import (
     usd_rows,
 )
 
-if TYPE_CHECKING:
-    from ._cases import PendingCases
-    from ._plots import PlotHelper
-
 # Re-exported: the report's public pieces have always been importable from here.
 __all__ = [
     "CLEAN_DROP_TOLERANCE",
@@ -77,7 +73,7 @@ __all__ = [
 
 def write_report(
     run_dir: str | Path, *, baseline: str = "none", seed: int = 0, figures: bool = True,
-    plot_helper: PlotHelper | None = None, notice: Callable[[str], None] | None = None,
+    notice: Callable[[str], None] | None = None,
     settings: VerdictSettings | None = None, paper_tables: bool = False,
 ) -> dict[str, Path]:
     """Compute metrics for a run and (re)write its report files.
@@ -89,8 +85,6 @@ def write_report(
         figures: Also write the PNG plots and the self-contained ``report.html``.
         paper_tables: Also write ``paper_tables.csv`` and ``paper_tables.md`` (the paper's
             table layout; :mod:`._paper_tables`).
-        plot_helper: Draws some of the figures meanwhile (the report worker's; see
-            :class:`~._plots.PlotHelper`); the files are the same either way.
         notice: Told, in one line, of records outside the run's plan (left out of every
             figure; ``medmis run`` says so itself when it resumes).
         settings: The verdict's margins and thresholds; None keeps those of the folder's
@@ -132,28 +126,14 @@ def write_report(
     if stability:
         paths["stability.json"] = run.run_dir / "stability.json"
         _write_text(paths["stability.json"], json.dumps(stability, indent=2) + "\n")
-    submitted = figures and bool(metrics) and plot_helper is not None
-    if submitted:  # the helper draws its figures while the rest of the report is written
-        from ._plots import HELPER_KEYS
-
-        plot_helper.submit(run.run_dir, metrics, HELPER_KEYS)  # type: ignore[union-attr]
-    from ._cases import PendingCases
     from ._sensitivity import delivery_sensitivity
 
     sensitivity = delivery_sensitivity(run.run_dir)
-    # the case sample's trace reads go on (in worker processes on a big run) while plots draw
-    pending = PendingCases(run.run_dir) if figures else None
-    try:
-        return _write_rest(run, report, verdict, metrics, paths, sensitivity, pending, figures,
-                           plot_helper if submitted else None, stability)
-    finally:
-        if pending is not None:
-            pending.close()
+    return _write_rest(run, report, verdict, metrics, paths, sensitivity, figures, stability)
 
 
 def _write_rest(run: RunData, report: MetricsReport, verdict: Verdict, metrics: dict[str, Any],
-                paths: dict[str, Path], sensitivity: list[dict[str, Any]], pending: PendingCases | None,
-                figures: bool, plot_helper: PlotHelper | None = None,
+                paths: dict[str, Path], sensitivity: list[dict[str, Any]], figures: bool,
                 stability: dict[str, Any] | None = None) -> dict[str, Path]:
     from ._html import write_html
     from ._sensitivity import sensitivity_markdown
@@ -166,7 +146,7 @@ def _write_rest(run: RunData, report: MetricsReport, verdict: Verdict, metrics: 
     if figures and metrics:
         from ._plots import write_plots
 
-        plots = write_plots(run.run_dir, metrics, helper=plot_helper, submitted=plot_helper is not None)
+        plots = write_plots(run.run_dir, metrics)
     from ._poison import write_poison  # an ablation's share runs under poison/, if any
 
     poison = write_poison(run.run_dir, baseline=report.baseline, seed=report.seed, figures=figures,
@@ -184,9 +164,11 @@ def _write_rest(run: RunData, report: MetricsReport, verdict: Verdict, metrics: 
     sections = [s._replace(markdown=redact(s.markdown)) for s in report_sections(run, report, verdict, extra)]
     _write_text(paths["report.md"], join_sections(sections))
     if figures:  # the page renders the very sections of report.md, then the case browser
+        from ._cases import case_data
+
         paths["report.html"] = write_html(
             run.run_dir, sections, title=run.run_dir.name, simulated=run.simulated,
-            cases=pending.result() if pending is not None else None,
+            cases=case_data(run.run_dir),
         )
         paths.update({f"plots/{p.name}": p for p in plots.values()})
     return paths

@@ -1,65 +1,13 @@
-"""A ``medmis`` process's collector and exit: frozen start-up objects, no interpreter teardown.
-
-:func:`collect_from_here` turns the garbage collector back on (``medmis run`` turns it off
-for its start-up) with everything made so far frozen: the SDKs' classes and the run's data
-are never garbage, so later collections need not scan them again (on the throughput bench the
-collector's time went from 0.6 s to 0.2 s). A caller that left the collector on sees no change.
-
-After a run the interpreter would spend about a second (measured on the bench machine)
-finalising its modules: tens of thousands of objects from the provider SDKs' type modules,
-LangChain, matplotlib and DuckDB, none of which holds anything left to write. :func:`exit_now`
-ends the process once everything that must happen at exit has happened: the ``atexit``
-handlers run (logging's flush, LangSmith's upload of traced runs, temporary directories),
-then the standard streams are flushed. Only when no other thread is alive: a live thread
-may still be writing, so the ordinary exit (which joins it) is taken instead.
-
-``MEDMIS_FAST_EXIT=0`` always takes the ordinary exit. Library callers of ``main()`` are
-never affected: only the console entry points call this.
-"""
+"""Signals in a ``medmis`` process: SIGTERM as Ctrl-C, and real signals told from raised ones."""
 
 from __future__ import annotations
 
-import atexit
 import contextlib
-import gc
-import os
 import signal
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from types import FrameType
-from typing import Any, NoReturn
-
-from ._switch import switched_on
-
-ENV_VARIABLE = "MEDMIS_FAST_EXIT"
-
-
-def enabled() -> bool:
-    """Whether :func:`exit_now` may skip the teardown (``MEDMIS_FAST_EXIT`` is not ``0``)."""
-    return switched_on(ENV_VARIABLE)
-
-
-def exit_now(code: int) -> NoReturn:
-    """Exit with ``code``: ``atexit`` handlers, flushed streams, then no interpreter teardown."""
-    if not enabled() or threading.active_count() > 1:
-        gc.unfreeze()  # the ordinary teardown collects what a caller froze, as usual
-        sys.exit(code)
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
-        try:
-            if stream is not None:
-                stream.flush()
-        except (OSError, ValueError):  # a closed or broken pipe: nothing more can be written
-            pass
-    os._exit(code)
-
-
-def collect_from_here() -> None:
-    """Freeze what exists and turn the collector on, if the caller had turned it off."""
-    if not gc.isenabled():
-        gc.freeze()
-        gc.enable()
+from typing import Any
 
 
 @contextlib.contextmanager

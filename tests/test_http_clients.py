@@ -1,0 +1,60 @@
+"""The SDK clients' HTTP clients (agents/_http.py) against a real 127.0.0.1 server (no respx):
+the SDKs' own transports under the toolkit's bounded clients."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import openai
+import pytest
+
+from medmis.agents import ModelOptions, aclose_transports, classify, load_model
+from medmis.experiments.bench._fake_openai import FakeOpenAIServer
+from medmis.tools import BoundedAsyncClient
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_an_openai_model_sends_through_a_bounded_client_in_one_loop_then_another(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-http-00000000000000000000")
+
+    async def ask(server: FakeOpenAIServer, chat: object) -> str:
+        replies = await asyncio.gather(*(chat.ainvoke(f"question {i}") for i in range(20)))  # type: ignore[attr-defined]
+        await aclose_transports()  # as a run does at its end
+        return str(replies[-1].content)
+
+    async def both() -> tuple[str, int]:
+        async with FakeOpenAIServer(latency_s=0.0, reply="Final answer: B") as server:
+            chat = load_model("openai/local", ModelOptions(base_url=server.base_url))
+            assert isinstance(chat.http_async_client, BoundedAsyncClient)  # type: ignore[attr-defined]
+            return await ask(server, chat), server.requests
+
+    assert asyncio.run(both()) == ("Final answer: B", 20)
+    assert asyncio.run(both()) == ("Final answer: B", 20)  # a new loop, new clients: nothing stale
+
+
+def test_a_refused_connection_through_the_sdk_reads_as_a_retryable_connection_error(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-http-00000000000000000000")
+    url = f"http://127.0.0.1:{_free_port()}/v1"
+
+    async def call() -> BaseException:
+        chat = load_model("openai/local", ModelOptions(base_url=url, timeout_s=5))
+        try:
+            await chat.ainvoke("hi")
+        except Exception as exc:  # the test inspects what surfaced
+            return exc
+        finally:
+            await aclose_transports()
+        raise AssertionError("the call should have failed")
+
+    exc = asyncio.run(call())
+    assert isinstance(exc, openai.APIConnectionError)
+    assert not isinstance(exc, openai.APITimeoutError)
+    assert classify(exc)[0]  # retryable
