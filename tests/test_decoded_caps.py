@@ -149,6 +149,14 @@ cases["tavily"] = (lambda: TavilySearch("k", base_url=url, timeout=deadline), la
 cases["jina"] = (lambda: JinaReader("k", base_url=url, timeout=deadline),
                  lambda j: use(j, lambda j: j.read("https://example.org/")))
 
+def peak_rss_mb():
+    # VmHWM, not getrusage's ru_maxrss: Linux keeps ru_maxrss across execve, so the child would
+    # report the pytest worker's size at fork (it grows with every test run before this one)
+    with open("/proc/self/status") as status:
+        kb = next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
+    return kb / 1024
+
+
 results = []
 for name, (make, call) in cases.items():
     made = make()
@@ -160,7 +168,7 @@ for name, (make, call) in cases.items():
     except BaseException as exc:
         error = f"{type(exc).__name__}: {exc}"
     results.append({"case": name, "error": error, "elapsed": time.monotonic() - start,
-                    "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024})
+                    "rss_mb": peak_rss_mb()})
 print(json.dumps(results))
 """
 
