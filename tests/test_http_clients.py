@@ -58,3 +58,19 @@ def test_a_refused_connection_through_the_sdk_reads_as_a_retryable_connection_er
     assert isinstance(exc, openai.APIConnectionError)
     assert not isinstance(exc, openai.APITimeoutError)
     assert classify(exc)[0]  # retryable
+
+
+def test_a_client_left_open_by_an_ended_event_loop_does_not_fail_the_next_runs_close(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run that ended without closing (an error, a test) leaves a client whose connections
+    belong to its finished loop; the next run's aclose_transports must not raise on it
+    ("Event loop is closed" failed two replica runs in the suite)."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-http-00000000000000000000")
+
+    async def leave_open() -> None:
+        async with FakeOpenAIServer(latency_s=0.0, reply="Final answer: B") as server:
+            chat = load_model("openai/local", ModelOptions(base_url=server.base_url))
+            await chat.ainvoke("question")  # a pooled connection stays open, unclosed
+
+    asyncio.run(leave_open())
+    asyncio.run(aclose_transports())  # another loop's close: no RuntimeError
