@@ -4,9 +4,6 @@ analysis, hedges, out-of-range keys, quoted misleading context)."""
 
 from __future__ import annotations
 
-import statistics
-import time
-
 import pytest
 
 from medmis.experiments.benchmark import Extraction, extract_answer
@@ -349,27 +346,19 @@ def test_digit_key_not_accepted_for_letter_options() -> None:
     assert extract_answer("Final answer: 2", SCURVY).choice is None
 
 
-def test_fast_on_long_reply() -> None:
+# How fast these two replies are read (< 1 ms) is the bench's ``timings`` section; the tests
+# keep what is read.
+def test_long_reply_is_read() -> None:
     reply = COT * 5 + "Final answer: B"
     assert len(reply.encode()) >= 2000
-    timings = []
-    for _ in range(50):
-        start = time.perf_counter()
-        extract_answer(reply, SCURVY)
-        timings.append(time.perf_counter() - start)
-    assert statistics.median(timings) < 1e-3
+    assert extract_answer(reply, SCURVY).choice == "B"
 
 
-def test_fast_when_nothing_matches() -> None:
+def test_long_reply_without_an_answer_reads_none() -> None:
     """The worst case runs every strategy to the end."""
     reply = COT * 5 + "Let me know if anything about the vitamins is unclear."
     assert len(reply.encode()) >= 2000
-    timings = []
-    for _ in range(50):
-        start = time.perf_counter()
-        assert extract_answer(reply, SCURVY).choice is None
-        timings.append(time.perf_counter() - start)
-    assert statistics.median(timings) < 1e-3
+    assert extract_answer(reply, SCURVY).choice is None
 
 
 # Replies where this project's reading and the reference evaluation's differ (README, "Answer
@@ -407,10 +396,10 @@ def test_reference_difference(reply: str, options: dict[str, str], project: str 
 
 
 def test_reference_differences_are_the_readme_table() -> None:
-    """The README's table has one row per case here, with the same two readings."""
+    """The docs' table has one row per case here, with the same two readings."""
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    readme = (Path(__file__).resolve().parents[1] / "docs" / "running.md").read_text(encoding="utf-8")
     section = readme.split("### Answer extraction", 1)[1].split("\n#", 1)[0]
     rows = [line for line in section.splitlines() if line.startswith("| `")]
     assert len(rows) == len(REFERENCE_DIFFERENCES)

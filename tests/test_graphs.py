@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -221,11 +220,9 @@ async def test_search_agent_refuses_identical_repeated_calls(toy_item: Item) -> 
 async def test_search_agent_runs_parallel_tool_calls_concurrently(toy_item: Item) -> None:
     tools = FakeToolset(delay=0.3)
     examinee = FakeExaminee(toy_item, tool_turns=1, calls_per_turn=3)
-    start = time.perf_counter()
     answer, model = await solve("search_agent", toy_item, "type1", examinee=examinee, tools=tools)
-    elapsed = time.perf_counter() - start
+    # all three in flight at once: concurrent, whatever the machine's load (no clock asserted)
     assert tools.max_in_flight == 3 and len(tools.searches) == 3
-    assert elapsed < 0.75  # sequential calls would take at least 0.9 s (margin for a busy machine)
     results = [m for m in agent_calls(model)[-1]["messages"] if isinstance(m, ToolMessage)]
     assert [m.tool_call_id for m in results] == ["call_0_0", "call_0_1", "call_0_2"]
     assert answer.tool_calls == 3

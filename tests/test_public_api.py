@@ -83,15 +83,13 @@ def test_plugin_public_name_holds_the_home_objects() -> None:
 
 
 def test_plugin_module_loads_without_langchain() -> None:
-    probe = ("import sys, time; t = time.perf_counter(); import pytest; t0 = time.perf_counter();"
-             "import medmis.testing; t1 = time.perf_counter();"
+    # what it imports, not how long it takes: the import time (< 1 s) is the bench's timings
+    probe = ("import sys; import pytest; import medmis.testing; "
              "print(sorted({m.split('.')[0] for m in sys.modules} & {'langchain_core', 'langgraph', "
-             "'duckdb', 'pyarrow', 'numpy', 'openai'}), round(t1 - t0, 3))")
+             "'duckdb', 'pyarrow', 'numpy', 'openai'}))")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
                           check=True)
-    heavy, seconds = done.stdout.split(" ")
-    assert heavy == "[]"
-    assert float(seconds) < 1.0
+    assert done.stdout.strip() == "[]"
 
 
 PLUGIN_SUITE = '''

@@ -6,7 +6,6 @@ import asyncio
 import json
 import multiprocessing
 import socket
-import statistics
 import threading
 import time
 from pathlib import Path
@@ -199,15 +198,14 @@ def test_entries_expire(cache_dir: Path) -> None:
         assert store.prune() == 1
 
 
-async def test_warm_lookup_is_fast_enough_for_the_event_loop(cache_dir: Path) -> None:
+async def test_warm_lookups_answer_from_the_store(cache_dir: Path) -> None:
+    # the lookup's latency (p50 <= 1 ms) is the bench's store_lookup figure, not a test's clock
     with RecordStore(cache_dir, "record") as store:
         await store.through("visit", {"url": "u"}, Producer({"text": "x" * 4000}))
-        timings = []
         for _ in range(300):
-            start = time.perf_counter()
-            await store.through("visit", {"url": "u"}, Producer())
-            timings.append(time.perf_counter() - start)
-    assert statistics.median(timings) <= 1e-3
+            produce = Producer()
+            assert await store.through("visit", {"url": "u"}, produce) == {"text": "x" * 4000}
+            assert produce.calls == 0
 
 
 # ---------------------------------------------------------------------------------------

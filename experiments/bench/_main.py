@@ -19,6 +19,8 @@ Sections (each with its target):
   in their own processes, 100 ms latency, a fixed capacity each so that a replica is the
   bottleneck, 64 connections), beside the lean client (target: two >= 1.8x one; see
   ``_replicas``);
+- ``timings``: answer extraction on a long reply and the pytest plug-in's import (targets
+  < 1 ms, < 1 s; see :mod:`._timings`): latencies the tests no longer assert with a clock;
 - ``peak_rss_mb``: peak resident memory of this process.
 
 """
@@ -214,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", action="append", default=None,
                         choices=["harness_overhead", "concurrency", "throughput", "store_lookup", "extraction",
-                                 "scale", "replicas"])
+                                 "scale", "replicas", "timings"])
     parser.add_argument("--quick", action="store_true", help="smaller sizes (smoke run, not the targets)")
     parser.add_argument("--scale-run", type=Path, default=None,
                         help="reuse a run folder from medmis.experiments.bench._scale_run.generate_run for 'scale'")
@@ -222,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="'replicas': requests each fake server processes at once (default 2)")
     args = parser.parse_args(argv)
     wanted = set(args.only or ["harness_overhead", "concurrency", "throughput", "store_lookup", "extraction",
-                               "scale", "replicas"])
+                               "scale", "replicas", "timings"])
     out: dict[str, Any] = {
         "machine": {"python": platform.python_version(), "platform": platform.platform(),
                     "processor": platform.processor() or platform.machine(),
@@ -248,6 +250,10 @@ def main(argv: list[str] | None = None) -> int:
         from ._replicas import bench_replicas
 
         out["replicas"] = bench_replicas(120 if args.quick else 480, capacity=args.replica_capacity)
+    if "timings" in wanted:
+        from ._timings import bench_timings
+
+        out["timings"] = bench_timings(20 if args.quick else 200)
     out["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     print(json.dumps(out, indent=2))
     return 0
