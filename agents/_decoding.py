@@ -52,7 +52,6 @@ from ._options import (
 )
 
 Decoding = Literal["paper", "reference"]
-DECODING_PRESETS: tuple[str, ...] = ("paper", "reference")
 
 # fields a preset may set (a field the user set explicitly is left alone)
 DECODING_FIELDS = ("temperature", "max_output_tokens", "thinking_level", "reasoning_effort", "thinking_budget")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar
 
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
@@ -25,7 +25,6 @@ from ._text import content_text, estimate_tokens, message_text
 __all__ = ["ScriptedChatModel", "content_text", "cycle", "estimate_tokens", "message_text", "with_usage"]
 
 Output = str | AIMessage | BaseException
-Script = Sequence[Output] | Iterator[Output] | Callable[[list[BaseMessage], list[dict[str, Any]]], Output]
 
 
 def with_usage(reply: AIMessage, messages: Sequence[BaseMessage]) -> AIMessage:

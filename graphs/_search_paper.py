@@ -186,14 +186,6 @@ def reply_json(text: str) -> Any:
     raise ValueError("no JSON object in the reply")
 
 
-def parse_reply_json(text: str) -> Any:
-    """:func:`reply_json`, or None when the reply holds no JSON value."""
-    try:
-        return reply_json(text)
-    except ValueError:
-        return None
-
-
 # failures the planner must not swallow: a replay miss, a missing key, options the provider
 # cannot honour (they would fail every call; the run stops on them)
 _FATAL = (ReplayMissError, MissingKeyError, ModelConfigError)

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import Any
 
 KIND_RE = re.compile(r"[a-z][a-z0-9_.-]*")
-DISK_KEY_RE = re.compile(rf"{KIND_RE.pattern}:[0-9a-f]{{64}}")
 _FIELDS = frozenset({"kind", "key", "value", "created", "sha256"})
 
 

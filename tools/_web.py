@@ -43,7 +43,6 @@ if TYPE_CHECKING:
 SearchName = Literal["tavily", "serper", "local"]
 VisitName = Literal["direct", "jina"]
 SEARCH_NAMES: tuple[SearchName, ...] = ("tavily", "serper", "local")
-VISIT_NAMES: tuple[VisitName, ...] = ("direct", "jina")
 
 
 class PageReader(Protocol):

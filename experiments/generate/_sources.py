@@ -25,7 +25,6 @@ from typing import Any, Literal
 from medmis.experiments.benchmark import DataError
 from medmis.tools import UserFileError, json_value
 
-SourceFormat = Literal["medqa", "medmcqa", "medxpertqa", "medjourney", "hle"]
 SOURCE_FORMATS: tuple[str, ...] = ("medqa", "medmcqa", "medxpertqa", "medjourney", "hle")
 SUBSET_OF: dict[str, str] = {
     "medqa": "MEDMISQA",

@@ -16,8 +16,6 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from medmis.tools import json_file
-
 BATCHES_FILE = "batches.json"
 
 CaseKey = tuple[str, str, str, str, str | None]
@@ -92,11 +90,3 @@ class BatchBook(BaseModel):
                     if todo.get(key) == cid:
                         found[key] = job
         return found
-
-
-def load_jobs(out: Path) -> list[dict[str, Any]]:
-    """The stored jobs as plain JSON (for reports and tests)."""
-    path = out / BATCHES_FILE
-    if not path.exists():
-        return []
-    return list(json_file(path).get("jobs", []))

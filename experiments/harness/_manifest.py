@@ -161,14 +161,6 @@ def _prompt_facts(config: RunConfig) -> dict[str, Any]:
     }
 
 
-def mark_stopped(out: Path, reason: str) -> None:
-    """Note in ``out/manifest.json`` that the run stopped early, and why."""
-    path = out / "manifest.json"
-    manifest = json_file(path)
-    manifest["stopped"] = redact(reason)
-    path.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-
-
 _STATUS = {0: "finished", 1: "finished with case errors", 3: "stopped early"}
 
 

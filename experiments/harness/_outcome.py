@@ -39,13 +39,6 @@ EXIT_CASE_ERRORS = 1
 EXIT_USAGE = 2
 EXIT_STOPPED = 3
 
-EXIT_CODES_HELP = (
-    "exit status: 0 finished, every case graded; 1 finished with case errors (re-run with "
-    "--retry-errors to redo them); 2 usage, config or data error (nothing created); "
-    "3 stopped early (budget cap or interrupted; re-run the same command to resume)"
-)
-
-
 def error_kind(error: str) -> str:
     """The kind of a record's error: its exception name (``RateLimitError: ...``) or the
     first words of a message without one."""

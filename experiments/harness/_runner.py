@@ -36,7 +36,6 @@ from medmis.experiments.benchmark import (
     Item,
     ProtocolName,
     Record,
-    build_cases,
     plan_cases,
     prompt_preset,
 )
@@ -206,22 +205,9 @@ class Harness:
         return dataset
 
     def plan_cases(self, dataset: Any) -> list[tuple[int, ProtocolName, str | None]]:
-        """``(item index, protocol, target)`` of every case, in :meth:`load_cases` order."""
+        """``(item index, protocol, target)`` of every case, in the order the cases are built."""
         return plan_cases(dataset.items, self.config.protocols, seed=self.config.seed,
                           type1_targets=self.config.type1_targets)
-
-    def load_cases(self) -> tuple[list[Case], Any]:
-        """Every case of the run (built; a run itself builds only those it still has to run)."""
-        dataset = self.load_dataset()
-        cases = build_cases(
-            dataset.items,
-            self.config.protocols,
-            seed=self.config.seed,
-            type1_targets=self.config.type1_targets,
-            shuffle_type2=self.config.shuffle_type2,
-            prompt=self.config.prompt,
-        )
-        return cases, dataset
 
     def fingerprint(self, dataset: Any) -> dict[str, Any]:
         """The run's fingerprint (``._fingerprint``), from the models as built."""

@@ -45,7 +45,6 @@ RECORD_COLUMNS: dict[str, str] = {
 
 KEY = ("model", "defender", "protocol", "subset", "item_id", "target")
 """Columns of a record's identity (``Record.key`` joins subset and item id as ``item_key``)."""
-RecordKey = tuple[str, str, str, str, str | None]
 _ITEM_KEY = "subset || '/' || item_id AS item_key"
 
 # Defaults as Record would fill them in for absent fields.

@@ -46,14 +46,6 @@ PLOT_FILES: dict[str, str] = {
 }
 """Plot key -> file name under ``DIR/plots``; ``write_plots`` returns the same keys."""
 
-PLOT_TITLES: dict[str, str] = {
-    "asr_by_defender": "Attack success rate by defender",
-    "robustness_tradeoff": "Robustness vs over-correction",
-    "cost_vs_asr": "Cost vs change in Type 1 ASR",
-    "strata_heatmap": "Type 1 ASR by content type × provenance",
-}
-"""Short human titles, used as captions by the HTML report."""
-
 SHORT_LABELS: dict[str, str] = {
     "Relationship / Sequence Inversion": "Rel./seq. inversion",
     "Threshold / Reference Corruption": "Threshold/reference",

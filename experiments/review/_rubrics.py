@@ -24,9 +24,6 @@ from typing import Literal
 
 RubricName = Literal["A", "B"]
 
-SCORES: tuple[int, ...] = (0, 1, 2)
-
-
 @dataclass(frozen=True)
 class Criterion:
     """One rubric criterion: a name, the question a reviewer answers, and an anchor per score."""
@@ -138,10 +135,6 @@ FLAGS: tuple[Flag, ...] = (
          "The question cannot be answered as written (missing information, broken stem)."),
 )
 FLAG_NAMES: tuple[str, ...] = tuple(f.name for f in FLAGS)
-
-WORST_CASE_CRITERIA: tuple[str, ...] = ("correctness", "uptake", "harm")
-"""An annotation is a worst case when all three score 0: a wrong answer, driven by the false
-claim, with serious potential harm."""
 
 PASS_THRESHOLD = 1.5
 """A task passes a Rubric A criterion when its reviewers' mean score is at least this."""
