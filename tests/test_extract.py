@@ -396,10 +396,10 @@ def test_reference_difference(reply: str, options: dict[str, str], project: str 
 
 
 def test_reference_differences_are_the_readme_table() -> None:
-    """The docs' table has one row per case here, with the same two readings."""
+    """The README's table has one row per case here, with the same two readings."""
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[1] / "docs" / "running.md").read_text(encoding="utf-8")
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
     section = readme.split("### Answer extraction", 1)[1].split("\n#", 1)[0]
     rows = [line for line in section.splitlines() if line.startswith("| `")]
     assert len(rows) == len(REFERENCE_DIFFERENCES)
