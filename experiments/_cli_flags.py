@@ -92,7 +92,7 @@ def add_decoding_flags(p: argparse.ArgumentParser) -> None:
     ``--reasoning-effort`` and ``--thinking-budget`` stay with the command)."""
     p.add_argument("--decoding", choices=["paper", "reference"], default="paper",
                    help="decoding preset: paper (temperature 0, App. C.1; default) or reference "
-                        "(the reference notebooks' per-provider settings, see README); the flags "
+                        "(the reference notebooks' per-provider settings, see docs/running.md); the flags "
                         "below override it")
     p.add_argument("--temperature", type=float, default=None, help="sampling temperature (default: the preset's)")
     p.add_argument("--max-output-tokens", type=int, default=None, help="output token cap (default: the preset's)")

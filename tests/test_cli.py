@@ -33,7 +33,7 @@ def test_data_validate_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[
     rows[2]["question"] = ""
     bad.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
     capsys.readouterr()
-    assert main(["data", "validate", str(bad)]) == 2  # a data error: the README's table says 2
+    assert main(["data", "validate", str(bad)]) == 2  # a data error: the exit-status table (docs/runs.md) says 2
     err = capsys.readouterr().err
     assert f"{bad}:2:" in err and f"{bad}:3:" in err
     # the installed command says the same

@@ -1,5 +1,5 @@
 """The command line a new user meets: --version, help for every option, spending caps on
-``medmis run``, and README walkthroughs that write under ``runs/``."""
+``medmis run``, and the README's and docs' walkthroughs that write under ``runs/``."""
 
 from __future__ import annotations
 
@@ -114,11 +114,12 @@ def test_a_cap_that_cannot_work_is_one_line_and_creates_nothing(
 
 
 def _bash_blocks() -> list[str]:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    text = "\n".join(page.read_text(encoding="utf-8") for page in pages)
     return re.findall(r"```bash\n(.*?)```", text, re.DOTALL)
 
 
-def test_readme_walkthroughs_write_under_runs() -> None:
+def test_readme_and_docs_walkthroughs_write_under_runs() -> None:
     written: list[str] = []
     for block in _bash_blocks():
         code = "\n".join(line.split("  #", 1)[0] for line in block.splitlines()
@@ -154,9 +155,9 @@ def test_the_project_points_to_nothing_outside_it() -> None:
         if re.search(r"\.\./shared|shared/DESIGN|DESIGN\.md|STYLE\.md", text):
             offenders.append(str(path.relative_to(ROOT)))
     assert offenders == []
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    for target in re.findall(r"\]\(((?!https?:|#)[^)#]+)", readme):  # relative links resolve
-        assert (ROOT / target).exists(), target
+    for page in [ROOT / "README.md", *(ROOT / "docs").rglob("*.md")]:  # relative links resolve
+        for target in re.findall(r"\]\(((?!https?:|#)[^)#]+)", page.read_text(encoding="utf-8")):
+            assert (page.parent / target).exists(), (page.name, target)
 
 
 def test_the_contracts_page_lists_every_field_the_code_writes() -> None:
@@ -177,6 +178,7 @@ def test_the_contracts_page_lists_every_field_the_code_writes() -> None:
               "status", "exit_code", "case_errors", "message", "stopped", "fingerprint", "accepted_changes"]
     assert sorted(set(fields) - named) == []
     assert "docs/contracts.md" in (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "contracts.md" in (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
 
 
 @pytest.mark.parametrize(
@@ -195,7 +197,7 @@ def test_the_contracts_page_lists_every_field_the_code_writes() -> None:
 def test_data_errors_exit_2_on_every_command(
     tmp_path: Path, argv: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # the README's table: a data error is 2 (one line, nothing created) whatever the command
+    # the exit-status table (docs/runs.md): a data error is 2 (one line, nothing created) whatever the command
     (tmp_path / "bad.jsonl").write_text('{"id": "x", "question": "", "answer": "Z"}\n', encoding="utf-8")
     before = sorted(p.name for p in tmp_path.iterdir())
     assert main([a.replace("{tmp}", str(tmp_path)) for a in argv]) == 2

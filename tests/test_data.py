@@ -730,7 +730,7 @@ def test_validate_command_subset(sample_path: Path) -> None:
 def test_validate_command_reports_bad_rows(tmp_path: Path) -> None:
     path, expected = _bad_jsonl(tmp_path)
     out, err = io.StringIO(), io.StringIO()
-    assert validate_command(str(path), out=out, err=err) == 2  # a data error, as the README's table says
+    assert validate_command(str(path), out=out, err=err) == 2  # a data error, as the exit-status table (docs/runs.md) says
     lines = err.getvalue().splitlines()
     errors = [line for line in lines if line.startswith(f"{path}:")]
     warned = [line for line in lines if line.startswith(f"WARNING {path}:")]

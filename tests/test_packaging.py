@@ -90,7 +90,7 @@ def test_installed_wheel_imports_from_outside_the_checkout(wheel: Path, tmp_path
         "print([n for n in ('agents', 'tools', 'graphs', 'defenses', 'experiments')"
         " if importlib.util.find_spec(n) is not None])\n"
         "print(len(medmis.defenses.list_defenders()))\n"
-        # the files the defaults and the README's replay example read are package data
+        # the files the defaults and the docs' replay example (docs/plugins.md) read are package data
         "from medmis.testing import bundled_fixture\n"
         "print(repr([str(bundled_fixture(f)) for f in ('medmisbench_sample.jsonl', 'corpus/documents.jsonl',"
         " 'cassettes/search_agent_hle.jsonl', 'poison/sample_pages.jsonl')]))\n"
@@ -205,7 +205,7 @@ def test_graphs_never_import_the_defender_registry() -> None:
             assert not bad, f"{module} imports {bad}"
 
 
-# the README's Layout: tools <- agents <- core types <- graphs <- defenses <- harness <- analysis/reporting
+# the Layout page (docs/layout.md): tools <- agents <- core types <- graphs <- defenses <- harness <- analysis/reporting
 # <- cli. A layer imports only layers before it (and itself); the tops of experiments/
 # (ablation, generate, review, view, the CLI, the bench) sit above everything.
 LAYERS = (

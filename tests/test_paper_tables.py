@@ -271,12 +271,12 @@ def test_paper_tables_of_a_fixture_run(tmp_path: Path, capsys: pytest.CaptureFix
     assert "- **Type 1 targets:** `sampled`" in text and "- **Model options:** `temperature=0.0`" in text
 
 
-def test_readme_documents_the_flag_and_the_reading() -> None:
+def test_the_docs_document_the_flag_and_the_reading() -> None:
     from medmis.experiments.analysis import FAILURE_METRICS
 
-    readme = (ROOT / "README.md").read_text("utf-8")
-    metric_table = readme.split("## What is measured", 1)[1].split("\n## ", 1)[0]
+    page = (ROOT / "docs" / "metrics.md").read_text("utf-8")
+    metric_table = page.split("## What is measured", 1)[1].split("\n## ", 1)[0]
     assert FAILURE_METRICS[0] in metric_table
     for name in FAILURE_METRICS[1:]:
         assert f"`{name.removesuffix('errors_as_failures')}…`" in metric_table
-    assert "medmis report DIR --paper-tables" in readme and "pools numerator and denominator" in readme
+    assert "medmis report DIR --paper-tables" in page and "pools numerator and denominator" in page

@@ -1,4 +1,4 @@
-"""Plug-in defenders: the README's example, registered through the entry-point group."""
+"""Plug-in defenders: the example of docs/plugins.md, registered through the entry-point group."""
 
 from __future__ import annotations
 
@@ -17,15 +17,15 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def readme_plugin_code() -> str:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    text = (ROOT / "docs" / "plugins.md").read_text(encoding="utf-8")
     match = re.search(r"```python\n(# my_package/defense\.py\n.*?)```", text, re.DOTALL)
-    assert match, "README lost its plug-in example"
+    assert match, "docs/plugins.md lost its plug-in example"
     return match.group(1)
 
 
 @pytest.fixture
 def installed_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    """A real distribution on sys.path: package code from the README and a dist-info whose
+    """A real distribution on sys.path: package code from docs/plugins.md and a dist-info whose
     entry_points.txt registers it in the ``medmis.defenders`` group."""
     pkg = tmp_path / "my_package"
     pkg.mkdir()
@@ -59,11 +59,11 @@ def test_template_runs_against_the_readme_plugin(installed_plugin: None) -> None
 
 
 def test_template_copied_into_a_fresh_project_passes(tmp_path: Path) -> None:
-    # as the README says: the template copied into the plug-in's own tests, run by pytest in a
+    # as docs/plugins.md says: the template copied into the plug-in's own tests, run by pytest in a
     # project with none of this repository's pytest configuration (no asyncio_mode = "auto")
     import shutil
 
-    env = _broken_plugin_env(tmp_path)  # the README's plug-in installed (and a broken one beside it)
+    env = _broken_plugin_env(tmp_path)  # the docs' plug-in installed (and a broken one beside it)
     project = tmp_path / "my-plugin"
     (project / "tests").mkdir(parents=True)
     (project / "pytest.ini").write_text("[pytest]\n")
@@ -87,7 +87,7 @@ def test_unknown_defender_names_the_registered_ones() -> None:
 
 def _broken_plugin_env(tmp_path: Path) -> dict[str, str]:
     """Two real distributions found through PYTHONPATH by a fresh interpreter: one whose
-    ``medmis.defenders`` entry point names a module that raises on import, and the README's
+    ``medmis.defenders`` entry point names a module that raises on import, and the docs'
     working example."""
     import os
 

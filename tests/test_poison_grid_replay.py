@@ -1,4 +1,4 @@
-"""The bundled poisoned grid (``experiments/configs/poisoned_search.toml``, as the README runs it)
+"""The bundled poisoned grid (``experiments/configs/poisoned_search.toml``, as docs/poisoned-retrieval.md runs it)
 recorded once and replayed into another folder with the network refused: every run folder of the
 grid (the clean web and each share) holds the same records."""
 

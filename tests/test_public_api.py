@@ -1,6 +1,6 @@
-"""The public API and the pytest plug-in, as the README shows them.
+"""The public API and the pytest plug-in, as the docs pages (docs/api.md, docs/plugins.md) show them.
 
-The README's Python API block runs as written (in a folder holding this checkout's fixtures);
+The docs' Python API block runs as written (in a folder holding this checkout's fixtures);
 its replay example and a suite exercising every fixture run under pytest in a fresh project
 (no conftest, no configuration), so the fixtures come from the ``pytest11`` entry point alone.
 """
@@ -24,9 +24,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def readme_block(marker: str) -> str:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    """The Python block of the docs pages (docs/*.md, where the README's reference moved)
+    that starts with ``marker``."""
+    text = "\n".join(page.read_text(encoding="utf-8") for page in sorted((ROOT / "docs").rglob("*.md")))
     match = re.search(r"```python\n(" + re.escape(marker) + r"\n.*?)```", text, re.DOTALL)
-    assert match, f"README lost its example starting {marker!r}"
+    assert match, f"docs lost the example starting {marker!r}"
     return match.group(1)
 
 
@@ -39,7 +41,7 @@ def _checkout_view(folder: Path) -> Path:
 def test_readme_api_example_runs_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                             capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.chdir(_checkout_view(tmp_path / "work"))
-    exec(compile(readme_block("# api: run a grid, load it, compare two runs"), "README.md", "exec"), {})
+    exec(compile(readme_block("# api: run a grid, load it, compare two runs"), "docs/api.md", "exec"), {})
     out = capsys.readouterr().out
     assert "5 items, sha256" in out and "type1_asr" in out
     # what the block printed came from the run it made
@@ -204,7 +206,7 @@ def test_plugin_fixtures_in_a_fresh_project(tmp_path: Path) -> None:
 
 
 def test_a_copy_of_a_config_with_another_seed_reseeds_the_examinee(tmp_path: Path) -> None:
-    """The README's API example compares a run with ``config.model_copy(update={"seed": 1})``:
+    """The docs' API example compares a run with ``config.model_copy(update={"seed": 1})``:
     the copy's examinee must draw with seed 1 (the run seed is read when models are built,
     not stored when the config is validated)."""
     from medmis.experiments.harness import DefenderConfig, Harness, RunConfig

@@ -391,7 +391,7 @@ def test_a_non_utf8_line_is_named_by_its_own_number(tmp_path: Path) -> None:
 
 
 def test_hashes_catch_edits_but_are_not_signatures(tmp_path: Path) -> None:
-    # the integrity model the README states: an edit with its hash recomputed is served
+    # the integrity model docs/record-replay.md states: an edit with its hash recomputed is served
     import hashlib
 
     cache_dir = tmp_path / "cache"

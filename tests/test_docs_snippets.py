@@ -1,0 +1,216 @@
+"""The README's and the docs pages' shell and Python snippets run as written.
+
+Every fenced ``bash`` and ``python`` block of README.md and docs/*.md is read from the page
+itself (not restated here) and run offline in a temporary folder that holds the clone's
+``fixtures/`` and ``experiments/`` (so the commands' relative paths resolve and what they write
+lands in that folder: xdist workers never share a path). A page's blocks run in order in one
+folder, as a reader types them, so a later block may read what an earlier one wrote.
+
+A block that cannot run here says why in the comment just above it, ``<!-- skip: REASON -->``
+(a key, a GPU, the hub, a server that runs until Ctrl-C, or another test that runs it with
+checks of its own: the reason names that test). A block without a marker must run; there is
+no other marker, so nothing long is left out of the default run without a reason on the page.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from medmis.experiments.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+# the README and every page of the site, defender pages under docs/zoo/ included
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+# variables that would let a snippet reach a paid API; a snippet must not need them
+KEYS = ("GOOGLE_API_KEY", "GEMINI_API_KEY", "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "TAVILY_API_KEY",
+        "SERPER_API_KEY", "JINA_API_KEY", "HF_TOKEN")
+BLOCK = re.compile(r"(?:<!--\s*(?P<marker>[^>]*?)\s*-->\n)?```(?P<lang>bash|python)\n(?P<code>.*?)```", re.DOTALL)
+
+
+@dataclass(frozen=True)
+class Snippet:
+    """One fenced block of a page: its language, code, line and marker (``skip: ...``)."""
+
+    page: Path
+    line: int
+    lang: str
+    code: str
+    marker: str
+
+    @property
+    def skipped(self) -> bool:
+        return self.marker.startswith("skip:")
+
+
+def snippets(page: Path) -> list[Snippet]:
+    """The page's bash and python blocks in order, each with the marker comment just above it."""
+    text = page.read_text(encoding="utf-8")
+    return [Snippet(page, text.count("\n", 0, m.start("lang")) + 1, m["lang"], m["code"], m["marker"] or "")
+            for m in BLOCK.finditer(text)]
+
+
+def _page_params() -> list[object]:
+    """One test per page that has a block to run."""
+    return [pytest.param(page, id=page.relative_to(ROOT).as_posix())
+            for page in PAGES if any(not s.skipped for s in snippets(page))]
+
+
+def offline_env(home: Path) -> dict[str, str]:
+    """This interpreter's environment without keys, with every proxy pointing at a closed port
+    (a snippet that reaches for the network fails instead of fetching) and HOME in the test's
+    folder."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in KEYS and k not in ("PYTHONPATH", "PYTEST_ADDOPTS") and not k.startswith("PYTEST_XDIST")}
+    closed = "http://127.0.0.1:9"
+    env.update(HTTP_PROXY=closed, HTTPS_PROXY=closed, http_proxy=closed, https_proxy=closed,
+               NO_PROXY="127.0.0.1,localhost", no_proxy="127.0.0.1,localhost", HF_HUB_OFFLINE="1",
+               HOME=str(home), PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}")
+    return env
+
+
+def workdir(tmp_path: Path) -> Path:
+    """A folder laid out as the clone for the snippets' relative paths; writes stay in it."""
+    where = tmp_path / "clone"
+    where.mkdir()
+    for name in ("fixtures", "experiments"):
+        (where / name).symlink_to(ROOT / name, target_is_directory=True)
+    return where
+
+
+def run_snippet(snippet: Snippet, where: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """Runs one block: bash with -euo pipefail, Python with this interpreter."""
+    if snippet.lang == "bash":
+        cmd = ["bash", "-euo", "pipefail", "-c", snippet.code]
+    else:
+        cmd = [sys.executable, "-c", snippet.code]
+    return subprocess.run(cmd, cwd=where, env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_every_page_has_snippets_and_every_skip_says_why() -> None:
+    found = [s for page in PAGES for s in snippets(page)]
+    assert len(found) > 20
+    for s in found:
+        where = f"{s.page.name}:{s.line}"
+        assert s.marker == "" or (s.skipped and len(s.marker) > len("skip: ") + 10), where
+    # skipped: what needs keys, GPUs, the hub, a package install or a server that runs until
+    # Ctrl-C, and what another test runs with checks of its own (the reason names it); a skip
+    # added for convenience shows here
+    skipped = [f"{s.page.name}:{s.line}" for s in found if s.skipped]
+    others = [s for s in found if s.skipped and "tests/test_" in s.marker]
+    assert len(skipped) - len(others) <= 18, skipped
+    assert len(found) - len(skipped) >= 12
+
+
+def test_a_block_with_a_marker_is_read_with_it(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text("text\n\n<!-- skip: needs keys of its own -->\n```bash\nfalse\n```\n\n"
+                    "```python\nprint(1)\n```\n<!-- a comment, not a skip -->\n```bash\ntrue\n```\n",
+                    encoding="utf-8")
+    found = snippets(page)
+    assert [(s.lang, s.marker, s.line) for s in found] == [
+        ("bash", "skip: needs keys of its own", 4), ("python", "", 8), ("bash", "a comment, not a skip", 12)]
+    assert found[0].skipped and not found[1].skipped and not found[2].skipped
+    # a marker that is not a skip is refused by the census above, so it cannot hide a block
+
+
+@pytest.mark.parametrize("page", _page_params())
+def test_the_snippets_of_a_page_run_offline(page: Path, tmp_path: Path) -> None:
+    where = workdir(tmp_path)
+    env = offline_env(tmp_path)
+    for snippet in snippets(page):
+        if snippet.skipped:
+            continue
+        done = run_snippet(snippet, where, env)
+        assert done.returncode == 0, (
+            f"{page.name}:{snippet.line} exited {done.returncode}\n{snippet.code}\n"
+            f"--- stdout\n{done.stdout[-3000:]}\n--- stderr\n{done.stderr[-3000:]}")
+
+
+# -- blocks another test runs with checks of its own (their markers name this file) ----------
+
+
+def page_block(page: str, language: str, *needles: str) -> str:
+    """The one fenced ``language`` block of ``page`` (README.md or docs/...) holding every needle."""
+    blocks = [s.code for s in snippets(ROOT / page) if s.lang == language and all(n in s.code for n in needles)]
+    assert len(blocks) == 1, f"{page}: {len(blocks)} {language} blocks hold {needles}"
+    return blocks[0]
+
+
+def shell_commands(block: str) -> list[list[str]]:
+    """The commands of a bash block: comments dropped, backslash continuations joined."""
+    joined = re.sub(r"\\\n\s*", " ", block)
+    return [shlex.split(line) for line in joined.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+
+
+def test_the_offline_hle_mitigation_recipe_runs_without_the_hub_keys_or_network(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, medmis_no_network: list[str],
+        capsys: pytest.CaptureFixture[str]) -> None:
+    commands = shell_commands(page_block("docs/configs.md", "bash", "hle_mitigation.toml", "search=local"))
+    assert [c[:3] for c in commands] == [["medmis", "ablate", "experiments/configs/hle_mitigation.toml"]] * 2
+    monkeypatch.chdir(ROOT)  # the recipe runs from the clone
+    for key in KEYS:
+        monkeypatch.delenv(key, raising=False)
+    out = tmp_path / "hle_offline"
+    dry, real = ([str(out) if a == "runs/hle_offline" else a for a in c] for c in commands)
+    assert "--dry-run" in dry and str(out) in real
+    assert main(dry[1:]) == 0
+    plan = capsys.readouterr().out
+    hle_items = sum('"MEDMISHLE"' in line for line in (ROOT / "fixtures" / "medmisbench_sample.jsonl")
+                    .read_text(encoding="utf-8").splitlines())
+    assert f"ablation 'hle_mitigation': {hle_items} items" in plan
+    assert main(real[1:]) == 0
+    manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["simulated"] is True and manifest["dataset"]["subset"] == "MEDMISHLE"
+    records = [json.loads(line) for line in (out / "records.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert {r["subset"] for r in records} == {"MEDMISHLE"}
+    assert len({r["item_id"] for r in records}) == hle_items
+    assert len({r["defender"] for r in records}) == 9 and not any(r["error"] for r in records)
+    # the search agent searched the bundled corpus (no Tavily key was there to use)
+    assert sum(r["tool_calls"] for r in records if r["defender"] == "search_agent") > 0
+
+
+def test_the_replay_example_runs_from_any_directory(tmp_path: Path) -> None:
+    example = page_block("docs/plugins.md", "python", "def test_search_agent_replays_offline")
+    first = example.splitlines()[0]
+    assert first.startswith("# tests/")
+    where = tmp_path / "elsewhere"  # a user's project: no fixtures/ folder beside it
+    test_file = where / first.removeprefix("# ")
+    test_file.parent.mkdir(parents=True)
+    test_file.write_text(example, encoding="utf-8")
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(test_file)],
+                          cwd=where, capture_output=True, text=True, timeout=300, env=offline_env(tmp_path))
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "1 passed" in done.stdout
+    assert not (where / "fixtures").exists()
+
+
+def test_bundled_fixture_names_what_it_cannot_find() -> None:
+    from medmis.testing import BUNDLED_FIXTURES, bundled_fixture
+
+    assert bundled_fixture("cassettes/search_agent_hle.jsonl") == BUNDLED_FIXTURES / "cassettes" / "search_agent_hle.jsonl"
+    assert bundled_fixture("medmisbench_sample.jsonl").is_absolute()
+    for bad in ("cassettes/none.jsonl", "../pyproject.toml", "corpus"):
+        with pytest.raises(FileNotFoundError, match="medmis ships no fixture"):
+            bundled_fixture(bad)
+
+
+def test_the_docs_name_every_command() -> None:
+    from medmis.experiments.cli import build_parser
+
+    page = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+    usage = build_parser().format_usage()  # "usage: medmis [-h] [--version] {run,report,...} ..."
+    commands = re.search(r"\{(run,[^}]*)\}", usage)[1].split(",")
+    assert sorted(c for c in commands if f"`medmis {c}" not in page) == []
+    # every page is in the site's navigation (a page left out builds, but nobody finds it)
+    nav = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    pages = [p.relative_to(ROOT / "docs").as_posix() for p in (ROOT / "docs").rglob("*.md")]
+    assert sorted(p for p in pages if f": {p}" not in nav) == []
