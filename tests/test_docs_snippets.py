@@ -208,7 +208,9 @@ def test_the_docs_name_every_command() -> None:
 
     page = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
     usage = build_parser().format_usage()  # "usage: medmis [-h] [--version] {run,report,...} ..."
-    commands = re.search(r"\{(run,[^}]*)\}", usage)[1].split(",")
+    found = re.search(r"\{(run,[^}]*)\}", usage)
+    assert found, usage
+    commands = found[1].split(",")
     assert sorted(c for c in commands if f"`medmis {c}" not in page) == []
     # every page is in the site's navigation (a page left out builds, but nobody finds it)
     nav = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
