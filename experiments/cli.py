@@ -1,4 +1,4 @@
-"""The ``medmis`` command line (contracts in docs/contracts.md and the README: keep flags stable).
+"""The ``medmis`` command line (contracts in docs/contracts.md and docs/cli.md: keep flags stable).
 
 Heavy modules are imported inside each sub-command so that ``medmis --help`` stays fast.
 Configuration errors (a missing API key, an unknown defender, a bad data file) print one

@@ -9,7 +9,7 @@ them without importing the command line.
 from __future__ import annotations
 
 EXIT_USAGE = 2
-"""Usage, config or data error: nothing was created (see the README's exit codes)."""
+"""Usage, config or data error: nothing was created (see the exit codes in docs/runs.md)."""
 
 
 class MedmisError(Exception):

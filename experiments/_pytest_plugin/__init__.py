@@ -5,7 +5,7 @@ folders are fixed, so the name is mapped rather than given a folder of its own).
 the hook and the classes have one home, :mod:`medmis.experiments.testing`, and are re-exported
 here as the same objects: ``medmis.testing.Replay is medmis.experiments.testing.Replay``, so a
 test may import either name without holding a second copy of a class. The fixtures are
-documented there (and in the README's "Testing with medmis's pytest plug-in").
+documented there (and in docs/plugins.md, "Testing with medmis's pytest plug-in").
 """
 
 from typing import TYPE_CHECKING, Any

@@ -303,7 +303,7 @@ class Verdict:
     sha256, passages); None: the searches met the clean web."""
 
     def to_json(self) -> dict[str, Any]:
-        """The ``verdict.json`` content (see the README's field list)."""
+        """The ``verdict.json`` content (fields listed in docs/contracts.md)."""
         models = {}
         for mv in self.models:
             models[mv.model] = {
