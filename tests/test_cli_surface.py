@@ -181,6 +181,17 @@ def test_the_contracts_page_lists_every_field_the_code_writes() -> None:
     assert "contracts.md" in (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
 
 
+def test_the_contracts_page_lists_every_key_of_verdict_json() -> None:
+    from medmis.experiments.analysis import Finding, ModelVerdict, Verdict
+
+    written = Verdict(baseline="none", incomplete=None, simulated=True, models=[
+        ModelVerdict(model="m", baseline_present=True, findings={"d": Finding(defender="d")})]).to_json()
+    keys = {*written, *written["settings"], *written["models"]["m"], *written["models"]["m"]["findings"]["d"]}
+    page = (ROOT / "docs" / "contracts.md").read_text(encoding="utf-8")
+    section = page.split("## `verdict.json`", 1)[1].split("\n## ", 1)[0]
+    assert sorted(k for k in keys if f"`{k}`" not in section) == []
+
+
 @pytest.mark.parametrize(
     "argv",
     [
