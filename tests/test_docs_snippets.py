@@ -216,3 +216,19 @@ def test_the_docs_name_every_command() -> None:
     nav = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
     pages = [p.relative_to(ROOT / "docs").as_posix() for p in (ROOT / "docs").rglob("*.md")]
     assert sorted(p for p in pages if f": {p}" not in nav) == []
+
+
+def test_the_readme_is_short_and_ci_runs_its_two_commands_as_written() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(readme.splitlines()) < 300
+    two = readme.split("## Two commands", 1)[1].split("\n## ", 1)[0]
+    commands = [s.code.strip() for s in snippets(ROOT / "README.md") if s.code.strip() in two]
+    assert commands == ["pip install -e . && medmis ablate experiments/configs/demo.toml",
+                        "pip install -e '.[test]' && pytest"]
+    # .ci/run's steps, as `step "NAME" COMMAND...` lines; pip's -q only quietens it
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    steps = [shlex.split(line)[2:] for line in ci.splitlines() if line.startswith("step ")]
+    steps = [[a for a in s if a != "-q"] for s in steps]
+    for command in commands:  # each part of `A && B` is a step, in order, the parts back to back
+        parts = [shlex.split(part) for part in command.split(" && ")]
+        assert any(steps[i:i + len(parts)] == parts for i in range(len(steps))), (command, steps)
