@@ -163,7 +163,7 @@ def is_certified(
         return _gap(vote_counts(votes), pred) > 2 * k
     displaced = 0 if top_k is None else max(0, min(len(votes), len(votes) + k - top_k))
     kept = list(votes[: len(votes) - displaced])
-    return _gap(vote_counts(kept), pred) > k if pred in kept else False
+    return _gap(vote_counts(kept), pred) > k
 
 
 def certified_k(
