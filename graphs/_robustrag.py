@@ -206,11 +206,10 @@ def isolated_instruction(options: Sequence[str]) -> str:
 
 
 def robustrag_prompts(opts: RobustRAGOptions) -> dict[str, str]:
-    """What an adaptive attacker reads: the isolated-answer instruction (for options A-D)."""
-    shown = {"isolated": isolated_instruction(["A", "B", "C", "D"])}
-    if opts.retrieve:
-        shown["search"] = "the question text, verbatim, as the search query"
-    return shown
+    """What an adaptive attacker reads: the isolated-answer instruction (for options A-D).
+
+    With ``retrieve`` on, the search query is the question itself, sent to no model."""
+    return {"isolated": isolated_instruction(["A", "B", "C", "D"])}
 
 
 # --- the defender --------------------------------------------------------------------------------
