@@ -322,3 +322,36 @@ def test_record_then_replay_offline_is_identical(tmp_path: Path, medmis_no_netwo
     assert records and all("certified_k" in r["extra"] for r in records)
     assert any(r["tool_calls"] for r in records)  # the searches were replayed too
     assert medmis_no_network == []
+
+
+# --- the report's "Certified answers" section ----------------------------------------------------
+
+
+def test_the_report_counts_certified_answers_per_protocol_and_poison_share(tmp_path: Path) -> None:
+    from medmis.experiments.reporting._certified import certified_markdown
+
+    out = tmp_path / "run"
+    assert main(["run", "--data", str(SAMPLE), "--limit", "6", "--model", "mock/examinee", "--no-progress",
+                 "--defender", "none", "--defender", "robustrag", "--out", str(out)]) == 0
+    records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    ours = [r for r in records if r["defender"] == "robustrag"]
+    assert ours and all("certified_k" not in r["extra"] for r in records if r["defender"] == "none")
+    section = (out / "report.md").read_text(encoding="utf-8").split("## Certified answers", 1)[1].split("\n## ", 1)[0]
+    assert "| none |" not in section
+    for protocol in ("clean", "type1", "type2"):
+        rows = [r for r in ours if r["protocol"] == protocol]
+        k = sum(bool(r["extra"]["certified"]) for r in rows)
+        both = sum(bool(r["extra"]["certified"]) and r["choice"] == r["gold"] for r in rows)
+        line = next(ln for ln in section.splitlines() if f"| robustrag | {protocol} |" in ln)
+        assert f"({k}/{len(rows)})" in line.split("|")[5] and f"({both}/{len(rows)})" in line.split("|")[6]
+    assert "(0/6)" in next(ln for ln in section.splitlines() if "| robustrag | clean |" in ln)
+    # a poisoned grid's share runs get their own rows, led by the share
+    share = out / "poison" / "share-0.5"
+    share.mkdir(parents=True)
+    (share / "records.jsonl").write_text((out / "records.jsonl").read_text())
+    assert "| 0.5 | mock/examinee | robustrag | type1 |" in certified_markdown(out)
+    # no certifying defender, no section
+    plain = tmp_path / "plain"
+    assert main(["run", "--data", str(SAMPLE), "--limit", "2", "--model", "mock/examinee", "--no-progress",
+                 "--defender", "none", "--out", str(plain)]) == 0
+    assert certified_markdown(plain) == "" and "## Certified answers" not in (plain / "report.md").read_text()
