@@ -332,10 +332,11 @@ def test_the_report_counts_certified_answers_per_protocol_and_poison_share(tmp_p
 
     out = tmp_path / "run"
     assert main(["run", "--data", str(SAMPLE), "--limit", "6", "--model", "mock/examinee", "--no-progress",
-                 "--defender", "none", "--defender", "robustrag", "--out", str(out)]) == 0
+                 "--defender", "none,robustrag", "--out", str(out)]) == 0
     records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
     ours = [r for r in records if r["defender"] == "robustrag"]
-    assert ours and all("certified_k" not in r["extra"] for r in records if r["defender"] == "none")
+    theirs = [r for r in records if r["defender"] == "none"]
+    assert ours and theirs and all("certified_k" not in r["extra"] for r in theirs)
     section = (out / "report.md").read_text(encoding="utf-8").split("## Certified answers", 1)[1].split("\n## ", 1)[0]
     assert "| none |" not in section
     for protocol in ("clean", "type1", "type2"):
