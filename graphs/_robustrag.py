@@ -268,6 +268,9 @@ def robustrag_solver(opts: RobustRAGOptions) -> SolveFn:
                 reply, case, ctx, **certificate, certified=False, certified_k=None, votes=[]
             )
         votes = await gather_strict(isolated(case, ctx, i, p["text"]) for i, p in enumerate(passages))
+        # the aggregate rests on every retrieved passage: the shared rule (answer_sources)
+        # then decides which of them support the chosen option, as for every defender
+        ctx.answered_from([p for p in passages if "url" in p])
         top_k = opts.top_k if opts.threat == "inject" else None
         choice = majority_vote(votes)
         counts = vote_counts(votes)

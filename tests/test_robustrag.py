@@ -215,6 +215,7 @@ async def test_retrieve_adds_search_results_as_passages_up_to_top_k(toy_item: It
     assert sources[0] == "context" and 1 < len(sources) <= 4 and set(sources[1:]) == {"retrieved"}
     assert answer.tool_calls == 1 and answer.llm_calls == len(sources) == answer.extra["passages"]
     assert all(v["url"] for v in answer.extra["votes"][1:])
+    assert [e["url"] for e in ctx.answer_evidence] == [v["url"] for v in answer.extra["votes"][1:]]
     # top_k bounds the sentences and the results together
     capped = await create_defender("robustrag", {"retrieve": 3, "top_k": 1})(
         toy_case(toy_item, "type1", "A"),
