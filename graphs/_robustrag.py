@@ -68,10 +68,10 @@ from typing import Any, Literal
 from pydantic import Field
 
 from medmis.agents import message_text
-from medmis.experiments.benchmark import Answer, CaseView, extract_answer, render_prompt
+from medmis.experiments.benchmark import Answer, CaseView, render_prompt
 from medmis.tools import ReplayMissError, ToolError
 
-from ._common import gather_strict
+from ._common import gather_strict, vote_of
 from ._context import DefenderContext, DefenderOptions, SolveFn, answer_from_reply
 
 SOURCE = "Xiang et al. 2024, arXiv 2405.15556"
@@ -215,12 +215,6 @@ def robustrag_prompts(opts: RobustRAGOptions) -> dict[str, str]:
 # --- the defender --------------------------------------------------------------------------------
 
 
-def _vote_of(text: str, case: CaseView) -> str | None:
-    # checked before extraction: the abstention must not become a vote through an extractor
-    # fallback that picks up an option named in the reasoning
-    return None if _NO_INFO.search(text) else extract_answer(text, case.options).choice
-
-
 def _passage_text(title: str, snippet: str) -> str:
     # one line: the context block is read one passage per line
     return " ".join(f"{title}. {snippet}".split()) if title else " ".join(snippet.split())
@@ -247,7 +241,7 @@ def robustrag_solver(opts: RobustRAGOptions) -> SolveFn:
     async def isolated(case: CaseView, ctx: DefenderContext, i: int, text: str) -> str | None:
         messages = render_prompt(case, context=[text], instruction=isolated_instruction(list(case.options)))
         reply = await ctx.generate(messages, name=f"isolated_{i}")
-        return _vote_of(message_text(reply), case)
+        return vote_of(message_text(reply), case, _NO_INFO)
 
     async def solve(case: CaseView, ctx: DefenderContext) -> Answer:
         passages: list[dict[str, Any]] = [
