@@ -31,6 +31,15 @@ from ._prior_reconcile import (
     build_prior_reconcile_graph,
     prior_reconcile_solver,
 )
+from ._robustrag import SOURCE as ROBUSTRAG_SOURCE
+from ._robustrag import (
+    RobustRAGOptions,
+    certified_k,
+    is_certified,
+    majority_vote,
+    robustrag_prompts,
+    robustrag_solver,
+)
 from ._search_agent import (
     SearchAgentOptions,
     build_search_agent_graph,
@@ -44,12 +53,14 @@ from ._shown import (
 )
 
 __all__ = [
+    "ROBUSTRAG_SOURCE",
     "ClaimVerifyOptions",
     "DefenderContext",
     "DefenderOptions",
     "GraphDeps",
     "IsolateVoteOptions",
     "PriorReconcileOptions",
+    "RobustRAGOptions",
     "SearchAgentOptions",
     "SolveFn",
     "VoteResult",
@@ -61,18 +72,23 @@ __all__ = [
     "build_isolate_vote_graph",
     "build_prior_reconcile_graph",
     "build_search_agent_graph",
+    "certified_k",
     "cited_urls_in",
     "claim_verify_prompts",
     "claim_verify_solver",
     "decide_vote",
     "deps",
     "escalate_solver",
+    "is_certified",
     "isolate_vote_prompts",
     "isolate_vote_solver",
+    "majority_vote",
     "message_to_dict",
     "parse_json_object",
     "prior_reconcile_prompts",
     "prior_reconcile_solver",
+    "robustrag_prompts",
+    "robustrag_solver",
     "run_config",
     "search_agent_prompts",
     "search_agent_solver",

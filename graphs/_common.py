@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from langchain_core.runnables import RunnableConfig
 
-from medmis.experiments.benchmark import Answer, CaseView
+from medmis.experiments.benchmark import Answer, CaseView, extract_answer
 
 from ._context import DefenderContext, SolveFn
 
@@ -136,6 +136,18 @@ def as_text_list(value: Any, *, keys: Sequence[str] = ("text", "claim", "query")
         if isinstance(text, str) and text.strip():
             out.append(" ".join(text.split()))
     return out
+
+
+# --- isolated votes ----------------------------------------------------------------------------
+
+
+def vote_of(text: str, case: CaseView, abstain: re.Pattern[str]) -> str | None:
+    """The option a reply votes for; None when it abstains (``abstain`` matches) or names none.
+
+    The abstention is checked before extraction: it must not become a vote through an
+    extractor fallback that picks up an option named in the reasoning.
+    """
+    return None if abstain.search(text) else extract_answer(text, case.options).choice
 
 
 # --- concurrency ----------------------------------------------------------------------------

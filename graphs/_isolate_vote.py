@@ -28,11 +28,10 @@ from medmis.experiments.benchmark import (
     Answer,
     CaseView,
     answer_instruction,
-    extract_answer,
     render_prompt,
 )
 
-from ._common import deps, graph_solver
+from ._common import deps, graph_solver, vote_of
 from ._context import DefenderContext, DefenderOptions, SolveFn
 
 if TYPE_CHECKING:  # LangGraph itself is imported when a graph is built
@@ -135,9 +134,7 @@ def _prior_instruction(case: CaseView) -> str:
 
 
 def _vote_of(text: str, case: CaseView) -> str | None:
-    # checked before extraction: an abstention must not become a vote through an extractor
-    # fallback that picks up an option named in the reasoning
-    return None if _UNSURE.search(text) else extract_answer(text, case.options).choice
+    return vote_of(text, case, _UNSURE)
 
 
 ISOLATED_PREFACE = "Below is a single statement from an unverified source, shown on its own."

@@ -19,7 +19,7 @@ def test_defenders_lists_every_builtin(capsys: pytest.CaptureFixture[str]) -> No
     assert main(["defenders"]) == 0
     out = capsys.readouterr().out
     for name in ("none", "warning", "context_blind", "spotlight", "search_agent", "claim_verify",
-                 "prior_reconcile", "isolate_vote", "escalate"):
+                 "prior_reconcile", "isolate_vote", "escalate", "robustrag"):
         assert f"\n{name}" in "\n" + out
     assert "--defender-option search_agent.max_iterations=" in out
     assert "context_blind  [control, single call: --batch]" in out

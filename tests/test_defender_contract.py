@@ -40,6 +40,7 @@ ONE_CALL_WHEN_CLEAN = {
     "prior_reconcile",
     "isolate_vote",
     "escalate",
+    "robustrag",
 }
 
 

@@ -154,7 +154,10 @@ def _write_rest(run: RunData, report: MetricsReport, verdict: Verdict, metrics: 
     if poison is not None:
         paths.update(poison.paths)
         plots.update(poison.plots)
+    from ._certified import certified_markdown  # certifying defenders' records, if any
+
     extra = [Section("stability", stable), Section("poison", poison.markdown if poison is not None else ""),
+             Section("certified", certified_markdown(run.run_dir)),
              Section("sensitivity", sensitivity_markdown(sensitivity))]
     if plots:
         extra.append(Section("plots", "## Plots\n\n" + "\n".join(
