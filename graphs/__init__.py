@@ -7,6 +7,7 @@ once per case with an explicit recursion limit. Nodes get the case's
 the context, which traces, counts, caches and retries them.
 """
 
+from ._calibrate import CalibrateOptions, calibrate_prompts, calibrate_solver
 from ._citations import answer_sources, cited_urls_in, source_urls, verify_citations
 from ._claim_verify import ClaimVerifyOptions, build_claim_verify_graph, claim_verify_solver
 from ._common import GraphDeps, deps, parse_json_object, run_config, sentences_supporting
@@ -31,6 +32,8 @@ from ._prior_reconcile import (
     build_prior_reconcile_graph,
     prior_reconcile_solver,
 )
+from ._sandwich import SandwichOptions, sandwich_messages, sandwich_prompts, sandwich_solver
+from ._sanitize import SanitizeOptions, sanitize_prompts, sanitize_solver
 from ._search_agent import (
     SearchAgentOptions,
     build_search_agent_graph,
@@ -44,12 +47,15 @@ from ._shown import (
 )
 
 __all__ = [
+    "CalibrateOptions",
     "ClaimVerifyOptions",
     "DefenderContext",
     "DefenderOptions",
     "GraphDeps",
     "IsolateVoteOptions",
     "PriorReconcileOptions",
+    "SandwichOptions",
+    "SanitizeOptions",
     "SearchAgentOptions",
     "SolveFn",
     "VoteResult",
@@ -61,6 +67,8 @@ __all__ = [
     "build_isolate_vote_graph",
     "build_prior_reconcile_graph",
     "build_search_agent_graph",
+    "calibrate_prompts",
+    "calibrate_solver",
     "cited_urls_in",
     "claim_verify_prompts",
     "claim_verify_solver",
@@ -74,6 +82,11 @@ __all__ = [
     "prior_reconcile_prompts",
     "prior_reconcile_solver",
     "run_config",
+    "sandwich_messages",
+    "sandwich_prompts",
+    "sandwich_solver",
+    "sanitize_prompts",
+    "sanitize_solver",
     "search_agent_prompts",
     "search_agent_solver",
     "sentences_supporting",
