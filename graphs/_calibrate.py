@@ -4,15 +4,20 @@
 ClashEval asks the model each question twice, without context (its *prior* response) and with
 the context (its *contextual* response), and scores each response by its **mean token
 probability** (the mean over the response's tokens of ``exp(logprob)``). Two corrections
-decide which response to keep (§4, "token probability correction"):
+decide which response to keep (the paper's correction results, Table 3):
 
 * ``tpc`` — *Token Probability Correction*: keep the response whose mean token probability is
   higher.
 * ``ctpc`` — *Calibrated Token Probability Correction*: compare *percentiles* instead, each
   response's mean token probability placed in the distribution of that kind of response
   (prior confidences among prior responses, contextual among contextual), because the two
-  distributions differ (contextual responses are confident far more often). The paper's best
-  method (GPT-4o accuracy 61.5% → 75.4%, context bias 30.4% → 10.7%).
+  distributions differ (contextual responses' probabilities are right-skewed, prior ones
+  spread out). The paper's best method (GPT-4o accuracy 61.5% → 75.4%, context bias 30.4% →
+  10.7%, at a prior bias of 2.1% → 8.5%; plain TPC reaches 69.3%).
+
+ClashEval asks with its own short-answer RAG prompt; here both calls are the case's prompt
+preset (with the context withheld for the prior), so the two responses differ only in the
+context, and the mean runs over the whole reply the preset asks for.
 
 ClashEval computes the percentiles over the evaluated set's own responses. A defender sees one
 case at a time, so ``ctpc`` takes the two reference distributions as options
