@@ -17,7 +17,13 @@ from conftest import clear_provider_env
 from fakes import toy_case, toy_item
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
-from medmis.agents import ModelConfigError, ModelOptions, ScriptedChatModel, load_model, reply_logprobs
+from medmis.agents import (
+    ModelConfigError,
+    ModelOptions,
+    ScriptedChatModel,
+    load_model,
+    reply_logprobs,
+)
 from medmis.agents._reading import read
 from medmis.defenses import DefenderContext, create_defender, defender_prompts, get_spec
 from medmis.experiments import Harness, RunConfig
