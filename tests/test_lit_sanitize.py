@@ -27,6 +27,7 @@ from medmis.agents import (
 from medmis.agents._reading import read
 from medmis.defenses import DefenderContext, create_defender, defender_prompts, get_spec
 from medmis.experiments import Harness, RunConfig
+from medmis.experiments.analysis import removal_rates
 from medmis.experiments.benchmark import as_view, render_prompt
 from medmis.experiments.cli import main
 from medmis.graphs import CalibrateOptions, SanitizeOptions, sandwich_messages
@@ -343,3 +344,20 @@ async def test_record_then_replay_is_byte_identical_offline(tmp_path: Path, medm
     # the confidences calibrate compared came back from the store, not recomputed
     assert any(s["output"].get("logprobs") for s in steps if s["name"] == "contextual")
     assert medmis_no_network == []
+
+
+# --- what was removed, judged with labels the defender never saw -----------------------------
+
+def test_removal_rates_from_the_labels() -> None:
+    def row(removed: list[int], truth: list[bool], protocol: str = "type2", error: str | None = None) -> dict[str, Any]:
+        return {"defender": "sanitize", "protocol": protocol, "error": error, "extra": {"removed": removed},
+                "context": [{"text": str(i), "truthful": t} for i, t in enumerate(truth)]}
+
+    rows = [row([0], [False, True, False]), row([1, 2], [False, True, False]),
+            row([0], [False, True], protocol="type1"), row([0], [False, True], error="x"),
+            {"defender": "none", "protocol": "type2", "extra": {}, "context": [{"truthful": False}]}]
+    rates = removal_rates(rows)
+    assert list(rates) == ["sanitize"]
+    cell = rates["sanitize"]
+    assert (cell["cases"], cell["false"], cell["false_removed"], cell["true"], cell["true_removed"]) == (2, 4, 2, 2, 1)
+    assert cell["false_removed_rate"] == 0.5 and cell["true_removed_rate"] == 0.5
