@@ -104,7 +104,9 @@ def choose(prior: float, context: float, opts: CalibrateOptions) -> tuple[str, f
     """Which response to keep (``prior`` or ``context``) and the two scores compared."""
     if opts.method == "ctpc":
         prior, context = percentile(prior, opts.prior_reference), percentile(context, opts.context_reference)
-    return ("context" if context >= prior else "prior"), prior, context
+    # equal up to float rounding (means over replies of different lengths) is a tie
+    tie = math.isclose(context, prior, rel_tol=1e-9, abs_tol=1e-12)
+    return ("context" if tie or context > prior else "prior"), prior, context
 
 
 async def _scored(ctx: DefenderContext, messages: Any, name: str, spec: str) -> tuple[str, float]:

@@ -177,6 +177,7 @@ def test_ctpc_needs_its_references() -> None:
         ({}, 0.9, 0.6, "prior"),  # TPC: the higher mean token probability
         ({}, 0.6, 0.9, "context"),
         ({}, 0.7, 0.7, "context"),  # a tie keeps the context
+        ({}, 0.8, 0.8 - 1e-16, "context"),  # ... also when float rounding separates the means
         # CTPC: 0.6 is the top prior percentile (1.0); 0.9 is the bottom contextual one (0.25)
         ({"method": "ctpc", "prior_reference": [0.2, 0.3, 0.5, 0.6],
           "context_reference": [0.9, 0.95, 0.97, 0.99]}, 0.6, 0.9, "prior"),
