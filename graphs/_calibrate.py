@@ -84,9 +84,14 @@ class CalibrateOptions(DefenderOptions):
 
 
 def calibrate_prompts(opts: CalibrateOptions) -> dict[str, str]:
-    """``calibrate`` adds no instruction: both calls are the preset's prompt (with and without
-    the context)."""
-    return {}
+    """What ``calibrate`` does, for an adaptive attacker: it adds no instruction (both calls are
+    the preset's prompt, with and without the context), so the part describes the arbitration."""
+    rule = ("the one with the higher mean token probability" if opts.method == "tpc" else
+            "the one whose mean token probability ranks higher among responses of its kind")
+    return {"arbitration": (
+        "The model answers the question twice, without the additional clinical context and with "
+        f"it; of the two answers the one kept is {rule} (the contextual answer on a tie)."
+    )}
 
 
 def mean_token_probability(logprobs: list[dict[str, Any]]) -> float:

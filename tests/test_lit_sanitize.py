@@ -66,6 +66,8 @@ def test_registered_with_sources_and_prompts() -> None:
         assert spec.prompts is not None
     assert defender_prompts("sanitize", {"prompt": "paper"}) == {"detection": PAPER_DETECTION_PROMPT}
     assert get_spec("sandwich").single_call
+    for name in NAMES:  # an adaptive attacker has something to write against for each
+        assert all(text.strip() for text in defender_prompts(name, {}).values()) and defender_prompts(name, {})
 
 
 # --- sanitize ---------------------------------------------------------------------------------
