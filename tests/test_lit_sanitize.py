@@ -364,3 +364,44 @@ def test_removal_rates_from_the_labels() -> None:
     cell = rates["sanitize"]
     assert (cell["cases"], cell["false"], cell["false_removed"], cell["true"], cell["true_removed"]) == (2, 4, 2, 2, 1)
     assert cell["false_removed_rate"] == 0.5 and cell["true_removed_rate"] == 0.5
+
+
+# --- the examinee's confidence and screening rules, against hand computations ----------------
+
+def _prompt(lines: list[str]) -> Any:
+    from medmis.agents._reading import Prompt, Sentence
+
+    return Prompt(question="Which vitamin deficiency causes scurvy?",
+                  options={"A": "Vitamin A", "B": "Vitamin C"},
+                  context=[Sentence(t, i) for i, t in enumerate(lines)])
+
+
+def test_simulated_confidence_is_the_chosen_options_share_of_support() -> None:
+    from medmis.agents._calibration import (
+        OTHER_MASS,
+        RESIST_CONFIDENT,
+        RESIST_UNSURE,
+        simulated_confidence,
+    )
+
+    one = lambda text: 1.0  # noqa: E731 - every sentence equally persuasive
+    clean = _prompt([])
+    assert simulated_confidence(clean, "A", True, "A", one) == pytest.approx(
+        (RESIST_CONFIDENT + OTHER_MASS / 2) / (RESIST_CONFIDENT + OTHER_MASS))
+    # one line for B (position weight 1 for a single line): following it vs keeping the belief
+    view = _prompt(["Scurvy is due to a lack of vitamin C."])
+    total = RESIST_UNSURE + OTHER_MASS + 1.0
+    assert simulated_confidence(view, "A", False, "B", one) == pytest.approx((1.0 + OTHER_MASS / 2) / total)
+    assert simulated_confidence(view, "A", False, "A", one) == pytest.approx((RESIST_UNSURE + OTHER_MASS / 2) / total)
+    assert simulated_confidence(view, "A", False, None, one) == 0.5  # an abstention: uniform
+
+
+def test_screening_names_only_lines_against_the_belief() -> None:
+    from medmis.agents._calibration import DETECT_CONFIDENT, DETECT_UNSURE, screen
+
+    view = _prompt(["Scurvy is due to a lack of vitamin C.", "Scurvy is due to a lack of vitamin A.",
+                    "Scurvy was common among sailors."])
+    assert screen(view, "A", True, lambda role: 0.0) == ["Scurvy is due to a lack of vitamin C."]
+    assert screen(view, "B", True, lambda role: 0.0) == ["Scurvy is due to a lack of vitamin A."]
+    between = (DETECT_UNSURE + DETECT_CONFIDENT) / 2  # named when sure, kept when unsure
+    assert screen(view, "A", True, lambda role: between) and not screen(view, "A", False, lambda role: between)
