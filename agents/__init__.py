@@ -14,12 +14,15 @@ if TYPE_CHECKING:
     from ._capabilities import (
         CALL_SETTINGS_KWARG,
         GOOGLE_FAMILIES,
+        LOGPROBS_KWARG,
         STRUCTURED_OUTPUT_KWARG,
         CallSettings,
         StructuredOutput,
         accepts_call_settings,
+        accepts_logprobs,
         accepts_structured_output,
         provider_family,
+        reply_logprobs,
     )
     from ._decoding import decoding_fingerprint, decoding_record, decoding_table
     from ._errors import (
@@ -60,9 +63,9 @@ _HOME = {
     "aclose_transports": "_http",
     **dict.fromkeys(
         (
-            "CALL_SETTINGS_KWARG", "CallSettings", "GOOGLE_FAMILIES", "STRUCTURED_OUTPUT_KWARG",
-            "StructuredOutput", "accepts_call_settings", "accepts_structured_output",
-            "provider_family"
+            "CALL_SETTINGS_KWARG", "CallSettings", "GOOGLE_FAMILIES", "LOGPROBS_KWARG",
+            "STRUCTURED_OUTPUT_KWARG", "StructuredOutput", "accepts_call_settings", "accepts_logprobs",
+            "accepts_structured_output", "provider_family", "reply_logprobs"
         ),
         "_capabilities",
     ),
@@ -76,6 +79,7 @@ __getattr__ = lazy_exports(__name__, _HOME, globals())
 __all__ = [
     "CALL_SETTINGS_KWARG",
     "GOOGLE_FAMILIES",
+    "LOGPROBS_KWARG",
     "PROVIDERS",
     "REASONING_EFFORTS",
     "STRUCTURED_OUTPUT_KWARG",
@@ -93,6 +97,7 @@ __all__ = [
     "StructuredOutput",
     "TransientModelError",
     "accepts_call_settings",
+    "accepts_logprobs",
     "accepts_structured_output",
     "aclose_transports",
     "classify",
@@ -107,5 +112,6 @@ __all__ = [
     "message_text",
     "parse_spec",
     "provider_family",
+    "reply_logprobs",
     "retry_async",
 ]

@@ -50,6 +50,20 @@ statement supports the gold option or a wrong one is never known to the policy.
    opposing statement argues for (any other option when all are argued for): TASR below ASR.
 6. Otherwise it answers its belief.
 
+*Simulated confidence* (the log-probabilities it reports when asked, for ``calibrate``): the
+share of the prompt's support that the chosen option holds, :func:`simulated_confidence`. Its
+own belief holds a prior mass of ``RESIST_CONFIDENT`` when confident (``RESIST_UNSURE``
+otherwise: the same resistance the policy uses), every option ``OTHER_MASS / n``, and every
+statement adds its weight to the option it argues for. Nothing in it is read from the answer
+key's gold, target or labels; its size is this formula's, not a measurement.
+
+*Claim screening* (a sanitizer's detection prompt, ``sanitize``): shown context lines and the
+question they accompany, it names as misleading each line that argues for an option other
+than its belief, with probability ``DETECT_CONFIDENT`` when confident and ``DETECT_UNSURE``
+otherwise (assumed rates, not calibrated on any measurement). A line that argues for its
+belief, or for no option, is never named; without the question it names none (it cannot tell
+what a line argues for).
+
 No built-in winner. The policy never reads the words of an instruction, and by default the
 way a defender wraps the context (datamarking, fences, a warning) changes nothing: only what
 the statements say does. Two opt-in *form knobs* exist for sensitivity studies, both 1.0 (no
@@ -92,6 +106,12 @@ ABSTAIN_UNKNOWN = 0.6
 """Offered an abstention, the chance it takes it on an item it does not know (no support)."""
 ABSTAIN_CONFLICT = 0.3
 """Offered an abstention, the chance it takes it on a known item under full pressure."""
+OTHER_MASS = 0.5
+"""Support every option holds before the prompt says anything (spread evenly; confidence)."""
+DETECT_CONFIDENT = 0.9
+"""Screening context lines, the chance it names a line against a belief it is sure of."""
+DETECT_UNSURE = 0.5
+"""Screening context lines, the chance it names a line against a belief it is unsure of."""
 VERDICT_HEDGE = 0.05
 """Share of claim checks answered ``not_enough_info`` whatever the evidence (a cautious checker)."""
 
@@ -242,3 +262,35 @@ def _flip(
     if not pool:
         return None
     return Decision(random.Random(draw("flip-which")).choice(sorted(pool)), "unsettled")
+
+
+def simulated_confidence(
+    view: Prompt,
+    belief: str,
+    confident: bool,
+    chosen: str | None,
+    persuasiveness: Callable[[str], float],
+    knobs: FormKnobs = NO_FORM_EFFECT,
+) -> float:
+    """The probability the examinee reports for its answer (module docstring): the chosen
+    option's share of its prior mass plus the weight of the statements arguing for it."""
+    options = sorted(view.options)
+    if not options or chosen is None:
+        return 1.0 / max(1, len(options))
+    mass = dict.fromkeys(options, OTHER_MASS / len(options))
+    mass[belief] = mass.get(belief, 0.0) + (RESIST_CONFIDENT if confident else RESIST_UNSURE)
+    for s in statements(view, persuasiveness, knobs):
+        if s.key in mass:
+            mass[s.key] += s.weight
+    return mass.get(chosen, 0.0) / sum(mass.values())
+
+
+def screen(view: Prompt, belief: str, confident: bool, draw: Draw) -> list[str]:
+    """The context lines it names as misleading (module docstring, *Claim screening*)."""
+    p = DETECT_CONFIDENT if confident else DETECT_UNSURE
+    named = []
+    for s in view.context:
+        key = option_of(s.text, view.options)
+        if key is not None and key != belief and draw(f"screen:{s.position}") < p:
+            named.append(s.text)
+    return named

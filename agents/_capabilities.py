@@ -22,6 +22,15 @@ Two things vary by provider and matter to the evaluation protocol:
   "json_mode"}`` (any subset). Adapters that set ``accepts_call_settings = True`` map it onto
   their API (see :func:`apply_openai_settings` and the adapters); others never receive it
   (the simulated examinee ignores decoding).
+* **Token log-probabilities.** A defender that weighs the model's confidence (``calibrate``,
+  after ClashEval) binds ``logprobs=True`` (:data:`LOGPROBS_KWARG`), the name LangChain's
+  ``ChatOpenAI`` already takes, so OpenAI and OpenAI-compatible servers (vLLM, SGLang) get
+  ``"logprobs": true`` in the request body. Other adapters that set ``accepts_logprobs =
+  True`` map it onto their API (Gemini ``response_logprobs``) or simulate it (the simulated
+  examinee). Every one of them returns the sampled tokens' log-probabilities in
+  ``response_metadata["logprobs"]["content"]`` as ``[{"token", "logprob"}, ...]`` (OpenAI's
+  shape), read back by :func:`reply_logprobs`. A model that declares nothing (Anthropic
+  returns no log-probabilities) is refused before a run that needs them.
 """
 
 from __future__ import annotations
@@ -30,6 +39,7 @@ from typing import Any
 
 STRUCTURED_OUTPUT_KWARG = "structured_output"
 CALL_SETTINGS_KWARG = "call_settings"
+LOGPROBS_KWARG = "logprobs"
 
 CallSettings = dict[str, Any]
 """``{"temperature": float, "max_output_tokens": int, "json_mode": bool}`` (any subset)."""
@@ -115,3 +125,39 @@ def apply_openai_settings(payload: dict[str, Any], settings: CallSettings, *, op
     if settings.get("json_mode") and "response_format" not in payload:
         payload["response_format"] = {"type": "json_object"}
     return payload
+
+
+def accepts_logprobs(model: Any) -> bool:
+    """Whether ``model`` returns token log-probabilities when bound ``logprobs=True``.
+
+    True for adapters declaring ``accepts_logprobs = True`` and for LangChain's ``ChatOpenAI``
+    (and its subclasses: this toolkit's ``openai/`` adapter, ``langchain:openai:<model>``),
+    which sends ``logprobs`` in the request body and returns them in ``response_metadata``.
+    """
+    if getattr(model, "accepts_logprobs", False) is True:
+        return True
+    try:
+        from langchain_openai import ChatOpenAI
+    except ImportError:  # pragma: no cover - langchain-openai is a core dependency
+        return False
+    return isinstance(model, ChatOpenAI)
+
+
+def reply_logprobs(reply: Any) -> list[dict[str, Any]] | None:
+    """The sampled tokens' ``[{"token", "logprob"}, ...]`` of a reply, or None when it has none.
+
+    Read from ``response_metadata["logprobs"]["content"]`` (module docstring); an entry whose
+    ``logprob`` is not a number makes the whole list unusable (None), never a guessed value.
+    """
+    meta = getattr(reply, "response_metadata", None) or {}
+    block = meta.get("logprobs") if isinstance(meta, dict) else None
+    content = block.get("content") if isinstance(block, dict) else None
+    if not isinstance(content, list) or not content:
+        return None
+    out: list[dict[str, Any]] = []
+    for entry in content:
+        if not isinstance(entry, dict) or isinstance(entry.get("logprob"), bool) \
+                or not isinstance(entry.get("logprob"), (int, float)):
+            return None
+        out.append({"token": str(entry.get("token", "")), "logprob": float(entry["logprob"])})
+    return out

@@ -37,6 +37,13 @@ conversation's text, the call index, a role), so the same request always gets th
 on every machine and in any order, and two defenders that send different prompts get
 independent draws.
 
+Log-probabilities. Bound ``logprobs=True`` (``calibrate`` asks so), a multiple-choice reply
+carries its *simulated confidence* as the log-probability of every token
+(:func:`medmis.agents._calibration.simulated_confidence`: the chosen option's share of the
+support its prompt gives, plus its own prior), never anything read from the answer key's gold.
+A sanitizer's detection prompt (one asking for ``Injection:``) is answered by
+:func:`medmis.agents._calibration.screen`.
+
 Usage. Token counts are estimated (``medmis.agents._mock.estimate_tokens``). The identifying
 parameters (model name, policy, seed, clean accuracy, form knobs, answer-key digest) are what the
 record/replay store keys on; latency and fault rate are left out because they never change a
@@ -47,13 +54,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import random
 import threading
 import time
 import weakref
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, ClassVar, Literal, cast
 
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
@@ -62,7 +70,17 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import ConfigDict, Field, PrivateAttr
 
-from ._calibration import ABSTAIN, SLIP, VERDICT_HEDGE, Decision, FormKnobs, decide
+from ._calibration import (
+    ABSTAIN,
+    SLIP,
+    VERDICT_HEDGE,
+    Decision,
+    FormKnobs,
+    decide,
+    screen,
+    simulated_confidence,
+)
+from ._capabilities import LOGPROBS_KWARG
 from ._errors import TransientModelError
 from ._knowledge import (
     Knowledge,
@@ -92,6 +110,15 @@ EXTRA_KEYS = frozenset({"answer_key", "seed", "clean_accuracy", "fault_rate", "l
 def _unit(*parts: object) -> float:
     """A uniform number in [0, 1) from SHA-256 of the parts."""
     return int(digest(*parts)[:16], 16) / 16**16
+
+
+def names_of(tools: Sequence[Any]) -> set[str]:
+    """The names of bound tool schemas."""
+    return {
+        str(t.get("function", {}).get("name", t.get("name", "")))
+        for t in tools
+        if isinstance(t, dict)
+    }
 
 
 def _canonical(messages: Sequence[BaseMessage]) -> str:
@@ -124,6 +151,7 @@ class SimulatedExaminee(BaseChatModel):
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
+    accepts_logprobs: ClassVar[bool] = True  # its simulated confidence (``_calibration``)
 
     model_name: str = "mock/examinee"
     policy: ExamineePolicy = "examinee"
@@ -233,7 +261,7 @@ class SimulatedExaminee(BaseChatModel):
             belief,
             confident,
             draw,
-            lambda text: 0.5 + _unit(self.seed, "persuasive", squash(text)),
+            self._persuasiveness,
             FormKnobs(marked_factor=self.marked_factor, warning_factor=self.warning_factor),
         )
         if decision.why == "clean" and not known:
@@ -241,17 +269,18 @@ class SimulatedExaminee(BaseChatModel):
         return decision
 
     # -- replies ----------------------------------------------------------------------------
-    def _reply(self, messages: Sequence[BaseMessage], tools: Sequence[Any]) -> AIMessage:
+    def _persuasiveness(self, text: str) -> float:
+        return 0.5 + _unit(self.seed, "persuasive", squash(text))
+
+    def _reply(self, messages: Sequence[BaseMessage], tools: Sequence[Any], logprobs: bool = False) -> AIMessage:
         view = read(messages)
         canonical = _canonical(messages)
         # the JSON key a prompt asks for names the task; the most specific key wins
         stated = view.task + "\n" + view.closing
         task = next((k for k in ("verdict", "queries", "claims") if f'"{k}"' in stated), "mcq")
-        names = {
-            str(t.get("function", {}).get("name", t.get("name", "")))
-            for t in tools
-            if isinstance(t, dict)
-        }
+        if "injection:" in view.task.casefold() and not names_of(tools):
+            return AIMessage(content=self._screen(view, canonical))
+        names = names_of(tools)
         if names and task in {"mcq", "verdict"}:
             call = tool_call(view, task, names, self.seed)
             if call is not None:
@@ -267,7 +296,31 @@ class SimulatedExaminee(BaseChatModel):
             return AIMessage(content=json.dumps(claims(view)))
         if not view.options:
             return AIMessage(content="I cannot tell.")
-        return AIMessage(content=mcq_text(view, self._decide(view, canonical)))
+        decision = self._decide(view, canonical)
+        reply = AIMessage(content=mcq_text(view, decision))
+        if logprobs:
+            reply.response_metadata["logprobs"] = self._logprobs(view, decision, message_text(reply))
+        return reply
+
+    def _screen(self, view: Prompt, canonical: str) -> str:
+        """The reply to a sanitizer's detection prompt (``_calibration.screen``)."""
+        if not view.options or not view.context or self.policy == "random":
+            return "No"
+        belief, confident = self.belief(view.question, view.options)
+        named = screen(view, belief, confident, lambda role: _unit(self.seed, canonical, view.call_index, role))
+        return "Yes\nInjection:\n" + "\n".join(named) if named else "No"
+
+    def _logprobs(self, view: Prompt, decision: Decision, text: str) -> dict[str, Any]:
+        """The reply's tokens (whitespace-separated) each at the simulated confidence, so the
+        mean token probability a caller computes is that confidence."""
+        if self.policy == "examinee":
+            belief, confident = self.belief(view.question, view.options)
+            p = simulated_confidence(view, belief, confident, decision.key, self._persuasiveness,
+                                     FormKnobs(marked_factor=self.marked_factor, warning_factor=self.warning_factor))
+        else:  # the oracle is certain; the random policy knows nothing
+            p = 1.0 if self.policy == "oracle" else 1.0 / max(1, len(view.options))
+        logprob = math.log(max(p, 1e-12))
+        return {"content": [{"token": t, "logprob": logprob} for t in text.split()]}
 
     def _maybe_fail(self, messages: Sequence[BaseMessage]) -> None:
         if self.fault_rate <= 0:
@@ -283,7 +336,9 @@ class SimulatedExaminee(BaseChatModel):
 
     def _respond(self, messages: list[BaseMessage], kwargs: dict[str, Any]) -> ChatResult:
         self._maybe_fail(messages)
-        reply = with_usage(self._reply(messages, list(kwargs.get("tools") or [])), messages)
+        reply = with_usage(
+            self._reply(messages, list(kwargs.get("tools") or []), kwargs.get(LOGPROBS_KWARG) is True), messages
+        )
         return ChatResult(generations=[ChatGeneration(message=reply)])
 
     def _generate(

@@ -232,17 +232,24 @@ def parse_response(response: types.GenerateContentResponse, model: str) -> AIMes
     parsed = _parsed(response)
     if parsed is not None:
         extra["parsed"] = parsed
+    metadata: dict[str, Any] = {
+        "model_provider": "google",
+        "model_name": response.model_version or model,
+        "finish_reason": reason,
+        "response_id": response.response_id,
+    }
+    chosen = candidate.logprobs_result.chosen_candidates if candidate.logprobs_result else None
+    if chosen:
+        # OpenAI's shape, so one reader serves every provider (``reply_logprobs``)
+        metadata["logprobs"] = {
+            "content": [{"token": c.token or "", "logprob": c.log_probability} for c in chosen]
+        }
     return AIMessage(
         content=text,
         tool_calls=calls,
         additional_kwargs=extra,
         usage_metadata=usage_from_gemini(response.usage_metadata),
-        response_metadata={
-            "model_provider": "google",
-            "model_name": response.model_version or model,
-            "finish_reason": reason,
-            "response_id": response.response_id,
-        },
+        response_metadata=metadata,
     )
 
 

@@ -17,6 +17,9 @@ that wrapper hides:
   :mod:`._capabilities`) becomes ``response_mime_type="application/json"`` plus
   ``response_schema``, as the reference evaluation asks Gemini for its JSON answer; the
   SDK's parsed object is kept in ``additional_kwargs["parsed"]``.
+* **Log-probabilities.** A bound ``logprobs=True`` (see :mod:`._capabilities`) sets
+  ``response_logprobs=True``; the chosen tokens' log-probabilities Gemini returns in
+  ``logprobsResult.chosenCandidates`` come back in ``response_metadata["logprobs"]``.
 * **Errors.** A blocked prompt, a blocking finish reason or an empty candidate list raises
   :class:`BlockedResponseError` (not retried); an unparseable body, a malformed function
   call or a candidate with no parts :class:`MalformedResponseError` (retried). Neither is
@@ -56,6 +59,7 @@ from pydantic import ConfigDict, Field, PrivateAttr, SecretStr
 
 from ._capabilities import (
     CALL_SETTINGS_KWARG,
+    LOGPROBS_KWARG,
     STRUCTURED_OUTPUT_KWARG,
     CallSettings,
     StructuredOutput,
@@ -113,6 +117,7 @@ class GeminiChat(BaseChatModel):
     provider_family: ClassVar[str] = "google"
     accepts_structured_output: ClassVar[bool] = True
     accepts_call_settings: ClassVar[bool] = True
+    accepts_logprobs: ClassVar[bool] = True
 
     model: str
     api_key: SecretStr = Field(repr=False)
@@ -216,9 +221,11 @@ class GeminiChat(BaseChatModel):
         stop: list[str] | None = None,
         structured_output: StructuredOutput | None = None,
         settings: CallSettings | None = None,
+        logprobs: bool = False,
     ) -> types.GenerateContentConfig:
         """The ``GenerateContentConfig`` sent with a call (``settings``: per-call temperature,
-        output cap and JSON mode, see ``_capabilities``)."""
+        output cap and JSON mode, see ``_capabilities``; ``logprobs``: ask for the chosen
+        tokens' log-probabilities)."""
         fields: dict[str, Any] = {
             "system_instruction": system,
             "stop_sequences": stop or None,
@@ -249,13 +256,16 @@ class GeminiChat(BaseChatModel):
                 fields[name] = settings[name]
         if settings.get("json_mode") and structured_output is None:
             fields["response_mime_type"] = "application/json"
+        if logprobs:
+            fields["response_logprobs"] = True
         fields.update(self.extra)
         return types.GenerateContentConfig(**fields)
 
     def _prepare(
         self, messages: list[BaseMessage], stop: list[str] | None, kwargs: dict[str, Any]
     ) -> dict[str, Any]:
-        unknown = set(kwargs) - {"tools", "tool_choice", STRUCTURED_OUTPUT_KWARG, CALL_SETTINGS_KWARG}
+        unknown = set(kwargs) - {"tools", "tool_choice", STRUCTURED_OUTPUT_KWARG, CALL_SETTINGS_KWARG,
+                                 LOGPROBS_KWARG}
         if unknown:
             raise TypeError(f"unsupported call arguments for Gemini: {sorted(unknown)}")
         system, contents = to_gemini_contents(messages)
@@ -266,6 +276,7 @@ class GeminiChat(BaseChatModel):
             stop,
             structured_output=kwargs.get(STRUCTURED_OUTPUT_KWARG),
             settings=kwargs.get(CALL_SETTINGS_KWARG),
+            logprobs=kwargs.get(LOGPROBS_KWARG) is True,
         )
         return {"model": self.model, "contents": contents, "config": config}
 

@@ -41,13 +41,17 @@ class ScriptedChatModel(BaseChatModel):
     """Replays scripted outputs; raises ``IndexError`` when a list script runs out.
 
     A ``structured_output`` request is accepted and kept in ``calls`` (the script decides
-    what to reply), so tests can check that a prompt preset asked for one.
+    what to reply), so tests can check that a prompt preset asked for one. So is a
+    ``logprobs=True`` request: a scripted ``AIMessage`` that carries
+    ``response_metadata["logprobs"]`` keeps it, any other reply gets log-probability 0 (a
+    certain model) for each of its whitespace-separated tokens.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     provider_family: ClassVar[str] = "mock"
     accepts_structured_output: ClassVar[bool] = True
+    accepts_logprobs: ClassVar[bool] = True
 
     outputs: Any = Field(default_factory=list)
     model_name: str = "scripted"
@@ -94,6 +98,10 @@ class ScriptedChatModel(BaseChatModel):
             raise out
         reply = out.model_copy(deep=True) if isinstance(out, AIMessage) else AIMessage(content=str(out))
         reply = with_usage(reply, messages)
+        if kwargs.get("logprobs") is True and "logprobs" not in reply.response_metadata:
+            reply.response_metadata["logprobs"] = {
+                "content": [{"token": t, "logprob": 0.0} for t in message_text(reply).split()]
+            }
         return ChatResult(generations=[ChatGeneration(message=reply)])
 
     def _generate(

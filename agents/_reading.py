@@ -6,7 +6,7 @@ Everything here works on the text of the messages, whatever the prompt preset (`
 * *Question and options*: the text under the last ``Question:`` heading up to ``Options:``,
   and the ``KEY: text`` lines after it. A prompt sent as a JSON object holding a
   ``"question"`` (the paper's search harness) is unwrapped first.
-* *Context*: the block just before the question whose first line is a heading alone on its
+* *Context*: the block just before the (last) question whose first line is a heading alone on its
   line (``Additional Clinical Context:``, or any heading a defender chose), one sentence per
   line, in delivery order. Lines wholly in parentheses are notes, bullet lists are not
   context. A leading ``[LABEL]`` on a sentence's line is read as a verdict label in the
@@ -237,22 +237,21 @@ def _clean_evidence(text: str) -> str:
 
 def _context_block(text: str) -> tuple[list[str], str] | None:
     """(lines of the context block, the prompt without it) or None when there is none."""
-    heads = list(_QUESTION_HEAD.finditer(text))
-    if not heads:
-        return None
-    before = text[: heads[-1].start()]
-    paragraphs = re.split(r"\n[ \t]*\n", before.rstrip())
-    if not paragraphs:
-        return None
-    lines = paragraphs[-1].strip("\n").splitlines()
-    if len(lines) < 2 or not _HEADING.match(lines[0]):
-        return None
-    body = [ln for ln in lines[1:] if ln.strip()]
-    if not body or all(_BULLET.match(ln) for ln in body):
-        return None
-    start = before.rstrip().rfind(paragraphs[-1].strip("\n"))
-    rest = before[:start] + text[heads[-1].start() :]
-    return body, rest
+    # the block before the last question that has one: a prompt that restates its task after
+    # the context (the ``sandwich`` defender) asks the question twice, the second time bare
+    for head in reversed(list(_QUESTION_HEAD.finditer(text))):
+        before = text[: head.start()]
+        paragraphs = re.split(r"\n[ \t]*\n", before.rstrip())
+        lines = paragraphs[-1].strip("\n").splitlines() if paragraphs else []
+        if len(lines) < 2 or not _HEADING.match(lines[0]):
+            continue
+        body = [ln for ln in lines[1:] if ln.strip()]
+        if not body or all(_BULLET.match(ln) for ln in body):
+            continue
+        start = before.rstrip().rfind(paragraphs[-1].strip("\n"))
+        rest = before[:start] + text[head.start() :]
+        return body, rest
+    return None
 
 
 def _read_context(view: Prompt) -> None:

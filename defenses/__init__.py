@@ -20,7 +20,7 @@ from medmis.graphs import (
 
 # Registration of the built-ins happens here, not in the registry module, so the registry never
 # imports the graphs that import it back.
-from . import _agentic, _builtin, _lit_robustrag  # noqa: F401
+from . import _agentic, _builtin, _lit_robustrag, _lit_sanitize  # noqa: F401
 from ._base import (
     ENTRY_POINT_GROUP,
     Defender,

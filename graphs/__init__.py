@@ -7,6 +7,7 @@ once per case with an explicit recursion limit. Nodes get the case's
 the context, which traces, counts, caches and retries them.
 """
 
+from ._calibrate import CalibrateOptions, calibrate_prompts, calibrate_solver
 from ._citations import answer_sources, cited_urls_in, source_urls, verify_citations
 from ._claim_verify import ClaimVerifyOptions, build_claim_verify_graph, claim_verify_solver
 from ._common import GraphDeps, deps, parse_json_object, run_config, sentences_supporting
@@ -40,6 +41,8 @@ from ._robustrag import (
     robustrag_prompts,
     robustrag_solver,
 )
+from ._sandwich import SandwichOptions, sandwich_messages, sandwich_prompts, sandwich_solver
+from ._sanitize import SanitizeOptions, sanitize_prompts, sanitize_solver
 from ._search_agent import (
     SearchAgentOptions,
     build_search_agent_graph,
@@ -54,6 +57,7 @@ from ._shown import (
 
 __all__ = [
     "ROBUSTRAG_SOURCE",
+    "CalibrateOptions",
     "ClaimVerifyOptions",
     "DefenderContext",
     "DefenderOptions",
@@ -61,6 +65,8 @@ __all__ = [
     "IsolateVoteOptions",
     "PriorReconcileOptions",
     "RobustRAGOptions",
+    "SandwichOptions",
+    "SanitizeOptions",
     "SearchAgentOptions",
     "SolveFn",
     "VoteResult",
@@ -72,6 +78,8 @@ __all__ = [
     "build_isolate_vote_graph",
     "build_prior_reconcile_graph",
     "build_search_agent_graph",
+    "calibrate_prompts",
+    "calibrate_solver",
     "certified_k",
     "cited_urls_in",
     "claim_verify_prompts",
@@ -90,6 +98,11 @@ __all__ = [
     "robustrag_prompts",
     "robustrag_solver",
     "run_config",
+    "sandwich_messages",
+    "sandwich_prompts",
+    "sandwich_solver",
+    "sanitize_prompts",
+    "sanitize_solver",
     "search_agent_prompts",
     "search_agent_solver",
     "sentences_supporting",

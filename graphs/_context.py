@@ -21,15 +21,19 @@ from pydantic import BaseModel, ConfigDict
 
 from medmis.agents import (
     CALL_SETTINGS_KWARG,
+    LOGPROBS_KWARG,
     STRUCTURED_OUTPUT_KWARG,
     AdaptiveLimiter,
     CallSettings,
+    ModelConfigError,
     RetryPolicy,
     StructuredOutput,
     accepts_call_settings,
+    accepts_logprobs,
     accepts_structured_output,
     message_text,
     provider_family,
+    reply_logprobs,
     retry_async,
 )
 from medmis.experiments.benchmark import (
@@ -131,6 +135,7 @@ class DefenderContext:
         name: str = "model",
         structured_output: StructuredOutput | Literal["auto"] | None = "auto",
         settings: CallSettings | None = None,
+        logprobs: bool = False,
     ) -> AIMessage:
         """One traced, retried model call. Provider failures propagate after the retries.
 
@@ -140,7 +145,11 @@ class DefenderContext:
         (``structured_output="auto"``; pass a request or None to override). Structured
         output is never combined with bound tools. ``settings`` (temperature, output cap,
         JSON mode for this call) reach a model that declares it understands them; the
-        simulated examinee never sees them.
+        simulated examinee never sees them. ``logprobs=True`` asks for the sampled tokens'
+        log-probabilities (``medmis.agents.accepts_logprobs``; a model that cannot return them
+        raises :class:`~medmis.agents.ModelConfigError` before any request); read them from the
+        reply with :func:`medmis.agents.reply_logprobs`. They are traced with the reply
+        (``output["logprobs"]``) and stored with it by the record/replay layer.
         """
         chat = model or self.model
         if isinstance(messages, PromptMessages):
@@ -154,6 +163,13 @@ class DefenderContext:
             runnable = chat.bind(**{STRUCTURED_OUTPUT_KWARG: structured_output})
         if settings and accepts_call_settings(chat):
             runnable = runnable.bind(**{CALL_SETTINGS_KWARG: dict(settings)})
+        if logprobs:
+            if not accepts_logprobs(chat):
+                raise ModelConfigError(
+                    f"{self.model_spec if chat is self.model else type(chat).__name__} does not return "
+                    "token log-probabilities (models that do: openai/, google/, mock/)"
+                )
+            runnable = runnable.bind(**{LOGPROBS_KWARG: True})
         sent = [message_to_dict(m) for m in messages]
         start = time.perf_counter()
         step = TraceStep(kind="model", name=name, input=sent)
@@ -184,6 +200,8 @@ class DefenderContext:
             )
         self.usage.add(usage)
         step.output = message_to_dict(reply)
+        if logprobs:
+            step.output["logprobs"] = reply_logprobs(reply)
         step.usage = usage
         step.cache_hit = probe.result
         step.latency_s = time.perf_counter() - start

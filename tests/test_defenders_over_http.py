@@ -299,11 +299,27 @@ PROVIDERS = {
 }
 
 
+def with_logprobs(request: Json, response: Json, reply: AIMessage) -> Json:
+    """The response with the sampled tokens' log-probabilities when the request asked for them,
+    in each API's shape (``calibrate`` asks: OpenAI ``logprobs``, Gemini ``responseLogprobs``)."""
+    tokens = message_text(reply).split() or [""]
+    if request.get("logprobs") is True:
+        response["choices"][0]["logprobs"] = {
+            "content": [{"token": t, "logprob": -0.1, "bytes": None, "top_logprobs": []} for t in tokens],
+            "refusal": None,
+        }
+    elif pick(request.get("generationConfig") or {}, "responseLogprobs") is True:
+        response["candidates"][0]["logprobsResult"] = {
+            "chosenCandidates": [{"token": t, "logProbability": -0.1} for t in tokens]
+        }
+    return response
+
+
 def handler(provider: Provider, wire: Wire) -> Callable[[httpx.Request], httpx.Response]:
     def handle(request: httpx.Request) -> httpx.Response:
         body = json.loads(request.content)
         reply, n_in, n_out = wire.answer(provider.messages(body), provider.tools(body))
-        return httpx.Response(200, json=provider.body(reply, n_in, n_out))
+        return httpx.Response(200, json=with_logprobs(body, provider.body(reply, n_in, n_out), reply))
 
     return handle
 

@@ -42,6 +42,7 @@ from ._poison import (
     stops_being_better,
     write_plan,
 )
+from ._removals import removal_rates, run_removal_rates
 from ._same_answers import same_answers
 from ._stats import mcnemar_exact, p50, p95, paired_bootstrap_diff, percentile, wilson
 from ._units import (
@@ -144,7 +145,9 @@ __all__ = [
     "paired_bootstrap_diff",
     "percentile",
     "planned_shares",
+    "removal_rates",
     "run_metrics",
+    "run_removal_rates",
     "same_answers",
     "share_cells",
     "share_dir",

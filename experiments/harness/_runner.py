@@ -22,7 +22,7 @@ from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 
-from medmis.agents import AdaptiveLimiter, RetryPolicy, aclose_transports
+from medmis.agents import AdaptiveLimiter, RetryPolicy, accepts_logprobs, aclose_transports
 from medmis.defenses import (
     Defender,
     DefenderConfigError,
@@ -153,6 +153,16 @@ class Harness:
                 self._pool.raw(spec)
             except ValueError as exc:  # a malformed spec or an unknown provider
                 raise RunSetupError(f"--model {spec}: {exc}") from None
+        # a defender that weighs token probabilities (``calibrate``) cannot run on a model
+        # that returns none: refused here, in one line, before anything is created
+        needing = [d.label for d in self.defenders if getattr(type(d.options), "needs_logprobs", False)]
+        if needing:
+            for spec in self.config.models:
+                if not accepts_logprobs(self._pool.raw(spec)):
+                    raise RunSetupError(
+                        f"--model {spec}: returns no token log-probabilities, which defender "
+                        f"{', '.join(needing)} needs (use an openai/ or google/ model, or mock/examinee)"
+                    )
 
     def model(self, spec: str) -> BaseChatModel:
         """The chat model for a spec, built once, wired to the record/replay store."""
