@@ -128,8 +128,9 @@ def _flat(text: str) -> str:
 
 
 def question_with_options(case: CaseView) -> str:
-    """The question as the paper's prompts quote it, options on the following lines."""
-    return "\n".join([case.question, *(f"{k}: {v}" for k, v in case.options.items())])
+    """The question as the paper's prompts quote it, the options under an ``Options:`` line,
+    one ``KEY: text`` line each (as the exam prompt lists them)."""
+    return "\n".join([case.question, "Options:", *(f"{k}: {v}" for k, v in case.options.items())]) + "\n"
 
 
 def declines(passage: str) -> bool:

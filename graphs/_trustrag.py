@@ -451,8 +451,8 @@ def _flat(text: str) -> str:
 
 def question_with_options(case: CaseView) -> str:
     """The question as the reference's prompts quote it, with the options of a multiple-choice
-    case on the following lines."""
-    return "\n".join([case.question, *(f"{k}: {v}" for k, v in case.options.items())])
+    case under an ``Options:`` line, one ``KEY: text`` line each (as the exam prompt lists them)."""
+    return "\n".join([case.question, "Options:", *(f"{k}: {v}" for k, v in case.options.items())]) + "\n"
 
 
 def internal_prompt(case: CaseView) -> list[HumanMessage]:

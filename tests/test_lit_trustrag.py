@@ -303,7 +303,7 @@ async def test_astute_rag_sends_the_paper_prompts_and_adapts_to_i_dont_know(
     assert first.choice == "B" and len(wire.bodies) == 2
     generate, finalize = wire.user_text(0), wire.user_text(1)
     assert generate.startswith(GENERATE_PROMPT.split("{question}")[0])
-    assert generate.endswith("C: Drug C Document:")
+    assert generate.endswith("Options:\nA: Drug A\nB: Drug B\nC: Drug C\n Document:")
     assert "Step 2: Propose Answers and Assign Confidence" in finalize
     assert "Externally Retrieved Document1: poison0" in finalize  # no filtering: all five passages
     assert "Memorized Document: Drug B is the first-line drug." in finalize
