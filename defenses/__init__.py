@@ -20,7 +20,7 @@ from medmis.graphs import (
 
 # Registration of the built-ins happens here, not in the registry module, so the registry never
 # imports the graphs that import it back.
-from . import _agentic, _builtin, _lit_robustrag, _lit_sanitize  # noqa: F401
+from . import _agentic, _builtin, _lit_robustrag, _lit_sanitize, _lit_trustrag  # noqa: F401
 from ._base import (
     ENTRY_POINT_GROUP,
     Defender,
@@ -29,6 +29,7 @@ from ._base import (
     create_defender,
     defender,
     defender_prompts,
+    defender_unavailable,
     get_spec,
     is_control,
     list_defenders,
@@ -50,6 +51,7 @@ __all__ = [
     "create_defender",
     "defender",
     "defender_prompts",
+    "defender_unavailable",
     "get_spec",
     "is_control",
     "list_defenders",

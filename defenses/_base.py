@@ -52,6 +52,7 @@ class DefenderSpec:
     control: bool = False  # a reference point (e.g. context_blind), never a candidate mitigation
     single_call: bool = False  # exactly one model call per case (batch APIs can serve it)
     prompts: Prompts | None = None  # the instruction texts it shows its model (see ``Prompts``)
+    requires: Callable[[], str | None] | None = None  # why it cannot run here (an extra), or None
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,7 @@ def defender(
     control: bool = False,
     single_call: bool = False,
     prompts: Prompts | None = None,
+    requires: Callable[[], str | None] | None = None,
 ) -> Callable[[Factory], Factory]:
     """Register a defender factory ``factory(options) -> solve``.
 
@@ -99,6 +101,8 @@ def defender(
     call, whatever the options: ``medmis run --batch`` accepts only such defenders.
     ``prompts=fn`` declares the instruction texts it shows its model, ``fn(options) ->
     {part: text}`` (read by :func:`defender_prompts`; an adaptive attacker writes against them).
+    ``requires=fn`` declares an optional dependency: ``fn()`` says in one line why the defender
+    cannot run on this installation (None when it can); see :func:`defender_unavailable`.
 
     Example::
 
@@ -120,7 +124,9 @@ def defender(
         # factory; a different factory under a taken name is a real conflict
         if existing is not None and existing.factory.__qualname__ != factory.__qualname__:
             raise DefenderConfigError(f"defender {name!r} is already registered")
-        _REGISTRY[name] = DefenderSpec(name, factory, options, text, uses_tools, control, single_call, prompts)
+        _REGISTRY[name] = DefenderSpec(
+            name, factory, options, text, uses_tools, control, single_call, prompts, requires
+        )
         return factory
 
     return register
@@ -170,6 +176,15 @@ def get_spec(name: str) -> DefenderSpec:
             raise DefenderConfigError(f"defender {name!r}: {_BROKEN[name]}") from None
         known = ", ".join(sorted(_REGISTRY))
         raise DefenderConfigError(f"unknown defender {name!r} (registered: {known})") from None
+
+
+def defender_unavailable(name: str) -> str | None:
+    """Why registered defender ``name`` cannot run on this installation (its declared optional
+    dependency is missing), in one line; None when it can run or is not registered here."""
+    spec = _REGISTRY.get(name)
+    if spec is None or spec.requires is None:
+        return None
+    return spec.requires()
 
 
 def is_control(label: str) -> bool:

@@ -7,6 +7,7 @@ once per case with an explicit recursion limit. Nodes get the case's
 the context, which traces, counts, caches and retries them.
 """
 
+from ._astute_rag import AstuteRagOptions, astute_rag_prompts, astute_rag_solver
 from ._calibrate import CalibrateOptions, calibrate_prompts, calibrate_solver
 from ._citations import answer_sources, cited_urls_in, source_urls, verify_citations
 from ._claim_verify import ClaimVerifyOptions, build_claim_verify_graph, claim_verify_solver
@@ -54,25 +55,31 @@ from ._shown import (
     isolate_vote_prompts,
     prior_reconcile_prompts,
 )
+from ._trustrag import MiniLMEmbedder, TrustRagOptions, trustrag_prompts, trustrag_solver
 
 __all__ = [
     "ROBUSTRAG_SOURCE",
+    "AstuteRagOptions",
     "CalibrateOptions",
     "ClaimVerifyOptions",
     "DefenderContext",
     "DefenderOptions",
     "GraphDeps",
     "IsolateVoteOptions",
+    "MiniLMEmbedder",
     "PriorReconcileOptions",
     "RobustRAGOptions",
     "SandwichOptions",
     "SanitizeOptions",
     "SearchAgentOptions",
     "SolveFn",
+    "TrustRagOptions",
     "VoteResult",
     "answer_from_reply",
     "answer_from_text",
     "answer_sources",
+    "astute_rag_prompts",
+    "astute_rag_solver",
     "build_claim_verify_graph",
     "build_escalate_graph",
     "build_isolate_vote_graph",
@@ -107,5 +114,7 @@ __all__ = [
     "search_agent_solver",
     "sentences_supporting",
     "source_urls",
+    "trustrag_prompts",
+    "trustrag_solver",
     "verify_citations",
 ]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import itertools
 import json
+import sys
 import tomllib
 import types
 import typing
@@ -394,7 +395,24 @@ def load_config(path: str | Path, overrides: Sequence[str] = ()) -> AblationConf
     except ValidationError as exc:
         raise ConfigError(f"{path}: {_describe(exc, raw)}") from None
     config.plugins = [str(Path(path).parent / p) for p in config.plugins]  # absolute ones stay
+    _skip_unavailable(config)
     return config
+
+
+def _skip_unavailable(config: AblationConfig) -> None:
+    """Drop the grid's defenders whose optional dependency is not installed (e.g. ``trustrag``
+    without its extra), one line each on stderr, so a grid still runs on a plain install."""
+    from medmis.defenses import defender_unavailable
+
+    kept = []
+    for entry in config.defenders:
+        why = defender_unavailable(entry.name)
+        if why is None:
+            kept.append(entry)
+        else:
+            print(f"medmis: {entry.name} skipped: {why}", file=sys.stderr)
+    if kept and len(kept) < len(config.defenders):
+        config.defenders = kept
 
 
 def _known_keys(loc: Sequence[Any]) -> list[str]:
