@@ -9,18 +9,27 @@ errors must stop the case instead of becoming answers.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import pytest
 from fakes import FakeExaminee, FakeToolset, toy_case
 
 from medmis.agents import BlockedResponseError, ScriptedChatModel
-from medmis.defenses import DefenderContext, create_defender, list_defenders
+from medmis.defenses import DefenderContext, create_defender, defender_unavailable, list_defenders
 from medmis.experiments import Answer, Item
 from medmis.tools import ReplayMissError, ToolError
 
 SPECS = {spec.name: spec for spec in list_defenders()}
+
+
+def available(names: Iterable[str]) -> list[Any]:
+    """Each defender name as a test parameter, skipped (with the reason) when this installation
+    lacks what it needs, e.g. ``trustrag`` without the ``trustrag`` extra."""
+    return [
+        pytest.param(n, marks=pytest.mark.skipif(bool(why := defender_unavailable(n)), reason=f"{n}: {why}"))
+        for n in names
+    ]
 PROTOCOLS = ("clean", "type1", "type2")
 TOOLSETS: dict[str, Callable[[], FakeToolset | None]] = {
     "tools": FakeToolset,
@@ -57,7 +66,7 @@ def test_the_agentic_defenders_are_registered() -> None:
         assert SPECS[name].uses_tools
 
 
-@pytest.mark.parametrize("name", sorted(SPECS))
+@pytest.mark.parametrize("name", available(sorted(SPECS)))
 def test_options_have_defaults_and_reject_unknown_keys(name: str) -> None:
     spec = SPECS[name]
     assert spec.description
@@ -69,7 +78,7 @@ def test_options_have_defaults_and_reject_unknown_keys(name: str) -> None:
 
 @pytest.mark.parametrize("toolset", sorted(TOOLSETS))
 @pytest.mark.parametrize("protocol", PROTOCOLS)
-@pytest.mark.parametrize("name", sorted(SPECS))
+@pytest.mark.parametrize("name", available(sorted(SPECS)))
 async def test_defender_contract(name: str, protocol: str, toolset: str, toy_item: Item) -> None:
     tools = TOOLSETS[toolset]()
     model = ScriptedChatModel(outputs=FakeExaminee(toy_item, tool_turns=2))
@@ -93,7 +102,7 @@ async def test_defender_contract(name: str, protocol: str, toolset: str, toy_ite
         assert answer.llm_calls == 1
 
 
-@pytest.mark.parametrize("name", sorted(SPECS))
+@pytest.mark.parametrize("name", available(sorted(SPECS)))
 async def test_provider_errors_stop_the_case(name: str, toy_item: Item) -> None:
     def script(messages: list[Any], tools: list[Any]) -> Any:
         return BlockedResponseError("safety block")
@@ -105,7 +114,7 @@ async def test_provider_errors_stop_the_case(name: str, toy_item: Item) -> None:
         await create_defender(name)(toy_case(toy_item, "type1"), ctx)
 
 
-@pytest.mark.parametrize("name", sorted(n for n, s in SPECS.items() if s.uses_tools))
+@pytest.mark.parametrize("name", available(sorted(n for n, s in SPECS.items() if s.uses_tools)))
 async def test_replay_misses_stop_the_case(name: str, toy_item: Item) -> None:
     tools = FakeToolset(fail=ReplayMissError("no recorded entry for search_web"))
     ctx = DefenderContext(
