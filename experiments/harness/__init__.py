@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from ._checks import check_baseline
     from ._config import CacheMode, ModelVariant, merge_options
     from ._experiment import run_experiment
-    from ._fingerprint import ACCEPTABLE_CHANGES
+    from ._fingerprint import ACCEPTABLE_CHANGES, Fingerprint, FingerprintDiff
     from ._identity import bare_url
     from ._io import RecordsFileError, WriteFailed, append_records, read_records, repair_torn_tail
     from ._outcome import (
@@ -65,7 +65,7 @@ _HOME = {
     **dict.fromkeys(("budget_stop", "spent_usd"), "_budget"),
     **dict.fromkeys(("check_baseline",), "_checks"),
     **dict.fromkeys(("CacheMode", "ModelVariant", "merge_options"), "_config"),
-    **dict.fromkeys(("ACCEPTABLE_CHANGES",), "_fingerprint"),
+    **dict.fromkeys(("ACCEPTABLE_CHANGES", "Fingerprint", "FingerprintDiff"), "_fingerprint"),
     **dict.fromkeys(("bare_url",), "_identity"),
     **dict.fromkeys(("RecordsFileError", "WriteFailed"), "_io"),
     **dict.fromkeys(
@@ -102,6 +102,8 @@ __all__ = [
     "RECORD_COLUMNS",
     "CacheMode",
     "DefenderConfig",
+    "Fingerprint",
+    "FingerprintDiff",
     "Harness",
     "ModelVariant",
     "Outcome",

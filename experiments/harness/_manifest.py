@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from medmis.agents import decoding_record
 from medmis.experiments.benchmark import prompt_preset
@@ -19,6 +19,9 @@ from medmis.tools import is_secret_name, json_file, redact, redact_obj
 from ._ambient import ambient_manifest
 from ._config import RunConfig
 from ._poison import poison_manifest
+
+if TYPE_CHECKING:  # ``._fingerprint`` reads ``is_simulated`` from here
+    from ._fingerprint import Fingerprint
 
 _VERSIONED_PACKAGES = (
     "medmis",
@@ -85,7 +88,7 @@ def write_manifest(
     n_cases: int,
     argv: Sequence[str],
     *,
-    fingerprint: Mapping[str, Any] | None = None,
+    fingerprint: Fingerprint | None = None,
     accepted: Mapping[str, Any] | None = None,
 ) -> None:
     """Write ``out/manifest.json``, keeping the first creation time and counting invocations.
@@ -140,7 +143,7 @@ def write_manifest(
     if config.batch:  # its prices are list prices; the report takes the batch discount off them
         manifest["batch"] = {"enabled": True, "discount": config.batch_discount}
     if fingerprint is not None:
-        manifest["fingerprint"] = dict(fingerprint)
+        manifest["fingerprint"] = fingerprint.to_json()
     history = list(previous.get("accepted_changes", []))
     if accepted:
         history.append({"at": now, "changes": {k: list(v) for k, v in accepted.items()}})

@@ -54,7 +54,7 @@ from ._config import (
     SearchBackendName,
     VisitBackendName,
 )
-from ._fingerprint import FingerprintDiff, merge_fingerprints, run_fingerprint
+from ._fingerprint import Fingerprint, FingerprintDiff, run_fingerprint
 from ._io import WriteFailed, repair_torn_tail
 from ._lock import LOCK_FILE, OWNER_FILE
 from ._manifest import is_simulated, mark_outcome, package_versions, scrub_argv, write_manifest
@@ -209,7 +209,7 @@ class Harness:
         return plan_cases(dataset.items, self.config.protocols, seed=self.config.seed,
                           type1_targets=self.config.type1_targets)
 
-    def fingerprint(self, dataset: Any) -> dict[str, Any]:
+    def fingerprint(self, dataset: Any) -> Fingerprint:
         """The run's fingerprint (``._fingerprint``), from the models as built."""
         models = {spec: self._pool.raw(spec) for spec in self.config.models}
         return run_fingerprint(self.config, self.defenders, dataset, models)
@@ -240,13 +240,13 @@ class Harness:
         return check_fingerprint(self.out, self.fingerprint(dataset), self.config.accept_changes)[1]
 
     def write_manifest(self, dataset: Any, n_cases: int, claim: ClaimedFolder | None = None) -> None:
-        fingerprint = dict(claim.fingerprint) if claim else self.fingerprint(dataset)
+        fingerprint = claim.fingerprint if claim else self.fingerprint(dataset)
         if claim is not None and claim.recorded is not None:
-            fingerprint = merge_fingerprints(claim.recorded, fingerprint)
+            fingerprint = claim.recorded.merged_with(fingerprint)
         write_manifest(self.out, self.config, self.defenders, dataset, n_cases, self.argv,
                        fingerprint=fingerprint, accepted=claim.accepted if claim else None)
         if self._planned is not None:  # what the readers keep of records.jsonl (``._plan``)
-            write_plan(self.out, fingerprint["models"], fingerprint["defenders"], dataset.items, self._planned)
+            write_plan(self.out, fingerprint.models, fingerprint.defenders, dataset.items, self._planned)
 
     def _trace_file(self, model: str, defender: str) -> str:
         """The trace file of a model x defender, relative to the run folder (``traces/…``)."""
