@@ -23,7 +23,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from medmis.agents import decoding_fingerprint, decoding_table, effective_base_url
-from medmis.experiments.benchmark import prompt_preset
+from medmis.experiments.benchmark import Dataset, prompt_preset
 
 from ._ambient import ambient_fingerprint
 from ._config import RunConfig
@@ -244,7 +244,7 @@ class Fingerprint(BaseModel):
         return Fingerprint.model_validate(merged)
 
 
-def run_fingerprint(config: RunConfig, defenders: Sequence[Any], dataset: Any,
+def run_fingerprint(config: RunConfig, defenders: Sequence[Any], dataset: Dataset | None,
                     models: Mapping[str, Any] | None = None) -> Fingerprint:
     """The fingerprint of one invocation.
 
@@ -267,7 +267,7 @@ def run_fingerprint(config: RunConfig, defenders: Sequence[Any], dataset: Any,
     if options.get("run_seed") in (None, config.seed):
         options.pop("run_seed", None)  # the run seed the simulated examinee draws with: `seed`
     return Fingerprint.model_validate({
-        "data_sha256": getattr(dataset, "sha256", None) or None,
+        "data_sha256": (dataset.sha256 or None) if dataset is not None else None,
         "subset": config.subset,
         "limit": config.limit,
         "on_invalid": config.on_invalid,

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from medmis.agents import decoding_record
-from medmis.experiments.benchmark import prompt_preset
+from medmis.experiments.benchmark import Dataset, prompt_preset
 from medmis.tools import is_secret_name, json_file, redact, redact_obj
 
 from ._ambient import ambient_manifest
@@ -84,7 +84,7 @@ def write_manifest(
     out: Path,
     config: RunConfig,
     defenders: Sequence[Any],
-    dataset: Any,
+    dataset: Dataset,
     n_cases: int,
     argv: Sequence[str],
     *,
@@ -120,11 +120,11 @@ def write_manifest(
         "prices": {m: list(p) for m, p in config.prices.items()},
         "dataset": {
             "source": str(config.data),
-            "sha256": getattr(dataset, "sha256", None),
-            "items": len(getattr(dataset, "items", [])),
+            "sha256": dataset.sha256,
+            "items": len(dataset.items),
             "hub_repo": config.hub_repo,
-            "invalid_rows": len(getattr(dataset, "issues", [])),
-            "warnings": len(getattr(dataset, "warnings", [])),
+            "invalid_rows": len(dataset.issues),
+            "warnings": len(dataset.warnings),
             "subset": config.subset,
         },
         "cases_per_model_defender": n_cases,

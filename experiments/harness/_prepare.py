@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from medmis.experiments.benchmark import Dataset
 from medmis.tools import UserFileError, json_file
 
 from ._config import INVALID_ROWS_FILE, RunSetupError
@@ -180,9 +181,9 @@ class ClaimedFolder:
             announce(self.out, diff, self.notice)
 
 
-def write_invalid_rows(out: Path, dataset: Any, notice: Callable[[str], None] | None) -> int:
+def write_invalid_rows(out: Path, dataset: Dataset, notice: Callable[[str], None] | None) -> int:
     """List the rows left out under ``on_invalid="skip"`` in the run folder."""
-    issues = list(getattr(dataset, "issues", []))
+    issues = dataset.issues
     path = out / INVALID_ROWS_FILE
     if not issues:
         path.unlink(missing_ok=True)  # a resumed run over repaired data leaves no stale list

@@ -33,6 +33,7 @@ from medmis.defenses import (
 from medmis.experiments.benchmark import (
     Answer,
     Case,
+    Dataset,
     Item,
     ProtocolName,
     Record,
@@ -70,7 +71,7 @@ from ._prepare import (
     write_invalid_rows,
 )
 from ._progress import RunProgress
-from ._resume import CasePlan, ResumeState, jobs_for_missing, resume_state
+from ._resume import CaseJob, CasePlan, ResumeState, jobs_for_missing, resume_state
 from ._solve import solve_case
 from ._sources import with_sources
 
@@ -188,7 +189,7 @@ class Harness:
         await aclose_transports()  # the models' HTTP sessions opened in this loop
 
     # -- run ---------------------------------------------------------------------------------
-    def load_dataset(self) -> Any:
+    def load_dataset(self) -> Dataset:
         """The run's items (strict or skipping invalid rows, as configured)."""
         from medmis.experiments.benchmark import DataError, load_dataset
 
@@ -204,12 +205,12 @@ class Harness:
                             dataset.issues)
         return dataset
 
-    def plan_cases(self, dataset: Any) -> list[tuple[int, ProtocolName, str | None]]:
+    def plan_cases(self, dataset: Dataset) -> list[tuple[int, ProtocolName, str | None]]:
         """``(item index, protocol, target)`` of every case, in the order the cases are built."""
         return plan_cases(dataset.items, self.config.protocols, seed=self.config.seed,
                           type1_targets=self.config.type1_targets)
 
-    def fingerprint(self, dataset: Any) -> Fingerprint:
+    def fingerprint(self, dataset: Dataset) -> Fingerprint:
         """The run's fingerprint (``._fingerprint``), from the models as built."""
         models = {spec: self._pool.raw(spec) for spec in self.config.models}
         return run_fingerprint(self.config, self.defenders, dataset, models)
@@ -231,7 +232,7 @@ class Harness:
         check_out_path(self.out)
         check_writable(self.out, *self.output_paths())
 
-    def check_folder(self, dataset: Any | None = None) -> FingerprintDiff | None:
+    def check_folder(self, dataset: Dataset | None = None) -> FingerprintDiff | None:
         """:meth:`run`'s checks before it claims the folder, writing nothing: how the run
         differs from the folder's (None for a new folder). Raises ``RunSetupError`` as it would."""
         self.check_outputs()
@@ -239,7 +240,7 @@ class Harness:
         dataset = dataset if dataset is not None else self.load_dataset()
         return check_fingerprint(self.out, self.fingerprint(dataset), self.config.accept_changes)[1]
 
-    def write_manifest(self, dataset: Any, n_cases: int, claim: ClaimedFolder | None = None) -> None:
+    def write_manifest(self, dataset: Dataset, n_cases: int, claim: ClaimedFolder | None = None) -> None:
         fingerprint = claim.fingerprint if claim else self.fingerprint(dataset)
         if claim is not None and claim.recorded is not None:
             fingerprint = claim.recorded.merged_with(fingerprint)
@@ -376,7 +377,7 @@ class Harness:
 
     def _resume(self, records_path: Path, planned: list[tuple[int, ProtocolName, str | None]],
                 items: Sequence[Item]) -> tuple[ResumeState, dict[tuple[str, str, str], bool],
-                                                list[list[tuple[str, Defender, Case]]]]:
+                                                list[list[CaseJob]]]:
         """What the folder's records leave to do, as jobs in two phases (clean, then the
         rest); the records' progress figures are added to ``stats`` and the clean answers to the
         returned map. Missing keys come from a columnar scan, not a Record per line."""
@@ -393,7 +394,7 @@ class Harness:
         self.stats.done = 0  # progress counts this invocation's work
         return resumed, clean_state, jobs_for_missing(cfg, self.defenders, resumed.missing, planned, items)
 
-    async def _run_claimed(self, planned: list[tuple[int, ProtocolName, str | None]], dataset: Any,
+    async def _run_claimed(self, planned: list[tuple[int, ProtocolName, str | None]], dataset: Dataset,
                            claim: ClaimedFolder) -> RunResult:
         cfg = self.config
         self.tools()  # fail before any case runs when the tools cannot be built
