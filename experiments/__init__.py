@@ -12,7 +12,8 @@
 * :mod:`medmis.experiments.analysis` -- metrics and statistics.
 * :mod:`medmis.experiments.reporting` -- markdown, HTML and plots.
 * :mod:`medmis.experiments.ablation` -- TOML-configured grids, dry-run estimates, budget cap.
-* :mod:`medmis.experiments.api` -- the public API: ``run``, ``load_run``, ``compare`` (below).
+* :mod:`medmis.experiments.api` -- the public API: ``run``, ``load_run`` (below; ``compare``
+  is analysis's).
 * :mod:`medmis.experiments.testing` -- the pytest plug-in's fixtures, registered as
   ``medmis.testing`` (entry point ``pytest11``).
 
@@ -63,13 +64,13 @@ _EXPORTS: dict[str, str] = {
     ),
     # analysis
     **dict.fromkeys(
-        ("MetricsReport", "compute_metrics", "mcnemar_exact", "paired_bootstrap_diff", "wilson"),
+        ("MetricsReport", "compare", "compute_metrics", "mcnemar_exact", "paired_bootstrap_diff", "wilson"),
         "analysis",
     ),
     # reporting
     **dict.fromkeys(("write_report",), "reporting"),
     # the public API (``load_run`` opens a folder with its records as DuckDB / Arrow)
-    **dict.fromkeys(("RunFolder", "compare", "load_run", "run"), "api"),
+    **dict.fromkeys(("RunFolder", "load_run", "run"), "api"),
     # ablation
     **dict.fromkeys(("AblationConfig", "load_config", "run_ablation"), "ablation"),
 }

@@ -1,7 +1,8 @@
 """Records -> metrics -> verdict: paired accuracy, ASR, TASR, recovery, strata, comparisons,
 cost, and the decision drawn from them.
 
-``compare_records`` pairs two runs of the same grid on two versions of the items.
+``compare`` (two run folders) and ``compare_records`` pair two runs of the same grid on two
+versions of the items.
 ``compute_metrics`` (or ``run_metrics`` on a run folder) turns a run's records into a
 :class:`MetricsReport`; ``decide`` turns that into a :class:`Verdict` (``Verdict.to_json()`` is
 ``verdict.json``). The interval and test functions they use are public for reuse.
@@ -14,7 +15,7 @@ from ._cluster import (
     tango_interval,
 )
 from ._columnar import run_metrics
-from ._compare import CompareRow, compare_records
+from ._compare import CompareRow, compare, compare_records
 from ._compute import compare_defenders, compute_metrics
 from ._metrics import (
     PAIRWISE_METRICS,
@@ -124,6 +125,7 @@ __all__ = [
     "cluster_sign_test",
     "clustered_paired_diff",
     "clustered_proportion",
+    "compare",
     "compare_defenders",
     "compare_paired",
     "compare_records",

@@ -42,7 +42,9 @@ if TYPE_CHECKING:
         RunSetupError,
         RunStats,
         package_versions,
-        scrub_argv,
+    )
+    from ._runner import (
+        scrub_argv as scrub_argv,  # the manifest's, importable; not in __all__
     )
     from ._scan import (
         KEY,
@@ -136,6 +138,5 @@ __all__ = [
     "repair_torn_tail",
     "run_experiment",
     "scan_jsonl",
-    "scrub_argv",
     "spent_usd",
 ]
