@@ -59,7 +59,8 @@ _EXPORTS: dict[str, str] = {
     ),
     # harness
     **dict.fromkeys(
-        ("DefenderConfig", "Harness", "RunConfig", "RunResult", "read_records", "run_experiment"),
+        ("DefenderConfig", "Harness", "RunConfig", "RunOptions", "RunResult", "RunSpec", "read_records",
+         "run_experiment"),
         "harness",
     ),
     # analysis

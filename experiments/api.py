@@ -31,11 +31,10 @@ def run(config: RunConfig) -> RunResult:
     running event loop (inside one, ``await run_experiment(config)`` instead).
     """
     from medmis.experiments.harness import run_experiment
-    from medmis.experiments.reporting import write_report
+    from medmis.experiments.reporting import finish_run
 
     result = asyncio.run(run_experiment(config, argv=["medmis.experiments.run"]))
-    if config.write_report and not (result.nothing_to_do and (result.out / "report.md").exists()):
-        result.report = write_report(result.out)
+    finish_run(result, report=config.write_report)
     return result
 
 

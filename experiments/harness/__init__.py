@@ -12,7 +12,7 @@ from medmis.tools import lazy_exports
 if TYPE_CHECKING:
     from ._budget import budget_stop, spent_usd
     from ._checks import check_baseline
-    from ._config import CacheMode, ModelVariant, merge_options
+    from ._config import CacheMode, ModelVariant, RunOptions, RunSpec, merge_options
     from ._experiment import run_experiment
     from ._fingerprint import ACCEPTABLE_CHANGES, Fingerprint, FingerprintDiff
     from ._identity import bare_url
@@ -66,7 +66,7 @@ _HOME = {
     "run_experiment": "_experiment",
     **dict.fromkeys(("budget_stop", "spent_usd"), "_budget"),
     **dict.fromkeys(("check_baseline",), "_checks"),
-    **dict.fromkeys(("CacheMode", "ModelVariant", "merge_options"), "_config"),
+    **dict.fromkeys(("CacheMode", "ModelVariant", "RunOptions", "RunSpec", "merge_options"), "_config"),
     **dict.fromkeys(("ACCEPTABLE_CHANGES", "Fingerprint", "FingerprintDiff"), "_fingerprint"),
     **dict.fromkeys(("bare_url",), "_identity"),
     **dict.fromkeys(("RecordsFileError", "WriteFailed"), "_io"),
@@ -113,8 +113,10 @@ __all__ = [
     "RecordsFileError",
     "RunConfig",
     "RunInterrupted",
+    "RunOptions",
     "RunResult",
     "RunSetupError",
+    "RunSpec",
     "RunStats",
     "WriteFailed",
     "append_records",

@@ -26,7 +26,7 @@ from medmis.agents import decoding_fingerprint, decoding_table, effective_base_u
 from medmis.experiments.benchmark import Dataset, prompt_preset
 
 from ._ambient import ambient_fingerprint
-from ._config import RunConfig
+from ._config import RunSpec
 from ._identity import (
     bare_url,
     defender_code,
@@ -244,12 +244,13 @@ class Fingerprint(BaseModel):
         return Fingerprint.model_validate(merged)
 
 
-def run_fingerprint(config: RunConfig, defenders: Sequence[Any], dataset: Dataset | None,
+def run_fingerprint(config: RunSpec, defenders: Sequence[Any], dataset: Dataset | None,
                     models: Mapping[str, Any] | None = None) -> Fingerprint:
     """The fingerprint of one invocation.
 
     Args:
-        config: The run's configuration.
+        config: The run's spec (a :class:`RunConfig` is one): no operational option can
+            reach the fingerprint.
         defenders: The built defenders (``label``, ``name``, ``options``).
         dataset: The loaded dataset (its ``sha256`` identifies the data, not its path).
         models: The built chat models by spec (what they report decides ``endpoints`` and

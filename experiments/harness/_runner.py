@@ -99,8 +99,14 @@ class Harness:
         argv: Sequence[str] | None = None,
         stop_when: Callable[[RunStats], str | None] | None = None,
         notice: Callable[[str], None] | None = None,
+        dataset: Dataset | None = None,
+        planned: Sequence[tuple[int, ProtocolName, str | None]] | None = None,
     ) -> None:
         self.config = config
+        # a caller that loaded the data and planned the cases already (an ablation's folders
+        # share one load; each folder's plan is made once, before its estimate) passes them on
+        self._dataset = dataset
+        self._given_plan = list(planned) if planned is not None else None
         self.notice = notice
         self.out = Path(config.out)
         self._tools = tools
@@ -190,6 +196,12 @@ class Harness:
 
     # -- run ---------------------------------------------------------------------------------
     def load_dataset(self) -> Dataset:
+        """The run's data: the dataset passed to the harness, else loaded from ``config.data``."""
+        if self._dataset is not None:
+            return self._dataset
+        return self._load_dataset()
+
+    def _load_dataset(self) -> Dataset:
         """The run's items (strict or skipping invalid rows, as configured)."""
         from medmis.experiments.benchmark import DataError, load_dataset
 
@@ -206,7 +218,10 @@ class Harness:
         return dataset
 
     def plan_cases(self, dataset: Dataset) -> list[tuple[int, ProtocolName, str | None]]:
-        """``(item index, protocol, target)`` of every case, in the order the cases are built."""
+        """``(item index, protocol, target)`` of every case, in the order the cases are built
+        (the plan passed to the harness, when one was)."""
+        if self._given_plan is not None and dataset is self._dataset:
+            return self._given_plan
         return plan_cases(dataset.items, self.config.protocols, seed=self.config.seed,
                           type1_targets=self.config.type1_targets)
 
