@@ -80,3 +80,12 @@ def test_compare_is_analysis_s() -> None:
     assert experiments.compare is analysis.compare
     assert analysis.compare.__module__.startswith("medmis.experiments.analysis")
     assert "compare" in analysis.__all__ and "compare" not in generate.__all__
+
+
+def test_run_metrics_is_compute_run_metrics_now() -> None:
+    """``run`` names the command that makes a run folder; computing a folder's metrics is
+    ``compute_run_metrics`` (the old name resolves, with a warning)."""
+    assert "compute_run_metrics" in analysis.__all__ and "run_metrics" not in analysis.__all__
+    with pytest.warns(DeprecationWarning, match="compute_run_metrics"):
+        old = analysis.run_metrics
+    assert old is analysis.compute_run_metrics
