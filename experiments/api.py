@@ -20,19 +20,34 @@ if TYPE_CHECKING:
     import duckdb
     import pyarrow as pa
 
-    from medmis.experiments.harness._config import RunConfig, RunResult
+    from medmis.experiments.harness._config import RunConfig, RunOptions, RunResult, RunSpec
 
 
-def run(config: RunConfig) -> RunResult:
+def run(config: RunConfig | RunSpec, options: RunOptions | None = None) -> RunResult:
     """Run (or resume) ``config``'s grid of models x defenders x protocols; blocks until done.
 
-    With ``config.write_report`` (the default) the report files are (re)written afterwards, as
+    Args:
+        config: The whole run (:class:`RunConfig`), or its :class:`RunSpec` with ``options``.
+        options: How to carry the spec out (where to write, concurrency, timeouts, ...);
+            only with a bare spec.
+
+    With ``write_report`` (the default) the report files are (re)written afterwards, as
     ``medmis run`` does; ``RunResult.report`` maps their names to paths. Call it outside a
     running event loop (inside one, ``await run_experiment(config)`` instead).
+
+    Raises:
+        TypeError: ``options`` given with a whole :class:`RunConfig`, or missing for a bare spec.
     """
-    from medmis.experiments.harness import run_experiment
+    from medmis.experiments.harness import RunConfig, run_experiment
     from medmis.experiments.reporting import finish_run
 
+    if isinstance(config, RunConfig):
+        if options is not None:
+            raise TypeError("run(config, options): a RunConfig holds its options already")
+    elif options is None:
+        raise TypeError("run(spec, options): a RunSpec needs RunOptions (at least out=...)")
+    else:
+        config = RunConfig.of(config, options)
     result = asyncio.run(run_experiment(config, argv=["medmis.experiments.run"]))
     finish_run(result, report=config.write_report)
     return result

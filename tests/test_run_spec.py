@@ -60,3 +60,21 @@ def test_each_part_refuses_the_others_fields() -> None:
         RunSpec(data="d", models=["m"], defenders=[], max_connections=2)  # type: ignore[call-arg]
     with pytest.raises(ValueError, match="seed"):
         RunOptions(out="o", seed=1)  # type: ignore[call-arg]
+
+
+def test_the_api_runs_a_spec_with_its_options(tmp_path: Path) -> None:
+    import json
+
+    from medmis.experiments import run
+
+    cfg = config(limit=2, out=str(tmp_path / "whole"), progress=False, write_report=False)
+    spec, options = cfg.spec, cfg.options.model_copy(update={"out": str(tmp_path / "parts")})
+    assert run(cfg).outcome is not None and run(spec, options).outcome is not None
+    records = [(tmp_path / d / "records.jsonl").read_text().count("\n") for d in ("whole", "parts")]
+    assert records[0] == records[1] > 0
+    fingerprints = [json.loads((tmp_path / d / "manifest.json").read_text())["fingerprint"] for d in ("whole", "parts")]
+    assert fingerprints[0] == fingerprints[1]
+    with pytest.raises(TypeError, match="holds its options"):
+        run(cfg, options)
+    with pytest.raises(TypeError, match="needs RunOptions"):
+        run(spec)
