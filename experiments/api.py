@@ -1,9 +1,10 @@
-"""The public Python API: run a grid, load a run folder, compare two runs, load the release.
+"""The public Python API: run a grid, load a run folder.
 
 Everything here is re-exported from :mod:`medmis.experiments` (``from medmis.experiments import
-run, load_run, compare, load_dataset``). The CLI commands do the same work: ``run`` is
+run, load_run, compare, load_dataset``; ``compare``, the table of ``medmis compare``, is
+:func:`medmis.experiments.analysis.compare`). The CLI commands do the same work: ``run`` is
 ``medmis run`` without the argument parsing, :class:`RunFolder` reads what ``medmis report``
-wrote, ``compare`` is the table of ``medmis compare``.
+wrote.
 """
 
 from __future__ import annotations
@@ -19,23 +20,36 @@ if TYPE_CHECKING:
     import duckdb
     import pyarrow as pa
 
-    from medmis.experiments.analysis import CompareRow
-    from medmis.experiments.harness._config import RunConfig, RunResult
+    from medmis.experiments.harness._config import RunConfig, RunOptions, RunResult, RunSpec
 
 
-def run(config: RunConfig) -> RunResult:
+def run(config: RunConfig | RunSpec, options: RunOptions | None = None) -> RunResult:
     """Run (or resume) ``config``'s grid of models x defenders x protocols; blocks until done.
 
-    With ``config.write_report`` (the default) the report files are (re)written afterwards, as
+    Args:
+        config: The whole run (:class:`RunConfig`), or its :class:`RunSpec` with ``options``.
+        options: How to carry the spec out (where to write, concurrency, timeouts, ...);
+            only with a bare spec.
+
+    With ``write_report`` (the default) the report files are (re)written afterwards, as
     ``medmis run`` does; ``RunResult.report`` maps their names to paths. Call it outside a
     running event loop (inside one, ``await run_experiment(config)`` instead).
-    """
-    from medmis.experiments.harness import run_experiment
-    from medmis.experiments.reporting import write_report
 
+    Raises:
+        TypeError: ``options`` given with a whole :class:`RunConfig`, or missing for a bare spec.
+    """
+    from medmis.experiments.harness import RunConfig, run_experiment
+    from medmis.experiments.reporting import finish_run
+
+    if isinstance(config, RunConfig):
+        if options is not None:
+            raise TypeError("run(config, options): a RunConfig holds its options already")
+    elif options is None:
+        raise TypeError("run(spec, options): a RunSpec needs RunOptions (at least out=...)")
+    else:
+        config = RunConfig.of(config, options)
     result = asyncio.run(run_experiment(config, argv=["medmis.experiments.run"]))
-    if config.write_report and not (result.nothing_to_do and (result.out / "report.md").exists()):
-        result.report = write_report(result.out)
+    finish_run(result, report=config.write_report)
     return result
 
 
@@ -105,18 +119,3 @@ def load_run(run_dir: str | Path) -> RunFolder:
         raise
     return RunFolder(d, _json(d / "manifest.json"), _json(d / "metrics.json"),
                      _json(d / "verdict.json"), con)
-
-
-def compare(run_a: str | Path, run_b: str | Path, *, seed: int = 0) -> list[CompareRow]:
-    """Paired differences (B - A) per model, defender and metric on the units both runs graded
-    (the table of ``medmis compare RUN_A RUN_B``); empty when they share no model/defender."""
-    from medmis.experiments.analysis import compare_records
-    from medmis.experiments.harness import keep_planned, read_records
-
-    def planned(run_dir: str | Path) -> list[Any]:
-        path = Path(run_dir) / "records.jsonl"
-        if not path.exists():
-            raise FileNotFoundError(f"no records.jsonl in {run_dir}")
-        return keep_planned(path.parent, read_records(path))[0]
-
-    return compare_records(planned(run_a), planned(run_b), seed=seed)

@@ -280,19 +280,18 @@ def _run_command(args: argparse.Namespace, argv: Sequence[str]) -> int:
             raise
         raise CliError(f"{exc.summary()}; `medmis data validate` lists them all, "
                        "--on-invalid skip runs the valid rows") from None
-    if config.write_report and not (result.nothing_to_do and (result.out / "report.md").exists()):
-        from medmis.experiments.reporting import write_report
+    from medmis.experiments.reporting import finish_run
 
-        result.report = write_report(result.out)
+    outcome = finish_run(result, report=config.write_report)
     if result.nothing_to_do:
         print(f"nothing to do: {result.records} records complete in {result.out}")
     else:
         print(f"{result.new_records} new records, {result.records} in total -> {result.out / 'records.jsonl'}")
     if result.report:
         print(f"report: {result.report.get('report.md', result.out / 'report.md')}")
-    if result.outcome.message:
-        _notice(result.outcome.message)
-    return int(result.outcome.code)
+    if outcome.message:
+        _notice(outcome.message)
+    return int(outcome.code)
 
 
 def _notice(message: str) -> None:

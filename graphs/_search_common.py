@@ -186,9 +186,26 @@ def _str_arg(args: dict[str, Any], name: str) -> str | None:
     return value.strip() if isinstance(value, str) and value.strip() else None
 
 
+class ToolOutcome(TypedDict, total=False):
+    """What one tool call left for the ``tools`` node to merge into the agent's state."""
+
+    ok: bool
+    """The call returned results (False: refused, invalid arguments or a tool failure)."""
+    kind: str
+    """Why a call failed (``duplicate``, a :class:`ToolError`'s kind: ``config`` stops the agent)."""
+    message: ToolMessage
+    """The tool message the model reads next."""
+    search: dict[str, Any]
+    visited: str
+    page: dict[str, Any]
+    evidence: list[dict[str, Any]]
+    shown: list[dict[str, Any]]
+    log: dict[str, Any]
+
+
 def refuse_duplicate(
     ctx: DefenderContext, call: dict[str, Any], call_id: str, fmt: ToolFormat
-) -> dict[str, Any]:
+) -> ToolOutcome:
     """The outcome of a call identical to an earlier one: refused, shown as an error."""
     ctx.note("duplicate_call_refused", {"name": call.get("name"), "args": call.get("args")})
     text = fmt.duplicate_text
@@ -209,7 +226,7 @@ async def run_call(
     max_results: int,
     max_page_chars: int,
     check: SourceCheck | None = None,
-) -> dict[str, Any]:
+) -> ToolOutcome:
     """Execute one tool call; returns the outcome the graph's tool node merges into state.
     With a ``check`` (``credibility=true``) results are ranked and shown with their source
     checks, uncorroborated sentences withheld; the raw passages stay the case's evidence."""
@@ -225,7 +242,7 @@ async def run_call(
         )
     except ToolError as exc:
         text = fmt.error_text(exc)
-        out: dict[str, Any] = {
+        out: ToolOutcome = {
             "ok": False,
             "kind": exc.kind,
             "message": _message(call, call_id, text, error=True),
@@ -244,7 +261,7 @@ async def _search(
     fmt: ToolFormat,
     max_results: int,
     check: SourceCheck | None,
-) -> dict[str, Any]:
+) -> ToolOutcome:
     query = args.get("query")
     if not isinstance(query, str) or not query.strip():
         raise ToolError("search_web needs a non-empty 'query' string", kind="arguments")
@@ -274,7 +291,7 @@ async def _visit(
     fmt: ToolFormat,
     max_page_chars: int,
     check: SourceCheck | None,
-) -> dict[str, Any]:
+) -> ToolOutcome:
     url = args.get("url")
     if not isinstance(url, str) or not url.strip():
         raise ToolError("visit_web needs a 'url' string", kind="arguments")
@@ -299,7 +316,7 @@ async def _visit(
     }
 
 
-async def _done(outcome: dict[str, Any]) -> dict[str, Any]:
+async def _done(outcome: ToolOutcome) -> ToolOutcome:
     return outcome
 
 
@@ -415,7 +432,7 @@ def build_graph(
     force_answer: Node,
     route_agent: Callable[[SearchAgentState, RunnableConfig], str],
     route_tools: Callable[[SearchAgentState], str],
-) -> CompiledStateGraph:
+) -> CompiledStateGraph[Any]:
     """The search agents' shape from one agent's nodes (``route_agent`` returns ``"tools"``,
     ``"force_answer"`` or :func:`finish_node` of ``opts``)."""
     from langgraph.graph import END, START, StateGraph
@@ -452,7 +469,7 @@ def finish_node(opts: SearchAgentOptions) -> str:
     return "verify" if opts.verify else END
 
 
-def solver(graph: CompiledStateGraph, opts: SearchAgentOptions) -> SolveFn:
+def solver(graph: CompiledStateGraph[Any], opts: SearchAgentOptions) -> SolveFn:
     """Either agent's compiled graph as the ``search_agent`` defender (reused for every case)."""
 
     def finish(state: SearchAgentState, case: CaseView, ctx: DefenderContext) -> Answer:

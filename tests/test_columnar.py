@@ -16,7 +16,7 @@ import pytest
 from _metrics_reference import reference_metrics
 
 from medmis.experiments import Record, Usage
-from medmis.experiments.analysis import compute_metrics, run_metrics
+from medmis.experiments.analysis import compute_metrics, compute_run_metrics
 from medmis.experiments.harness import compact_records, read_records
 from medmis.experiments.harness._resume import CasePlan, count_records, resume_state
 
@@ -72,9 +72,9 @@ def test_engine_equals_reference(seed: int, tmp_path: Path) -> None:
     deduped = read_records(path)
     expected = _dump(reference_metrics(deduped, n_boot=300, seed=seed))
     assert _dump(compute_metrics(deduped, n_boot=300, seed=seed)) == expected
-    assert _dump(run_metrics(tmp_path, n_boot=300, seed=seed)) == expected
+    assert _dump(compute_run_metrics(tmp_path, n_boot=300, seed=seed)) == expected
     assert (tmp_path / "records.parquet").exists()
-    assert _dump(run_metrics(tmp_path, n_boot=300, seed=seed)) == expected  # from the Parquet copy
+    assert _dump(compute_run_metrics(tmp_path, n_boot=300, seed=seed)) == expected  # from the Parquet copy
 
 
 def test_engine_baseline_absent_and_empty() -> None:

@@ -374,7 +374,7 @@ def test_a_models_own_options_go_through_the_preset(monkeypatch: pytest.MonkeyPa
                         f"{spec}@untempered": ModelVariant(spec=spec, options={"temperature": None})},
         model_options=ModelOptions(decoding="reference"), defenders=[DefenderConfig(name="none")], out="unused",
     )
-    resolved = run_fingerprint(config, [], None)["decoding_resolved"]
+    resolved = run_fingerprint(config, [], None).decoding_resolved
     assert (resolved[spec]["temperature"], resolved[spec]["max_output_tokens"]) == (1.0, 2048)
     assert (resolved[f"{spec}@short"]["temperature"], resolved[f"{spec}@short"]["max_output_tokens"]) == (1.0, 64)
     assert (resolved[f"{spec}@untempered"]["temperature"], resolved[f"{spec}@untempered"]["max_output_tokens"]) == \

@@ -75,7 +75,7 @@ def test_the_stated_power_holds() -> None:
 
 @pytest.mark.slow
 def test_null_defenders_are_rarely_named_better_under_both_rules(tmp_path: Path) -> None:
-    from medmis.experiments.analysis import decide_family, run_metrics
+    from medmis.experiments.analysis import compute_run_metrics, decide_family
     from medmis.experiments.reporting._stability import named_better
 
     folders = [_run(tmp_path / f"seed-{s}", s) for s in SEEDS]
@@ -83,7 +83,7 @@ def test_null_defenders_are_rarely_named_better_under_both_rules(tmp_path: Path)
     main_false = sum(d in named for named in main for d in NULLS)
     grid_false = 0
     for start in range(0, len(folders), SHARES):
-        shares = {str(i): run_metrics(f, baseline="none") for i, f in enumerate(folders[start:start + SHARES])}
+        shares = {str(i): compute_run_metrics(f, baseline="none") for i, f in enumerate(folders[start:start + SHARES])}
         verdicts = decide_family(shares, controls=[])
         for v in verdicts.values():
             (mv,) = v.models

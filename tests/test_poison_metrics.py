@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from medmis.experiments.analysis._columnar import run_metrics
+from medmis.experiments.analysis._columnar import compute_run_metrics
 from medmis.experiments.analysis._poison import exposure, stops_being_better, write_plan
 from medmis.experiments.analysis._units import Proportion
 from medmis.experiments.reporting._poison import load_grid, poison_verdicts, verdict_sentence
@@ -233,7 +233,7 @@ def test_the_report_writes_the_poison_table_plot_and_section_from_the_share_runs
     assert data["shares"] == [0.0, 0.5, 1.0] and data["settings"]["pages_sha256"] == "ab" * 32
     cell = data["results"]["m"]["search_agent"]["shares"]["0.5"]
     # the figures are the share run's own metrics.json figures (the same code)
-    own = run_metrics(tmp_path / "poison" / "share-0.5").results["m"]["search_agent"]
+    own = compute_run_metrics(tmp_path / "poison" / "share-0.5").results["m"]["search_agent"]
     assert cell["type1_asr"] == own.metrics["type1_asr"].model_dump()
     assert cell["clean_acc"] == own.metrics["clean_acc"].model_dump()
     assert cell["paired_type1_asr"] == own.paired["type1_asr"].model_dump()

@@ -45,3 +45,47 @@ def test_compare_records_is_analysis_s_and_generate_keeps_the_old_name() -> None
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert generate.compare_records is analysis.compare_records
+
+
+PUBLIC_FACES = ("medmis.agents", "medmis.tools", "medmis.graphs", "medmis.defenses", "medmis.experiments",
+                "medmis.experiments.ablation", "medmis.experiments.analysis", "medmis.experiments.benchmark",
+                "medmis.experiments.export", "medmis.experiments.generate", "medmis.experiments.harness",
+                "medmis.experiments.reporting", "medmis.experiments.review", "medmis.experiments.view")
+
+
+def _is_cli_helper(name: str, value: object) -> bool:
+    """A command's plumbing: it builds a parser, takes parsed arguments, or is the command."""
+    import inspect
+
+    if name.endswith("_command") or name in ("scrub_argv",):
+        return True
+    if not inspect.isfunction(value):
+        return False
+    signature = inspect.signature(value)
+    annotations = [str(p.annotation) for p in signature.parameters.values()] + [str(signature.return_annotation)]
+    return "sub" in signature.parameters or any(t in a for a in annotations for t in ("Namespace", "SubParsersAction"))
+
+
+@pytest.mark.parametrize("face", PUBLIC_FACES)
+def test_no_public_face_lists_a_command_line_helper(face: str) -> None:
+    import importlib
+
+    module = importlib.import_module(face)
+    helpers = [n for n in module.__all__ if _is_cli_helper(n, getattr(module, n))]
+    assert helpers == [], f"{face}.__all__ lists command-line helpers: {helpers}"
+
+
+def test_compare_is_analysis_s() -> None:
+    """The public ``compare`` (two run folders) is defined in analysis, with the records one."""
+    assert experiments.compare is analysis.compare
+    assert analysis.compare.__module__.startswith("medmis.experiments.analysis")
+    assert "compare" in analysis.__all__ and "compare" not in generate.__all__
+
+
+def test_run_metrics_is_compute_run_metrics_now() -> None:
+    """``run`` names the command that makes a run folder; computing a folder's metrics is
+    ``compute_run_metrics`` (the old name resolves, with a warning)."""
+    assert "compute_run_metrics" in analysis.__all__ and "run_metrics" not in analysis.__all__
+    with pytest.warns(DeprecationWarning, match="compute_run_metrics"):
+        old = analysis.run_metrics
+    assert old is analysis.compute_run_metrics

@@ -19,10 +19,14 @@ ROOT = Path(__file__).resolve().parents[1]
 PROBE = '''\
 from medmis.agents import RetryPolicy, estimate_tokens
 from medmis.defenses import DefenderOptions
+from medmis.experiments import RunSpec
+from medmis.experiments.harness import Fingerprint
 
 tokens: str = estimate_tokens("a question")
 policy = RetryPolicy(max_retries="three")
 options: DefenderOptions = 3
+seed: str = Fingerprint().seed
+spec = RunSpec(data="d", models="m", defenders=[])
 '''
 
 
@@ -57,7 +61,10 @@ def test_plain_mypy_outside_the_clone_reports_errors_against_medmis(tmp_path: Pa
     )
     out = done.stdout + done.stderr
     assert "import-not-found" not in out and "import-untyped" not in out, out
-    assert 'probe.py:4: error: Incompatible types in assignment (expression has type "int"' in out, out
-    assert 'probe.py:5: error: Argument "max_retries" to "RetryPolicy" has incompatible type "str"' in out, out
-    assert "probe.py:6: error: Incompatible types in assignment" in out, out
-    assert "Found 3 errors in 1 file" in out and done.returncode == 1, out
+    assert 'probe.py:6: error: Incompatible types in assignment (expression has type "int"' in out, out
+    assert 'probe.py:7: error: Argument "max_retries" to "RetryPolicy" has incompatible type "str"' in out, out
+    assert "probe.py:8: error: Incompatible types in assignment" in out, out
+    # the experiments' public face is typed too (not Any through its lazy export table)
+    assert 'probe.py:9: error: Incompatible types in assignment (expression has type "int | None"' in out, out
+    assert 'probe.py:10: error: Argument "models" to "RunSpec" has incompatible type "str"' in out, out
+    assert "Found 5 errors in 1 file" in out and done.returncode == 1, out

@@ -10,11 +10,13 @@ from ._ablate import (
     DefenderEntry,
     Delivery,
     ModelEntry,
-    ablate_command,
     estimate,
     format_estimates,
     load_config,
     run_ablation,
+)
+from ._ablate import (
+    ablate_command as ablate_command,  # `medmis ablate` (importable; not in __all__)
 )
 
 __all__ = [
@@ -23,7 +25,6 @@ __all__ = [
     "DefenderEntry",
     "Delivery",
     "ModelEntry",
-    "ablate_command",
     "estimate",
     "format_estimates",
     "load_config",

@@ -30,8 +30,15 @@ from pydantic import BaseModel
 from medmis.agents import ModelOptions
 from medmis.defenses import create_defender, load_plugins
 from medmis.experiments.analysis import write_plan
-from medmis.experiments.benchmark import Case, render_prompt
-from medmis.experiments.harness import ModelVariant, Outcome, RunConfig, RunStats, run_experiment
+from medmis.experiments.benchmark import Case, Dataset, render_prompt
+from medmis.experiments.harness import (
+    ModelVariant,
+    Outcome,
+    RunConfig,
+    RunResult,
+    RunStats,
+    run_experiment,
+)
 from medmis.tools import ConfigError
 
 from ._config import (
@@ -42,11 +49,13 @@ from ._config import (
     load_config,
 )
 from ._folders import (
+    GridRun,
+    RunPlan,
     finished_outcome,
     grid_runs,
     nothing_to_do,
+    plan_grid,
     poison_protocols,
-    run_cases,
 )
 from ._preflight import _check_keys, check_config, worst_outcome
 
@@ -261,9 +270,13 @@ def _poison_plan(config: AblationConfig) -> dict[str, Any]:
 
 
 async def run_ablation(config: AblationConfig, *, out: Path, progress: bool = True,
-                       argv: Sequence[str] | None = None, accept_changes: Sequence[str] = ()) -> dict[str, Any]:
+                       argv: Sequence[str] | None = None, accept_changes: Sequence[str] = (),
+                       dataset: Dataset | None = None, plans: Sequence[RunPlan] | None = None) -> dict[str, Any]:
     """Run every folder of the grid (:func:`grid_runs`: the main run, the shuffled Type 2 pass, the
     stability re-runs, the poison shares) in order; returns a summary.
+
+    The data is loaded once for the whole grid and each folder's cases are planned once
+    (``dataset`` and ``plans`` when the caller has them already, as ``medmis ablate`` does).
 
     ``budget_usd`` caps the whole grid: the spend of the folders already run in this invocation
     counts against it, and once it stops one folder no further folder starts.
@@ -281,15 +294,23 @@ async def run_ablation(config: AblationConfig, *, out: Path, progress: bool = Tr
 
     if config.poison is not None:  # the report lists a share never run as "not run"
         write_plan(out, config.poison.shares, _poison_plan(config))
+    if dataset is None:
+        dataset = _load_data(config, out)
+    if plans is None:
+        plans = plan_grid(config, dataset.items, out)
     outcomes: list[Outcome | None] = []
+    finished: list[tuple[GridRun, RunResult]] = []
     summary: dict[str, Any] = {"out": str(out)}
-    for run in grid_runs(config, out):
+    for plan in plans:
+        run = plan.run
         if outcomes and worst_outcome(outcomes).code == EXIT_STOPPED:  # the cap ends the whole grid
             break
         run_cfg = _run_config(config, run.folder, progress=progress, accept_changes=accept_changes, **run.how())
-        result = await run_experiment(run_cfg, argv=argv, stop_when=budget_stop, notice=_notice)
+        result = await run_experiment(run_cfg, argv=argv, stop_when=budget_stop, notice=_notice,
+                                      dataset=dataset, planned=plan.planned)
         spent_before[0] += spent_usd(result.stats, prices, _billed_share(config))
         outcomes.append(result.outcome)
+        finished.append((run, result))
         entry = {"out": str(result.out), "records": result.records, "new": result.new_records}
         if run.folder == out:
             summary.update(records=result.records, new=result.new_records, stopped=result.stats.stopped_reason)
@@ -299,21 +320,22 @@ async def run_ablation(config: AblationConfig, *, out: Path, progress: bool = Tr
             summary.setdefault("stability", []).append({"seed": run.examinee_seed, **entry})
         else:
             summary.setdefault("poison", []).append({"share": run.share, **entry})
-    outcome = worst_outcome(outcomes)
-    summary["exit_code"] = outcome.code
-    summary["outcome"] = outcome.message
     from medmis.experiments.analysis import VerdictSettings
-    from medmis.experiments.reporting import write_report
+    from medmis.experiments.reporting import finish_run
 
     settings = VerdictSettings.from_mapping(config.verdict.model_dump())
-    if "type2_shuffled" in summary:
-        # the pass's own tables; its effect is read in the main report's sensitivity section
-        write_report(out / "type2_shuffled", baseline=config.baseline, figures=False, settings=settings)
-    for run in summary.get("poison", []):  # each share's own tables; the figures are the main report's
-        write_report(run["out"], baseline=config.baseline, figures=False, settings=settings)
-
-    summary["report"] = {k: str(v) for k, v in write_report(out, baseline=config.baseline,
-                                                             settings=settings).items()}
+    # each folder finished as `medmis run` finishes one, the main one last: its report reads
+    # the shuffled pass and the stability re-runs (theirs leave the figures to it; a stability
+    # re-run writes none) and is rewritten whenever the grid ran
+    ends = []
+    for run, result in sorted(finished, key=lambda f: f[0].folder == out):
+        ends.append(finish_run(result, report=run.examinee_seed is None, rewrite=True,
+                               baseline=config.baseline, figures=run.folder == out, settings=settings))
+        if run.folder == out:
+            summary["report"] = {k: str(v) for k, v in result.report.items()}
+    outcome = worst_outcome(ends)
+    summary["exit_code"] = outcome.code
+    summary["outcome"] = outcome.message
     return summary
 
 
@@ -336,33 +358,28 @@ def ablate_command(path: str, *, out: str | None = None, dry_run: bool = False, 
         if problem:
             raise ConfigError(problem)
     out_dir = Path(out or config.out)
-    run_cfg = _run_config(config, out_dir, progress=progress, shuffled=False, accept_changes=accept_changes)
-    from medmis.experiments.benchmark import load_dataset
-
-    dataset = load_dataset(
-        run_cfg.data, subset=config.subset, limit=config.limit, hub_repo=config.data_hub_repo
-    )
-    # every run folder of the grid with its own cases (the folders the run walks, in its order):
-    # the plan, the estimate and the budget check count the shuffled pass, the stability re-runs
-    # and the poison shares as the run executes them
-    plans = [(run, run_cases(config, dataset.items, run)) for run in grid_runs(config, out_dir)]
-    if not plans[0][1]:
+    dataset = _load_data(config, out_dir)
+    # every run folder of the grid with its own cases (the folders the run walks, in its order),
+    # planned once: the estimate, the budget check, the check for work left and the runs use it
+    plans = plan_grid(config, dataset.items, out_dir)
+    if not plans[0].cases:
         raise ConfigError(f"{path}: the selection has no cases (check data, subset, limit, protocols)")
     # the folders' fingerprints first, as `medmis run` checks them: a complete folder of another
     # run is refused, never reported as "nothing to do"; an accepted change goes on to the run,
     # which records it
-    if not dry_run and not _check_folders(config, out_dir, dataset, accept_changes) \
-            and nothing_to_do(config, out_dir, dataset.items):
+    if not dry_run and not _check_folders(config, plans, dataset, accept_changes) \
+            and nothing_to_do(config, plans):
         return finished_outcome(grid_runs(config, out_dir), _notice)
     print(f"ablation {config.name!r}: {len(dataset.items)} items, {len(config.models)} model(s) x "
           f"{len(config.defender_configs())} defender(s), protocols {', '.join(config.protocols)}, "
           f"type1 targets {config.type1_targets}, prompt {config.prompt}"
-          + (" (+ shuffled type2 pass)" if any(run.shuffled for run, _ in plans) else "")
+          + (" (+ shuffled type2 pass)" if any(plan.run.shuffled for plan in plans) else "")
           + (f" (+ {len(config.examinee_seeds())} stability re-runs, examinee seeds "
              f"{', '.join(map(str, config.examinee_seeds()))})" if config.examinee_seeds() else ""))
     grid: list[CellEstimate] = []
     shown: list[dict[str, Any]] = []
-    for run, cases in plans:
+    for plan in plans:
+        run, cases = plan.run, plan.cases
         cells = estimate(config, cases, run.folder)
         grid += cells
         poison = config.poison
@@ -390,7 +407,7 @@ def ablate_command(path: str, *, out: str | None = None, dry_run: bool = False, 
 
     try:
         summary = asyncio.run(run_ablation(config, out=out_dir, progress=progress, argv=argv,
-                                           accept_changes=accept_changes))
+                                           accept_changes=accept_changes, dataset=dataset, plans=plans))
     except RunInterrupted:  # Ctrl-C or SIGTERM: the report at once, saying it is incomplete
         from medmis.experiments.reporting import report_interrupted, write_report
 
@@ -405,11 +422,20 @@ def ablate_command(path: str, *, out: str | None = None, dry_run: bool = False, 
     return int(summary["exit_code"])
 
 
+def _load_data(config: AblationConfig, out: Path) -> Dataset:
+    """The grid's data, loaded once: every folder of it runs the same items."""
+    from medmis.experiments.benchmark import load_dataset
+
+    run_cfg = _run_config(config, out, progress=False, shuffled=False)
+    return load_dataset(run_cfg.data, subset=config.subset, limit=config.limit, hub_repo=config.data_hub_repo)
+
+
 def _notice(message: str) -> None:
     print(f"medmis: {message}", file=sys.stderr)
 
 
-def _check_folders(config: AblationConfig, out: Path, dataset: Any, accept_changes: Sequence[str]) -> bool:
+def _check_folders(config: AblationConfig, plans: Sequence[RunPlan], dataset: Dataset,
+                   accept_changes: Sequence[str]) -> bool:
     """Check every run folder of the grid (:func:`grid_runs`) as the harness checks them before
     it claims one; True when a difference was accepted.
 
@@ -419,8 +445,9 @@ def _check_folders(config: AblationConfig, out: Path, dataset: Any, accept_chang
     from medmis.experiments.harness import Harness
 
     accepted = False
-    for run in grid_runs(config, out):
+    for plan in plans:
+        run = plan.run
         cfg = _run_config(config, run.folder, progress=False, accept_changes=accept_changes, **run.how())
-        diff = Harness(cfg).check_folder(dataset)
+        diff = Harness(cfg, dataset=dataset, planned=plan.planned).check_folder(dataset)
         accepted = accepted or bool(diff is not None and diff.changed)
     return accepted

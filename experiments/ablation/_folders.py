@@ -12,15 +12,15 @@ from typing import Any
 
 from medmis.defenses import create_defender
 from medmis.experiments.analysis import share_dir, share_label
-from medmis.experiments.benchmark import Case, ProtocolName, build_cases
+from medmis.experiments.benchmark import Case, Item, ProtocolName, build_cases
 
 from ._config import AblationConfig
 from ._preflight import pending_cases
 
 STABILITY_DIR = "stability"  # as medmis.experiments.reporting._stability reads it
 
-__all__ = ["STABILITY_DIR", "GridRun", "finished_outcome", "grid_runs", "nothing_to_do", "poison_protocols",
-           "run_cases"]
+__all__ = ["STABILITY_DIR", "GridRun", "RunPlan", "finished_outcome", "grid_runs", "nothing_to_do", "plan_grid",
+           "poison_protocols", "run_cases"]
 
 
 @dataclass(frozen=True)
@@ -72,15 +72,35 @@ def run_cases(config: AblationConfig, items: Sequence[Any], run: GridRun) -> lis
                        prompt=config.prompt)
 
 
-def nothing_to_do(config: AblationConfig, out: Path, items: Sequence[Any]) -> bool:
+@dataclass(frozen=True)
+class RunPlan:
+    """One run folder of the grid with its cases, planned once: the estimate and the check for
+    work left read ``cases``; the folder's harness runs ``planned`` (the same cases as
+    ``(item index, protocol, target)``) instead of planning them again."""
+
+    run: GridRun
+    cases: list[Case]
+    planned: list[tuple[int, ProtocolName, str | None]]
+
+
+def plan_grid(config: AblationConfig, items: Sequence[Item], out: Path) -> list[RunPlan]:
+    """The plan of every run folder of the grid under ``out`` (:func:`grid_runs`' order)."""
+    index = {item.key: i for i, item in enumerate(items)}
+    plans = []
+    for run in grid_runs(config, out):
+        cases = run_cases(config, items, run)
+        plans.append(RunPlan(run, cases, [(index[c.item.key], c.protocol, c.target) for c in cases]))
+    return plans
+
+
+def nothing_to_do(config: AblationConfig, plans: Sequence[RunPlan]) -> bool:
     """Every case of every run of the grid is recorded already."""
-    if not (out / "records.jsonl").exists():
+    if not plans or not (plans[0].run.folder / "records.jsonl").exists():
         return False
     models = [m.name for m in config.models]
     labels = [create_defender(d.name, d.options).label for d in config.defender_configs()]
-    return sum(pending_cases(run.folder, models, labels, run_cases(config, items, run),
-                             retry_errors=config.retry_errors)
-               for run in grid_runs(config, out)) == 0
+    return sum(pending_cases(plan.run.folder, models, labels, plan.cases, retry_errors=config.retry_errors)
+               for plan in plans) == 0
 
 
 def finished_outcome(runs: Sequence[GridRun], notice: Callable[[str], None]) -> int:

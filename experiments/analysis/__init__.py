@@ -1,8 +1,9 @@
 """Records -> metrics -> verdict: paired accuracy, ASR, TASR, recovery, strata, comparisons,
 cost, and the decision drawn from them.
 
-``compare_records`` pairs two runs of the same grid on two versions of the items.
-``compute_metrics`` (or ``run_metrics`` on a run folder) turns a run's records into a
+``compare`` (two run folders) and ``compare_records`` pair two runs of the same grid on two
+versions of the items.
+``compute_metrics`` (or ``compute_run_metrics`` on a run folder; ``run_metrics`` before) turns a run's records into a
 :class:`MetricsReport`; ``decide`` turns that into a :class:`Verdict` (``Verdict.to_json()`` is
 ``verdict.json``). The interval and test functions they use are public for reuse.
 """
@@ -13,8 +14,8 @@ from ._cluster import (
     clustered_proportion,
     tango_interval,
 )
-from ._columnar import run_metrics
-from ._compare import CompareRow, compare_records
+from ._columnar import compute_run_metrics
+from ._compare import CompareRow, compare, compare_records
 from ._compute import compare_defenders, compute_metrics
 from ._metrics import (
     PAIRWISE_METRICS,
@@ -125,10 +126,12 @@ __all__ = [
     "cluster_sign_test",
     "clustered_paired_diff",
     "clustered_proportion",
+    "compare",
     "compare_defenders",
     "compare_paired",
     "compare_records",
     "compute_metrics",
+    "compute_run_metrics",
     "cost_of",
     "decide",
     "decide_family",
@@ -146,7 +149,6 @@ __all__ = [
     "percentile",
     "planned_shares",
     "removal_rates",
-    "run_metrics",
     "run_removal_rates",
     "same_answers",
     "share_cells",
@@ -158,3 +160,15 @@ __all__ = [
     "wilson",
     "write_plan",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # ``run_metrics`` was this package's name for ``compute_run_metrics`` (a verb for what it
+    # does: ``run`` names the command that makes a run folder)
+    if name == "run_metrics":
+        import warnings
+
+        warnings.warn("medmis.experiments.analysis.run_metrics is deprecated: use compute_run_metrics",
+                      DeprecationWarning, stacklevel=2)
+        return compute_run_metrics
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

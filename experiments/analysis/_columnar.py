@@ -410,7 +410,7 @@ def records_into(con: duckdb.DuckDBPyConnection, records: Iterable[Record], name
                 f"subset || '/' || item_id AS item_key FROM {name}__raw")
 
 
-def run_metrics(run_dir: str | Path, *, baseline: str = "none", n_boot: int = 2000,
+def compute_run_metrics(run_dir: str | Path, *, baseline: str = "none", n_boot: int = 2000,
                 seed: int = 0) -> MetricsReport:
     """The metrics of a run folder's ``records.jsonl``, scanned (and compacted) by DuckDB;
     records outside the folder's plan (``plan.json``) are left out."""

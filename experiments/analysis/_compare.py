@@ -7,6 +7,7 @@ Type 2 ASR the items clean-correct in both. The definitions are the metrics' own
 (:mod:`._units`): an unparsed answer under attack is incorrect, so it counts as a flip, as in
 ``metrics.json``. Differences are B - A with intervals clustered on items
 (:func:`~._cluster.clustered_paired_diff`) and an item-level sign-flip test.
+:func:`compare` does the same over two run folders (their planned records);
 ``medmis compare`` (:mod:`medmis.experiments.generate`) prints and plots these rows.
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from medmis.experiments.benchmark import Record
 
@@ -86,3 +88,26 @@ def compare_records(a: list[Record], b: list[Record], *, seed: int = 0) -> list[
             rows.append(CompareRow(model, defender, name, d.n, d.clusters, sum(x) / len(x), sum(y) / len(y),
                                    d.diff, d.lo, d.hi, p, test))
     return rows
+
+
+def compare(run_a: str | Path, run_b: str | Path, *, seed: int = 0) -> list[CompareRow]:
+    """Paired differences (B - A) per model, defender and metric on the units both runs graded
+    (the table of ``medmis compare RUN_A RUN_B``); empty when they share no model/defender.
+
+    Args:
+        run_a: The first run folder.
+        run_b: The second run folder.
+        seed: The seed of the intervals' resampling.
+
+    Raises:
+        FileNotFoundError: A folder has no ``records.jsonl``.
+    """
+    from medmis.experiments.harness import keep_planned, read_records
+
+    def planned(run_dir: str | Path) -> list[Record]:
+        path = Path(run_dir) / "records.jsonl"
+        if not path.exists():
+            raise FileNotFoundError(f"no records.jsonl in {run_dir}")
+        return keep_planned(path.parent, read_records(path))[0]
+
+    return compare_records(planned(run_a), planned(run_b), seed=seed)

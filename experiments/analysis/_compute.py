@@ -24,7 +24,7 @@ def compare_defenders(report: MetricsReport, model: str, pairs: Sequence[tuple[s
 
     Raises:
         ValueError: When the report keeps no per-unit outcomes of ``metric`` (it was not made
-            by :func:`compute_metrics` / ``run_metrics``).
+            by :func:`compute_metrics` / ``compute_run_metrics``).
     """
     if metric not in PAIRWISE_METRICS:
         raise ValueError(f"per-unit outcomes are kept for {', '.join(PAIRWISE_METRICS)} only")
@@ -50,7 +50,7 @@ def compute_metrics(
     """Compute every metric, stratum, cost figure and paired comparison of a run.
 
     The records go into DuckDB and the same columnar engine as ``medmis report`` computes
-    the figures (:mod:`._columnar`); for a run folder use :func:`run_metrics`, which scans
+    the figures (:mod:`._columnar`); for a run folder use :func:`compute_run_metrics`, which scans
     ``records.jsonl`` without making a Python object per record.
 
     Args:

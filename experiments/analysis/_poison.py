@@ -4,7 +4,7 @@ defender stops being better than the baseline.
 An ablation with ``[poison]`` runs the clean and Type 1 cases once per share into
 ``OUT/poison/share-<S>`` (:func:`share_dir`); ``OUT/poison/shares.json`` lists the shares
 planned. Each share folder is a run of its own: its Type 1 ASR and TASR, clean accuracy and
-paired comparisons are those of ``metrics.json`` (:func:`~._columnar.run_metrics`).
+paired comparisons are those of ``metrics.json`` (:func:`~._columnar.compute_run_metrics`).
 
 **Exposure** is read from the records' ``poison`` block (:class:`PoisonExposure`): among the
 Type 1 cases that finished (no error) and carry a block, the share that saw at least one

@@ -483,7 +483,7 @@ def decide(
     """Apply the verdict rules to a run's metrics (one run: its own family).
 
     Args:
-        report: The run's metrics (from :func:`compute_metrics` or :func:`run_metrics`, which
+        report: The run's metrics (from :func:`compute_metrics` or :func:`compute_run_metrics`, which
             keep the per-unit outcomes the candidate-vs-candidate comparisons need).
         controls: Defender labels that are controls (never named); default: the registered
             controls among the report's defenders.

@@ -64,7 +64,7 @@ if TYPE_CHECKING:
         Usage,
         as_view,
     )
-    from ._validate import validate_command
+    from ._validate import validate_command as validate_command  # `medmis validate`
 
 # Loaded on first use: a module that needs one core type (``Record`` for the records file, the
 # columnar scan) does not pay for the prompt presets and LangChain's message types.
@@ -168,5 +168,4 @@ __all__ = [
     "stable_rng",
     "subset_from_path",
     "type1_target",
-    "validate_command",
 ]

@@ -5,7 +5,9 @@
 Face dataset (Parquet tables and a ``README.md`` card). ``medmis export inspect|parquet`` runs them.
 """
 
-from ._cli import add_export_parser, run_export
+# `medmis export`: importable for the CLI, not in __all__
+from ._cli import add_export_parser as add_export_parser
+from ._cli import run_export as run_export
 from ._dataset import (
     CONFIGS,
     Coverage,
@@ -22,12 +24,10 @@ __all__ = [
     "INSTALL_HINT",
     "SCORERS",
     "Coverage",
-    "add_export_parser",
     "config_file",
     "dataset_card",
     "export_inspect",
     "export_parquet",
     "item_languages",
-    "run_export",
     "text_language",
 ]

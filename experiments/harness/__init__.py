@@ -12,9 +12,9 @@ from medmis.tools import lazy_exports
 if TYPE_CHECKING:
     from ._budget import budget_stop, spent_usd
     from ._checks import check_baseline
-    from ._config import CacheMode, ModelVariant, merge_options
+    from ._config import CacheMode, ModelVariant, RunOptions, RunSpec, merge_options
     from ._experiment import run_experiment
-    from ._fingerprint import ACCEPTABLE_CHANGES
+    from ._fingerprint import ACCEPTABLE_CHANGES, Fingerprint, FingerprintDiff
     from ._identity import bare_url
     from ._io import RecordsFileError, WriteFailed, append_records, read_records, repair_torn_tail
     from ._outcome import (
@@ -42,7 +42,9 @@ if TYPE_CHECKING:
         RunSetupError,
         RunStats,
         package_versions,
-        scrub_argv,
+    )
+    from ._runner import (
+        scrub_argv as scrub_argv,  # the manifest's, importable; not in __all__
     )
     from ._scan import (
         KEY,
@@ -64,8 +66,8 @@ _HOME = {
     "run_experiment": "_experiment",
     **dict.fromkeys(("budget_stop", "spent_usd"), "_budget"),
     **dict.fromkeys(("check_baseline",), "_checks"),
-    **dict.fromkeys(("CacheMode", "ModelVariant", "merge_options"), "_config"),
-    **dict.fromkeys(("ACCEPTABLE_CHANGES",), "_fingerprint"),
+    **dict.fromkeys(("CacheMode", "ModelVariant", "RunOptions", "RunSpec", "merge_options"), "_config"),
+    **dict.fromkeys(("ACCEPTABLE_CHANGES", "Fingerprint", "FingerprintDiff"), "_fingerprint"),
     **dict.fromkeys(("bare_url",), "_identity"),
     **dict.fromkeys(("RecordsFileError", "WriteFailed"), "_io"),
     **dict.fromkeys(
@@ -102,6 +104,8 @@ __all__ = [
     "RECORD_COLUMNS",
     "CacheMode",
     "DefenderConfig",
+    "Fingerprint",
+    "FingerprintDiff",
     "Harness",
     "ModelVariant",
     "Outcome",
@@ -109,8 +113,10 @@ __all__ = [
     "RecordsFileError",
     "RunConfig",
     "RunInterrupted",
+    "RunOptions",
     "RunResult",
     "RunSetupError",
+    "RunSpec",
     "RunStats",
     "WriteFailed",
     "append_records",
@@ -134,6 +140,5 @@ __all__ = [
     "repair_torn_tail",
     "run_experiment",
     "scan_jsonl",
-    "scrub_argv",
     "spent_usd",
 ]

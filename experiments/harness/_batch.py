@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 
 from medmis.agents import ModelOptions, RetryPolicy, parse_spec, retry_async
 from medmis.defenses import Defender, DefenderContext
-from medmis.experiments.benchmark import Case, ProtocolName
+from medmis.experiments.benchmark import Case, Dataset, ProtocolName
 from medmis.tools import bulk_transfers, redact
 
 from ._batch_model import BatchChat, BatchRequest, RequestCollected
@@ -41,12 +41,12 @@ from ._models import ModelPool
 from ._outcome import RunInterrupted
 from ._prepare import ClaimedFolder, write_invalid_rows
 from ._progress import RunProgress
+from ._resume import CaseJob
 from ._runner import Harness
 from ._solve import solve_case
 
 BATCH_PROVIDERS = ("openai", "google")
 
-Job = tuple[str, Defender, Case]
 T = TypeVar("T")
 
 
@@ -138,7 +138,7 @@ class BatchHarness(Harness):
             print(f"medmis run --batch: {text}", file=sys.stderr, flush=True)
 
     # -- pass 1: the requests ------------------------------------------------------------------
-    async def _collect(self, jobs: list[Job]) -> dict[CaseKey, BatchRequest]:
+    async def _collect(self, jobs: list[CaseJob]) -> dict[CaseKey, BatchRequest]:
         collectors = {spec: BatchChat(real=self._pool.raw(spec)) for spec in self.config.models}
         out: dict[CaseKey, BatchRequest] = {}
         for spec, d, case in jobs:
@@ -158,7 +158,7 @@ class BatchHarness(Harness):
             out[_key(spec, d, case)] = chat.collected[-1]
         return out
 
-    async def _submit(self, book: BatchBook, jobs: list[Job],
+    async def _submit(self, book: BatchBook, jobs: list[CaseJob],
                       requests: dict[CaseKey, BatchRequest]) -> list[BatchJob]:
         by_spec: dict[str, dict[str, tuple[BatchRequest, list[CaseKey]]]] = {}
         for spec, d, case in jobs:
@@ -180,7 +180,7 @@ class BatchHarness(Harness):
         return submitted
 
     # -- the run ---------------------------------------------------------------------------------
-    async def _run_claimed(self, planned: list[tuple[int, ProtocolName, str | None]], dataset: Any,
+    async def _run_claimed(self, planned: list[tuple[int, ProtocolName, str | None]], dataset: Dataset,
                            claim: ClaimedFolder) -> RunResult:
         (self.out / "traces").mkdir(exist_ok=True)
         skipped = write_invalid_rows(self.out, dataset, self.notice)
@@ -220,7 +220,7 @@ class BatchHarness(Harness):
         return RunResult(self.out, self._finish(records_path), new, self.stats, skipped_rows=skipped,
                          outcome=self.outcome)
 
-    async def _prepare_jobs(self, book: BatchBook, todo: list[Job]) -> tuple[list[BatchJob], dict[CaseKey, Job]]:
+    async def _prepare_jobs(self, book: BatchBook, todo: list[CaseJob]) -> tuple[list[BatchJob], dict[CaseKey, CaseJob]]:
         """Build every pending case's request; find the stored jobs that hold them and submit
         the rest. Returns the jobs to wait on and the pending cases by key."""
         requests = await self._collect(todo)
@@ -242,7 +242,7 @@ class BatchHarness(Harness):
         book.save(self.out)
         return active, {_key(*j): j for j in todo}
 
-    async def _wait_and_write(self, book: BatchBook, active: list[BatchJob], by_key: dict[CaseKey, Job],
+    async def _wait_and_write(self, book: BatchBook, active: list[BatchJob], by_key: dict[CaseKey, CaseJob],
                               rec_fh: Any, trace_handles: dict[str, Any],
                               clean_state: dict[tuple[str, str, str], bool]) -> int:
         new = 0
@@ -269,7 +269,7 @@ class BatchHarness(Harness):
                 self._say(f"waiting on {len(still)} job(s): {line}; next poll in {self.config.batch_poll_s:g} s")
                 await asyncio.sleep(self.config.batch_poll_s)
 
-    async def _write_job(self, job: BatchJob, by_key: dict[CaseKey, Job], rec_fh: Any,
+    async def _write_job(self, job: BatchJob, by_key: dict[CaseKey, CaseJob], rec_fh: Any,
                          trace_handles: dict[str, Any], clean_state: dict[tuple[str, str, str], bool]) -> int:
         """Pass 2 for one ended job: its cases through the ordinary case path, answered from
         the job's results."""

@@ -13,14 +13,18 @@ import contextlib
 import os
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, TYPE_CHECKING, Any
 
 from medmis.tools import configured_secrets
 
 from ._io import WriteFailed, repair_torn_tail, scrub_lines
+from ._resume import CaseJob
 
-# (model spec, defender, case); the defender and case types live in the runner's imports
-Job = tuple[str, Any, Any]
+if TYPE_CHECKING:  # the runner imports this module
+    from medmis.experiments.benchmark import Record
+
+    from ._progress import RunProgress
+    from ._runner import Harness
 
 
 async def run_workers(n: int, worker: Callable[[], Awaitable[None]], on_failure: Callable[[], None]) -> None:
@@ -67,7 +71,7 @@ class CaseLoop:
         trace_handles: Open trace files by name, shared with the caller (it closes them).
     """
 
-    def __init__(self, harness: Any, jobs: list[Job], rec_fh: Any,
+    def __init__(self, harness: Harness, jobs: list[CaseJob], rec_fh: IO[str],
                  clean_state: dict[tuple[str, str, str], bool],
                  trace_handles: dict[str, Any] | None = None) -> None:
         self.harness = harness
@@ -76,12 +80,12 @@ class CaseLoop:
         self.clean_state = clean_state
         self.trace_handles: dict[str, Any] = {} if trace_handles is None else trace_handles
         self.written = 0
-        self.progress: Any = None
+        self.progress: RunProgress | None = None
         self._secrets = configured_secrets()
         self._pending: Iterator[int] = iter(range(len(jobs)))
         self._failed = False
 
-    def accept(self, record: Any, record_line: str, trace_line: str) -> None:
+    def accept(self, record: Record, record_line: str, trace_line: str) -> None:
         """Write one case's record and trace, count it, and apply the run's stop rule.
 
         Once a write has failed nothing more is written (the run raises that failure; the
@@ -94,7 +98,7 @@ class CaseLoop:
             self._fail()
             raise
 
-    def _write(self, record: Any, record_line: str, trace_line: str) -> None:
+    def _write(self, record: Record, record_line: str, trace_line: str) -> None:
         h = self.harness
         key = record.trace_file or h._trace_file(record.model, record.defender)
         fh = self.trace_handles.get(key)
@@ -133,7 +137,7 @@ class CaseLoop:
         if h.stats.stopped_reason:
             self._close()
 
-    async def _case(self, index: int) -> tuple[Any, str, str]:
+    async def _case(self, index: int) -> tuple[Record, str, str]:
         spec, defender, case = self.jobs[index]
         record, trace = await self.harness.run_case(spec, defender, case)
         return scrub_lines(record, trace, self._secrets)
@@ -146,7 +150,7 @@ class CaseLoop:
         self._failed = True
         self._close()
 
-    async def run(self, make_progress: Callable[[], Any]) -> int:
+    async def run(self, make_progress: Callable[[], RunProgress]) -> int:
         """Run every job (or until the run stops); the number of records written.
 
         ``make_progress`` is called once, before the first case.

@@ -1,17 +1,23 @@
-"""What determines a run (``RunConfig`` and its defenders) and what a run reports back
-(``RunStats`` while it runs, ``RunResult`` when it ends)."""
+"""What determines a run and what it reports back.
+
+A run is a :class:`RunSpec` (the science, fingerprinted) carried out with :class:`RunOptions`
+(operational); :class:`RunConfig` is the two in one flat model. ``RunStats`` are its live
+figures, ``RunResult`` what it returns."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from medmis.agents import ModelOptions
 from medmis.experiments.benchmark import PROTOCOLS, PromptName, ProtocolName, Record, Type1Targets
 from medmis.tools import ConfigError, PoisonSettings
+
+if TYPE_CHECKING:
+    from ._outcome import Outcome
 
 DEFAULT_CASE_TIMEOUT_S = 1800.0
 """A case's deadline unless ``--case-timeout`` says otherwise: 30 minutes, far above what an
@@ -69,8 +75,15 @@ def merge_options(base: ModelOptions, overrides: dict[str, Any]) -> ModelOptions
     return ModelOptions.model_validate({**data, **overrides})
 
 
-class RunConfig(BaseModel):
-    """Everything that determines a run (recorded in manifest.json)."""
+class RunSpec(BaseModel):
+    """What a run *is*: the science its records depend on (data, models, defenders, protocols,
+    prompt, seed, decoding, the web tools and their conditions).
+
+    Every field here is part of the run folder's fingerprint (``._fingerprint``), directly or
+    through what it resolves to (the data's sha256, the defenders' code, the servers the
+    models talk to): a resume into a folder must match it. How the run is *carried out* is
+    :class:`RunOptions`.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
@@ -92,17 +105,6 @@ class RunConfig(BaseModel):
     shuffle_type2: bool = False
     prompt: PromptName = "paper"
     seed: int = 0
-    out: str
-    max_connections: int = Field(default=8, ge=1)
-    max_retries: int = Field(default=4, ge=0)
-    retry_base_delay: float = 1.0
-    retry_deadline_s: float = 300.0
-    tool_timeout_s: float = 30.0
-    case_timeout_s: float = Field(default=DEFAULT_CASE_TIMEOUT_S, gt=0)
-    """Seconds a defender has to answer one case (``--case-timeout``): past it the case is an
-    error and the run goes on (``._solve``). Operational: not part of the fingerprint."""
-    cache: CacheMode = "live"
-    cache_dir: str | None = None
     search: SearchBackendName = "local"
     visit: VisitBackendName = "direct"
     corpus_dir: str | None = None
@@ -110,29 +112,12 @@ class RunConfig(BaseModel):
     """Ambient misinformation (``--search-ambient FILE``): passages searched with the local corpus
     by every case, clean ones included. A named condition, in the fingerprint (the file's sha256)
     and on every surface that shows the run's results; None: the clean web."""
-    allow_hosts: list[str] = Field(default_factory=list)
-    blocklist: str | None = None
     poison: PoisonSettings | None = None
     """A poisoned web (``--poison``): a share of every Type 1 case's search results are that
     case's poisoned pages (``medmis.tools._poisoned_web``)."""
-    retry_errors: bool = False
-    progress: bool = True
-    write_report: bool = True
-    prices: dict[str, tuple[float, float]] = Field(default_factory=dict)
-    """USD per million input and output tokens by model spec (recorded in manifest.json)."""
-    batch: bool = False
-    """Submit the cases as provider batch jobs (OpenAI Batch API, Gemini batches)."""
-    batch_poll_s: float = Field(default=30.0, gt=0)
-    """Seconds between two polls of the run's pending batch jobs."""
-    batch_discount: float = Field(default=BATCH_DISCOUNT, ge=0, lt=1)
-    """Share taken off the ``prices`` for a batch run: they are list prices and the batch APIs
-    bill half (0 when the prices given are batch prices already)."""
-    accept_changes: list[str] = Field(default_factory=list)
-    """Fingerprint fields allowed to differ from the run already in ``out`` (see
-    ``_fingerprint.ACCEPTABLE_CHANGES``); each accepted change is recorded in the manifest."""
 
     @model_validator(mode="after")
-    def _variants_are_models(self) -> RunConfig:
+    def _variants_are_models(self) -> Self:
         stray = sorted(set(self.model_variants) - set(self.models))
         if stray:
             raise ValueError(f"model_variants names models the run does not have: {', '.join(stray)}")
@@ -154,6 +139,65 @@ class RunConfig(BaseModel):
         draws with it, no provider is sent it. Read when models are built, not stored at
         validation, so a copy of the config with another ``seed`` reseeds the examinee."""
         return opts if opts.run_seed is not None else opts.model_copy(update={"run_seed": self.seed})
+
+
+class RunOptions(BaseModel):
+    """How a run is carried out: where it writes, how hard it pushes the providers, when it
+    gives up, what it shows. None of it is part of the fingerprint: a resume may change any."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    out: str
+    max_connections: int = Field(default=8, ge=1)
+    max_retries: int = Field(default=4, ge=0)
+    retry_base_delay: float = 1.0
+    retry_deadline_s: float = 300.0
+    tool_timeout_s: float = 30.0
+    case_timeout_s: float = Field(default=DEFAULT_CASE_TIMEOUT_S, gt=0)
+    """Seconds a defender has to answer one case (``--case-timeout``): past it the case is an
+    error and the run goes on (``._solve``)."""
+    cache: CacheMode = "live"
+    cache_dir: str | None = None
+    allow_hosts: list[str] = Field(default_factory=list)
+    blocklist: str | None = None
+    retry_errors: bool = False
+    progress: bool = True
+    write_report: bool = True
+    prices: dict[str, tuple[float, float]] = Field(default_factory=dict)
+    """USD per million input and output tokens by model spec (recorded in manifest.json)."""
+    batch: bool = False
+    """Submit the cases as provider batch jobs (OpenAI Batch API, Gemini batches)."""
+    batch_poll_s: float = Field(default=30.0, gt=0)
+    """Seconds between two polls of the run's pending batch jobs."""
+    batch_discount: float = Field(default=BATCH_DISCOUNT, ge=0, lt=1)
+    """Share taken off the ``prices`` for a batch run: they are list prices and the batch APIs
+    bill half (0 when the prices given are batch prices already)."""
+    accept_changes: list[str] = Field(default_factory=list)
+    """Fingerprint fields allowed to differ from the run already in ``out`` (see
+    ``_fingerprint.ACCEPTABLE_CHANGES``); each accepted change is recorded in the manifest."""
+
+
+class RunConfig(RunOptions, RunSpec):
+    """A run's :class:`RunSpec` and :class:`RunOptions` in one flat model (what the harness
+    takes, and ``manifest.json``'s ``config``). Build one with keyword fields as before, or
+    from the two parts with :meth:`of`; :attr:`spec` and :attr:`options` split it again."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    @classmethod
+    def of(cls, spec: RunSpec, options: RunOptions) -> RunConfig:
+        """The run of ``spec`` carried out with ``options``."""
+        return cls.model_validate({**dict(spec), **dict(options)})
+
+    @property
+    def spec(self) -> RunSpec:
+        """The fingerprinted part."""
+        return RunSpec.model_validate({k: getattr(self, k) for k in RunSpec.model_fields})
+
+    @property
+    def options(self) -> RunOptions:
+        """The operational part."""
+        return RunOptions.model_validate({k: getattr(self, k) for k in RunOptions.model_fields})
 
 
 @dataclass
@@ -231,5 +275,5 @@ class RunResult:
     """Invalid data rows left out under ``on_invalid="skip"`` (listed in ``INVALID_ROWS_FILE``)."""
     nothing_to_do: bool = False
     """Every case key was already recorded: nothing ran."""
-    outcome: Any = None
-    """The ``_outcome.Outcome`` (exit status and summary line) of the run folder."""
+    outcome: Outcome | None = None
+    """The exit status and summary line of the run folder (set by every run that returns)."""

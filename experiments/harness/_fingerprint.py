@@ -20,11 +20,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
 from medmis.agents import decoding_fingerprint, decoding_table, effective_base_url
-from medmis.experiments.benchmark import prompt_preset
+from medmis.experiments.benchmark import Dataset, prompt_preset
 
 from ._ambient import ambient_fingerprint
-from ._config import RunConfig
+from ._config import RunSpec
 from ._identity import (
     bare_url,
     defender_code,
@@ -34,8 +36,8 @@ from ._identity import (
 )
 from ._poison import poison_fingerprint
 
-__all__ = ["ACCEPTABLE_CHANGES", "ITEM_FIELDS", "MODEL_FIELDS", "FingerprintDiff", "accept_name",
-           "compare_fingerprints", "legacy_fingerprint", "merge_fingerprints", "run_fingerprint"]
+__all__ = ["ACCEPTABLE_CHANGES", "ITEM_FIELDS", "MODEL_FIELDS", "DefenderPrint", "Fingerprint", "FingerprintDiff",
+           "accept_name", "compare_fingerprints", "run_fingerprint"]
 
 ITEM_FIELDS = (
     "data_sha256", "subset", "limit", "on_invalid", "seed", "protocols", "type1_targets",
@@ -63,12 +65,192 @@ ACCEPTABLE_CHANGES = (*ITEM_FIELDS, *MODEL_FIELDS, "defenders", "defender_code")
 _TRANSPORT_OPTIONS = ("timeout_s", "base_urls", "max_response_bytes")
 
 
-def run_fingerprint(config: RunConfig, defenders: Sequence[Any], dataset: Any,
-                    models: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The fingerprint of one invocation (JSON-ready).
+class DefenderPrint(BaseModel):
+    """A defender label's part of the fingerprint: its registry name, options and code."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    name: str | None = None
+    options: dict[str, Any] = Field(default_factory=dict)
+    code: dict[str, Any] | None = None
+    """The code identity (``._identity.defender_code``); not recorded by older manifests, and
+    then not compared."""
+
+
+class Fingerprint(BaseModel):
+    """The settings a run folder's records depend on (``manifest.json``'s ``fingerprint``).
+
+    A field is *recorded* when it was given (``model_fields_set``): a field an older manifest
+    did not record is not compared (see the module's docstring). Written back with
+    :meth:`to_json`, in the shape ``manifest.json`` has always had. Older manifests are read
+    by :meth:`from_manifest`, the one place that knows their shapes.
+    """
+
+    model_config = ConfigDict(extra="ignore")
+
+    data_sha256: str | None = None
+    subset: str | None = None
+    limit: int | None = None
+    on_invalid: str | None = None
+    seed: int | None = None
+    protocols: list[str] = Field(default_factory=list)
+    type1_targets: str | None = None
+    shuffle_type2: bool | None = None
+    prompt: str | None = None
+    """``name@version`` of the prompt preset."""
+    model_options: dict[str, Any] = Field(default_factory=dict)
+    """The run's model options without the transport options and the decoding preset."""
+    decoding: dict[str, Any] | None = None
+    """The decoding preset and the user's overrides (``medmis.agents.decoding_fingerprint``)."""
+    decoding_resolved: dict[str, Any] = Field(default_factory=dict)
+    """The values each model's decoding resolved to (recorded, never compared)."""
+    models: list[str] = Field(default_factory=list)
+    endpoints: dict[str, str | None] = Field(default_factory=dict)
+    """The server each (non-simulated) model talks to, credentials stripped."""
+    examinee: dict[str, Any] = Field(default_factory=dict)
+    """The simulated examinee's settings by model spec."""
+    model_variants: dict[str, Any] = Field(default_factory=dict)
+    """Models run under a name of their own: name -> spec and option overrides."""
+    defenders: dict[str, DefenderPrint] = Field(default_factory=dict)
+    web_tools: dict[str, Any] | None = None
+    poison: dict[str, Any] | None = None
+    search_ambient: dict[str, Any] | None = None
+    medmis: dict[str, Any] | None = None
+    """medmis's version and commit: a change is announced, never refused."""
+
+    @classmethod
+    def from_manifest(cls, manifest: Mapping[str, Any]) -> Fingerprint:
+        """The fingerprint a ``manifest.json`` records; for a manifest written before
+        fingerprints existed, the fields it can still vouch for (the only migration of older
+        shapes: every other reader gets a :class:`Fingerprint`).
+
+        Raises:
+            ValueError: The recorded fingerprint is not one (a field of the wrong type).
+        """
+        recorded = manifest.get("fingerprint")
+        try:
+            return cls.model_validate(recorded if isinstance(recorded, Mapping) else _legacy_fields(manifest))
+        except ValidationError as exc:
+            where = ", ".join(".".join(map(str, e["loc"])) for e in exc.errors()[:3])
+            raise ValueError(f"its fingerprint is malformed ({where})") from None
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON form written to ``manifest.json`` (only the recorded fields)."""
+        return self.model_dump(mode="json", exclude_unset=True)
+
+    def recorded(self, name: str) -> bool:
+        """Whether ``name`` was recorded (an older manifest may lack it)."""
+        return name in self.model_fields_set
+
+    def compare(self, new: Fingerprint) -> FingerprintDiff:
+        """What differs between this (recorded) fingerprint and a new invocation's."""
+        diff = FingerprintDiff()
+        diff.changed.update(self._item_changes(new))
+        diff.changed.update(self._model_changes(new))
+        diff.added_models = sorted(set(new.models) - set(self.models))
+        diff.changed.update(self._variant_changes(new))
+        diff.added_defenders = [label for label in new.defenders if label not in self.defenders]
+        diff.changed.update(self._defender_changes(new))
+        if self.medmis and new.medmis and self.medmis != new.medmis:
+            diff.medmis = (self.medmis, new.medmis)
+        return diff
+
+    def _item_changes(self, new: Fingerprint) -> dict[str, tuple[Any, Any]]:
+        changed: dict[str, tuple[Any, Any]] = {}
+        for name in ITEM_FIELDS:
+            if not self.recorded(name) and name not in _NONE_WHEN_ABSENT:
+                continue  # recorded by an older version that did not know this field
+            if name in _BOTH_OR_NEITHER and not new.recorded(name):
+                continue
+            old_v, new_v = getattr(self, name), getattr(new, name)
+            if name == "model_options" and self.recorded("endpoints") and new.recorded("endpoints"):
+                # the server each model talks to is compared as `endpoints` (flag or environment)
+                old_v, new_v = _without(old_v, "base_url"), _without(new_v, "base_url")
+            if old_v == new_v:
+                continue
+            if isinstance(old_v, Mapping) and isinstance(new_v, Mapping):
+                old_v, new_v = _dict_diff(old_v, new_v)
+                if not old_v and not new_v:
+                    continue  # only keys one side lacks and the other holds as null: no change
+            changed[name] = (old_v, new_v)
+        return changed
+
+    def _model_changes(self, new: Fingerprint) -> dict[str, tuple[Any, Any]]:
+        """``endpoints`` and ``examinee`` of the models both invocations run (an added model
+        is not a change); of a dict value only the keys that differ, as ``<spec> <key>``."""
+        changed: dict[str, tuple[Any, Any]] = {}
+        for name in MODEL_FIELDS:
+            if not (self.recorded(name) and new.recorded(name)):
+                continue
+            old_m, new_m = getattr(self, name), getattr(new, name)
+            before: dict[str, Any] = {}
+            after: dict[str, Any] = {}
+            for spec in sorted(set(old_m) & set(new_m)):
+                a, b = old_m[spec], new_m[spec]
+                if name == "examinee" and isinstance(a, Mapping) and isinstance(b, Mapping) \
+                        and a.get("seed") == self.seed and b.get("seed") == new.seed:
+                    # a model that follows the run's seed: that change is the `seed` field's
+                    a, b = _without(a, "seed"), _without(b, "seed")
+                if a == b:
+                    continue
+                if isinstance(a, Mapping) and isinstance(b, Mapping):
+                    da, db = _dict_diff(a, b)
+                    before.update({f"{spec} {k}": v for k, v in da.items()})
+                    after.update({f"{spec} {k}": v for k, v in db.items()})
+                else:
+                    before[spec], after[spec] = a, b
+            if before:
+                changed[name] = (before, after)
+        return changed
+
+    def _variant_changes(self, new: Fingerprint) -> dict[str, tuple[Any, Any]]:
+        """A model name run again with another spec or other options of its own is another model."""
+        old_vars, new_vars = self.model_variants, new.model_variants
+        both = (set(old_vars) | set(new_vars)) & set(self.models) & set(new.models)
+        return {f"model {name}": (old_vars.get(name), new_vars.get(name))
+                for name in sorted(both) if old_vars.get(name) != new_vars.get(name)}
+
+    def _defender_changes(self, new: Fingerprint) -> dict[str, tuple[Any, Any]]:
+        """``defender <label>`` (other options or registry name) and ``defender_code <label>``
+        (other code; not compared against a manifest that did not record it)."""
+        changed: dict[str, tuple[Any, Any]] = {}
+        for label, spec in new.defenders.items():
+            old = self.defenders.get(label)
+            if old is None:
+                continue
+            if old.options != spec.options or old.name != spec.name:
+                before, after = _dict_diff(old.options, spec.options)
+                if old.name != spec.name:
+                    before["name"], after["name"] = old.name, spec.name
+                changed[f"defender {label}"] = (before, after)
+            if "code" in old.model_fields_set and old.code != spec.code:
+                changed[f"defender_code {label}"] = _code_diff(old.code or {}, spec.code or {})
+        return changed
+
+    def merged_with(self, new: Fingerprint) -> Fingerprint:
+        """The folder's fingerprint after ``new`` ran in it (this one recorded): the new
+        item-level settings, every model and defender either invocation ran."""
+        merged = new.to_json()
+        merged["models"] = sorted(set(self.models) | set(new.models))
+        old = self.to_json()
+        for name in (*MODEL_FIELDS, "decoding_resolved", "defenders"):
+            merged[name] = {**(old.get(name) or {}), **(merged.get(name) or {})}
+        for name in _BOTH_OR_NEITHER:  # a resume without the tool-using defenders keeps their record
+            if name not in merged and name in old:
+                merged[name] = old[name]
+        variants = {**self.model_variants, **new.model_variants}
+        if variants:
+            merged["model_variants"] = variants
+        return Fingerprint.model_validate(merged)
+
+
+def run_fingerprint(config: RunSpec, defenders: Sequence[Any], dataset: Dataset | None,
+                    models: Mapping[str, Any] | None = None) -> Fingerprint:
+    """The fingerprint of one invocation.
 
     Args:
-        config: The run's configuration.
+        config: The run's spec (a :class:`RunConfig` is one): no operational option can
+            reach the fingerprint.
         defenders: The built defenders (``label``, ``name``, ``options``).
         dataset: The loaded dataset (its ``sha256`` identifies the data, not its path).
         models: The built chat models by spec (what they report decides ``endpoints`` and
@@ -85,8 +267,8 @@ def run_fingerprint(config: RunConfig, defenders: Sequence[Any], dataset: Any,
         del options["seed"]  # the CLI passes --seed on to the model: one field, not two
     if options.get("run_seed") in (None, config.seed):
         options.pop("run_seed", None)  # the run seed the simulated examinee draws with: `seed`
-    return {
-        "data_sha256": getattr(dataset, "sha256", None) or None,
+    return Fingerprint.model_validate({
+        "data_sha256": (dataset.sha256 or None) if dataset is not None else None,
         "subset": config.subset,
         "limit": config.limit,
         "on_invalid": config.on_invalid,
@@ -120,7 +302,7 @@ def run_fingerprint(config: RunConfig, defenders: Sequence[Any], dataset: Any,
         **({"search_ambient": ambient_fingerprint(config.search_ambient)}
            if config.search_ambient is not None else {}),
         "medmis": medmis_identity(),
-    }
+    })
 
 
 @dataclass
@@ -128,8 +310,8 @@ class FingerprintDiff:
     """How a new invocation differs from the fingerprint recorded in a run folder."""
 
     changed: dict[str, tuple[Any, Any]] = field(default_factory=dict)
-    """Fields (and ``defender <label>``, ``defender_code <label>``) that differ: name ->
-    (recorded, new)."""
+    """Fields (and ``defender <label>``, ``defender_code <label>``, ``model <name>``) that
+    differ: name -> (recorded, new)."""
     added_models: list[str] = field(default_factory=list)
     added_defenders: list[str] = field(default_factory=list)
     medmis: tuple[Any, Any] | None = None
@@ -143,6 +325,17 @@ class FingerprintDiff:
         """``seed: 0 -> 5; prompt: paper@1 -> toolkit@1`` (short values, one line)."""
         items = self.changed if fields is None else fields
         return "; ".join(f"{k}: {_short(a)} -> {_short(b)}" for k, (a, b) in items.items())
+
+
+def compare_fingerprints(recorded: Fingerprint | Mapping[str, Any],
+                         new: Fingerprint | Mapping[str, Any]) -> FingerprintDiff:
+    """What differs between the recorded fingerprint and a new one (:meth:`Fingerprint.compare`;
+    a mapping is read as a recorded ``fingerprint`` table)."""
+    return _as_fingerprint(recorded).compare(_as_fingerprint(new))
+
+
+def _as_fingerprint(value: Fingerprint | Mapping[str, Any]) -> Fingerprint:
+    return value if isinstance(value, Fingerprint) else Fingerprint.model_validate(value)
 
 
 def accept_name(changed: str) -> str:
@@ -165,76 +358,14 @@ def _short(value: Any) -> str:
     return text
 
 
+def _without(value: Any, key: str) -> Any:
+    return {k: v for k, v in value.items() if k != key} if isinstance(value, Mapping) else value
+
+
 def _dict_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     keys = sorted(set(old) | set(new))
     return ({k: old.get(k) for k in keys if old.get(k) != new.get(k)},
             {k: new.get(k) for k in keys if old.get(k) != new.get(k)})
-
-
-def compare_fingerprints(recorded: Mapping[str, Any], new: Mapping[str, Any]) -> FingerprintDiff:
-    """What differs between the recorded fingerprint and a new one."""
-    diff = FingerprintDiff()
-    for name in ITEM_FIELDS:
-        if (name not in recorded and name not in _NONE_WHEN_ABSENT) or (name in _BOTH_OR_NEITHER and name not in new):
-            continue  # recorded by an older version that did not know this field
-        old_v, new_v = recorded.get(name), new.get(name)
-        if name == "model_options" and "endpoints" in recorded and "endpoints" in new \
-                and isinstance(old_v, Mapping) and isinstance(new_v, Mapping):
-            # the server each model talks to is compared as `endpoints` (flag or environment)
-            old_v = {k: v for k, v in old_v.items() if k != "base_url"}
-            new_v = {k: v for k, v in new_v.items() if k != "base_url"}
-        if old_v == new_v:
-            continue
-        if isinstance(old_v, Mapping) and isinstance(new_v, Mapping):
-            old_v, new_v = _dict_diff(old_v, new_v)
-            if not old_v and not new_v:
-                continue  # only keys one side lacks and the other holds as null: no change
-        diff.changed[name] = (old_v, new_v)
-    for name in MODEL_FIELDS:
-        old_m, new_m = recorded.get(name), new.get(name)
-        if isinstance(old_m, Mapping) and isinstance(new_m, Mapping):
-            before: dict[str, Any] = {}
-            after: dict[str, Any] = {}
-            for spec in sorted(set(old_m) & set(new_m)):  # an added model is not a change
-                a, b = old_m[spec], new_m[spec]
-                if name == "examinee" and isinstance(a, Mapping) and isinstance(b, Mapping) \
-                        and a.get("seed") == recorded.get("seed") and b.get("seed") == new.get("seed"):
-                    # a model that follows the run's seed: that change is the `seed` field's
-                    a, b = {k: v for k, v in a.items() if k != "seed"}, {k: v for k, v in b.items() if k != "seed"}
-                if a == b:
-                    continue
-                if isinstance(a, Mapping) and isinstance(b, Mapping):  # only the keys that differ
-                    da, db = _dict_diff(a, b)
-                    before.update({f"{spec} {k}": v for k, v in da.items()})
-                    after.update({f"{spec} {k}": v for k, v in db.items()})
-                else:
-                    before[spec], after[spec] = a, b
-            if before:
-                diff.changed[name] = (before, after)
-    old_models = set(recorded.get("models") or [])
-    diff.added_models = sorted(set(new.get("models") or []) - old_models)
-    # a model name run again with another spec or other options of its own is another model
-    old_vars, new_vars = recorded.get("model_variants") or {}, new.get("model_variants") or {}
-    for name in sorted((set(old_vars) | set(new_vars)) & old_models & set(new.get("models") or [])):
-        if old_vars.get(name) != new_vars.get(name):
-            diff.changed[f"model {name}"] = (old_vars.get(name), new_vars.get(name))
-    old_defs: Mapping[str, Any] = recorded.get("defenders") or {}
-    for label, spec in (new.get("defenders") or {}).items():
-        if label not in old_defs:
-            diff.added_defenders.append(label)
-            continue
-        old = old_defs[label]
-        if old.get("options", {}) != spec.get("options", {}) or old.get("name") != spec.get("name"):
-            before, after = _dict_diff(old.get("options", {}), spec.get("options", {}))
-            if old.get("name") != spec.get("name"):
-                before["name"], after["name"] = old.get("name"), spec.get("name")
-            diff.changed[f"defender {label}"] = (before, after)
-        if "code" in old and old.get("code") != spec.get("code"):  # older manifests: not compared
-            diff.changed[f"defender_code {label}"] = _code_diff(old.get("code") or {}, spec.get("code") or {})
-    old_medmis, new_medmis = recorded.get("medmis"), new.get("medmis")
-    if old_medmis and new_medmis and old_medmis != new_medmis:
-        diff.medmis = (old_medmis, new_medmis)
-    return diff
 
 
 def _code_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[Any, Any]:
@@ -247,7 +378,7 @@ def _code_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[Any, Any
     return shown(old), shown(new)
 
 
-def legacy_fingerprint(manifest: Mapping[str, Any]) -> dict[str, Any]:
+def _legacy_fields(manifest: Mapping[str, Any]) -> dict[str, Any]:
     """The fields a manifest written before fingerprints existed can still vouch for."""
     config = manifest.get("config") or {}
     dataset = manifest.get("dataset") or {}
@@ -267,21 +398,3 @@ def legacy_fingerprint(manifest: Mapping[str, Any]) -> dict[str, Any]:
     out["defenders"] = {d["label"]: {"name": d.get("name"), "options": d.get("options", {})}
                         for d in manifest.get("defenders") or [] if isinstance(d, dict) and "label" in d}
     return out
-
-
-def merge_fingerprints(recorded: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
-    """The folder's fingerprint after ``new`` ran in it: the new item-level settings, every
-    model and defender either invocation ran."""
-    merged = dict(new)
-    merged["models"] = sorted(set(recorded.get("models") or []) | set(new.get("models") or []))
-    for name in (*MODEL_FIELDS, "decoding_resolved", "defenders"):
-        union = dict(recorded.get(name) or {})
-        union.update(new.get(name) or {})
-        merged[name] = union
-    for name in _BOTH_OR_NEITHER:  # a resume without the tool-using defenders keeps their record
-        if name not in new and name in recorded:
-            merged[name] = recorded[name]
-    variants = {**(recorded.get("model_variants") or {}), **(new.get("model_variants") or {})}
-    if variants:
-        merged["model_variants"] = variants
-    return merged

@@ -10,15 +10,18 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from medmis.agents import decoding_record
-from medmis.experiments.benchmark import prompt_preset
+from medmis.experiments.benchmark import Dataset, prompt_preset
 from medmis.tools import is_secret_name, json_file, redact, redact_obj
 
 from ._ambient import ambient_manifest
 from ._config import RunConfig
 from ._poison import poison_manifest
+
+if TYPE_CHECKING:  # ``._fingerprint`` reads ``is_simulated`` from here
+    from ._fingerprint import Fingerprint
 
 _VERSIONED_PACKAGES = (
     "medmis",
@@ -81,11 +84,11 @@ def write_manifest(
     out: Path,
     config: RunConfig,
     defenders: Sequence[Any],
-    dataset: Any,
+    dataset: Dataset,
     n_cases: int,
     argv: Sequence[str],
     *,
-    fingerprint: Mapping[str, Any] | None = None,
+    fingerprint: Fingerprint | None = None,
     accepted: Mapping[str, Any] | None = None,
 ) -> None:
     """Write ``out/manifest.json``, keeping the first creation time and counting invocations.
@@ -117,11 +120,11 @@ def write_manifest(
         "prices": {m: list(p) for m, p in config.prices.items()},
         "dataset": {
             "source": str(config.data),
-            "sha256": getattr(dataset, "sha256", None),
-            "items": len(getattr(dataset, "items", [])),
+            "sha256": dataset.sha256,
+            "items": len(dataset.items),
             "hub_repo": config.hub_repo,
-            "invalid_rows": len(getattr(dataset, "issues", [])),
-            "warnings": len(getattr(dataset, "warnings", [])),
+            "invalid_rows": len(dataset.issues),
+            "warnings": len(dataset.warnings),
             "subset": config.subset,
         },
         "cases_per_model_defender": n_cases,
@@ -140,7 +143,7 @@ def write_manifest(
     if config.batch:  # its prices are list prices; the report takes the batch discount off them
         manifest["batch"] = {"enabled": True, "discount": config.batch_discount}
     if fingerprint is not None:
-        manifest["fingerprint"] = dict(fingerprint)
+        manifest["fingerprint"] = fingerprint.to_json()
     history = list(previous.get("accepted_changes", []))
     if accepted:
         history.append({"at": now, "changes": {k: list(v) for k, v in accepted.items()}})

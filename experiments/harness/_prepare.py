@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from medmis.experiments.benchmark import Dataset
 from medmis.tools import UserFileError, json_file
 
 from ._config import INVALID_ROWS_FILE, RunSetupError
-from ._fingerprint import FingerprintDiff, accept_name, compare_fingerprints, legacy_fingerprint
+from ._fingerprint import Fingerprint, FingerprintDiff, accept_name
 from ._identity import describe_medmis
 from ._lock import RunLock
 
@@ -70,7 +71,7 @@ def _check_parent(path: Path) -> None:
             return
 
 
-def recorded_fingerprint(out: Path) -> dict[str, Any] | None:
+def recorded_fingerprint(out: Path) -> Fingerprint | None:
     """The fingerprint in ``out/manifest.json``: None for a new folder; for a manifest written
     before fingerprints existed, the fields it can still vouch for."""
     path = out / "manifest.json"
@@ -84,12 +85,14 @@ def recorded_fingerprint(out: Path) -> dict[str, Any] | None:
         raise RunSetupError(f"{path}: unreadable manifest ({exc}); choose another --out") from None
     if not isinstance(manifest, dict):
         return None
-    fingerprint = manifest.get("fingerprint")
-    return fingerprint if isinstance(fingerprint, dict) else legacy_fingerprint(manifest)
+    try:
+        return Fingerprint.from_manifest(manifest)
+    except ValueError as exc:
+        raise RunSetupError(f"{path}: {exc}; choose another --out") from None
 
 
-def check_fingerprint(out: Path, fingerprint: Mapping[str, Any],
-                      accept_changes: Sequence[str] = ()) -> tuple[dict[str, Any] | None, FingerprintDiff | None]:
+def check_fingerprint(out: Path, fingerprint: Fingerprint,
+                      accept_changes: Sequence[str] = ()) -> tuple[Fingerprint | None, FingerprintDiff | None]:
     """The fingerprint recorded in ``out`` and how ``fingerprint`` differs from it (both None
     for a folder that holds no run yet). Reads only; every entry point that writes into a
     run folder calls it first, before deciding there is anything (or nothing) to do.
@@ -101,7 +104,7 @@ def check_fingerprint(out: Path, fingerprint: Mapping[str, Any],
     recorded = recorded_fingerprint(out)
     if recorded is None:
         return None, None
-    diff = compare_fingerprints(recorded, fingerprint)
+    diff = recorded.compare(fingerprint)
     blocking = diff.blocking(accept_changes)
     if blocking:
         names = ",".join(dict.fromkeys(accept_name(k) for k in blocking))
@@ -136,13 +139,13 @@ class ClaimedFolder:
         RunSetupError: Another process holds the folder, or it holds a different run.
     """
 
-    def __init__(self, out: Path, fingerprint: Mapping[str, Any], *, accept_changes: Sequence[str] = (),
+    def __init__(self, out: Path, fingerprint: Fingerprint, *, accept_changes: Sequence[str] = (),
                  notice: Callable[[str], None] | None = None) -> None:
         self.out = out
         self.fingerprint = fingerprint
         self.accept_changes = list(accept_changes)
         self.notice = notice
-        self.recorded: dict[str, Any] | None = None
+        self.recorded: Fingerprint | None = None
         self.accepted: dict[str, tuple[Any, Any]] = {}
         self._lock = RunLock(out)
         self._created = False
@@ -178,9 +181,9 @@ class ClaimedFolder:
             announce(self.out, diff, self.notice)
 
 
-def write_invalid_rows(out: Path, dataset: Any, notice: Callable[[str], None] | None) -> int:
+def write_invalid_rows(out: Path, dataset: Dataset, notice: Callable[[str], None] | None) -> int:
     """List the rows left out under ``on_invalid="skip"`` in the run folder."""
-    issues = list(getattr(dataset, "issues", []))
+    issues = dataset.issues
     path = out / INVALID_ROWS_FILE
     if not issues:
         path.unlink(missing_ok=True)  # a resumed run over repaired data leaves no stale list

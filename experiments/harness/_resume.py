@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ._plan import Outside, Plan, has_plan, restrict_view
 from ._scan import (
@@ -25,6 +25,14 @@ if TYPE_CHECKING:
     from medmis.experiments.benchmark._types import Case, Item, ProtocolName
 
     from ._config import RunConfig
+
+
+class CaseJob(NamedTuple):
+    """One case to run: the model (a name of the run's ``models``), the defender, the case."""
+
+    model: str
+    defender: Defender
+    case: Case
 
 
 @dataclass(frozen=True)
@@ -226,13 +234,13 @@ def error_texts(path: str | Path) -> tuple[int, list[str]]:
 
 def jobs_for_missing(config: RunConfig, defenders: Sequence[Defender], missing: list[tuple[int, int, int]],
                      planned: list[tuple[int, ProtocolName, str | None]],
-                     items: Sequence[Item]) -> list[list[tuple[str, Defender, Case]]]:
+                     items: Sequence[Item]) -> list[list[CaseJob]]:
     """The missing cases (model, defender, planned-case indexes) as jobs, clean first; an
     item's cases are built once, when needed."""
     from medmis.experiments.benchmark import cases_for_item
 
     built: dict[int, dict[tuple[str, str | None], Case]] = {}
-    todo: list[list[tuple[str, Defender, Case]]] = [[], []]
+    todo: list[list[CaseJob]] = [[], []]
     for mi, di, ci in missing:
         i, protocol, target = planned[ci]
         by_key = built.get(i)
@@ -241,5 +249,5 @@ def jobs_for_missing(config: RunConfig, defenders: Sequence[Defender], missing: 
                 items[i], config.protocols, seed=config.seed, type1_targets=config.type1_targets,
                 shuffle_type2=config.shuffle_type2, prompt=config.prompt)}
         todo[0 if protocol == "clean" else 1].append(
-            (config.models[mi], defenders[di], by_key[(protocol, target)]))
+            CaseJob(config.models[mi], defenders[di], by_key[(protocol, target)]))
     return todo

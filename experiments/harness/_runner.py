@@ -33,6 +33,7 @@ from medmis.defenses import (
 from medmis.experiments.benchmark import (
     Answer,
     Case,
+    Dataset,
     Item,
     ProtocolName,
     Record,
@@ -54,7 +55,7 @@ from ._config import (
     SearchBackendName,
     VisitBackendName,
 )
-from ._fingerprint import FingerprintDiff, merge_fingerprints, run_fingerprint
+from ._fingerprint import Fingerprint, FingerprintDiff, run_fingerprint
 from ._io import WriteFailed, repair_torn_tail
 from ._lock import LOCK_FILE, OWNER_FILE
 from ._manifest import is_simulated, mark_outcome, package_versions, scrub_argv, write_manifest
@@ -70,7 +71,7 @@ from ._prepare import (
     write_invalid_rows,
 )
 from ._progress import RunProgress
-from ._resume import CasePlan, ResumeState, jobs_for_missing, resume_state
+from ._resume import CaseJob, CasePlan, ResumeState, jobs_for_missing, resume_state
 from ._solve import solve_case
 from ._sources import with_sources
 
@@ -98,8 +99,14 @@ class Harness:
         argv: Sequence[str] | None = None,
         stop_when: Callable[[RunStats], str | None] | None = None,
         notice: Callable[[str], None] | None = None,
+        dataset: Dataset | None = None,
+        planned: Sequence[tuple[int, ProtocolName, str | None]] | None = None,
     ) -> None:
         self.config = config
+        # a caller that loaded the data and planned the cases already (an ablation's folders
+        # share one load; each folder's plan is made once, before its estimate) passes them on
+        self._dataset = dataset
+        self._given_plan = list(planned) if planned is not None else None
         self.notice = notice
         self.out = Path(config.out)
         self._tools = tools
@@ -198,7 +205,13 @@ class Harness:
         await aclose_transports()  # the models' HTTP sessions opened in this loop
 
     # -- run ---------------------------------------------------------------------------------
-    def load_dataset(self) -> Any:
+    def load_dataset(self) -> Dataset:
+        """The run's data: the dataset passed to the harness, else loaded from ``config.data``."""
+        if self._dataset is not None:
+            return self._dataset
+        return self._load_dataset()
+
+    def _load_dataset(self) -> Dataset:
         """The run's items (strict or skipping invalid rows, as configured)."""
         from medmis.experiments.benchmark import DataError, load_dataset
 
@@ -214,12 +227,15 @@ class Harness:
                             dataset.issues)
         return dataset
 
-    def plan_cases(self, dataset: Any) -> list[tuple[int, ProtocolName, str | None]]:
-        """``(item index, protocol, target)`` of every case, in the order the cases are built."""
+    def plan_cases(self, dataset: Dataset) -> list[tuple[int, ProtocolName, str | None]]:
+        """``(item index, protocol, target)`` of every case, in the order the cases are built
+        (the plan passed to the harness, when one was)."""
+        if self._given_plan is not None and dataset is self._dataset:
+            return self._given_plan
         return plan_cases(dataset.items, self.config.protocols, seed=self.config.seed,
                           type1_targets=self.config.type1_targets)
 
-    def fingerprint(self, dataset: Any) -> dict[str, Any]:
+    def fingerprint(self, dataset: Dataset) -> Fingerprint:
         """The run's fingerprint (``._fingerprint``), from the models as built."""
         models = {spec: self._pool.raw(spec) for spec in self.config.models}
         return run_fingerprint(self.config, self.defenders, dataset, models)
@@ -241,7 +257,7 @@ class Harness:
         check_out_path(self.out)
         check_writable(self.out, *self.output_paths())
 
-    def check_folder(self, dataset: Any | None = None) -> FingerprintDiff | None:
+    def check_folder(self, dataset: Dataset | None = None) -> FingerprintDiff | None:
         """:meth:`run`'s checks before it claims the folder, writing nothing: how the run
         differs from the folder's (None for a new folder). Raises ``RunSetupError`` as it would."""
         self.check_outputs()
@@ -249,14 +265,14 @@ class Harness:
         dataset = dataset if dataset is not None else self.load_dataset()
         return check_fingerprint(self.out, self.fingerprint(dataset), self.config.accept_changes)[1]
 
-    def write_manifest(self, dataset: Any, n_cases: int, claim: ClaimedFolder | None = None) -> None:
-        fingerprint = dict(claim.fingerprint) if claim else self.fingerprint(dataset)
+    def write_manifest(self, dataset: Dataset, n_cases: int, claim: ClaimedFolder | None = None) -> None:
+        fingerprint = claim.fingerprint if claim else self.fingerprint(dataset)
         if claim is not None and claim.recorded is not None:
-            fingerprint = merge_fingerprints(claim.recorded, fingerprint)
+            fingerprint = claim.recorded.merged_with(fingerprint)
         write_manifest(self.out, self.config, self.defenders, dataset, n_cases, self.argv,
                        fingerprint=fingerprint, accepted=claim.accepted if claim else None)
         if self._planned is not None:  # what the readers keep of records.jsonl (``._plan``)
-            write_plan(self.out, fingerprint["models"], fingerprint["defenders"], dataset.items, self._planned)
+            write_plan(self.out, fingerprint.models, fingerprint.defenders, dataset.items, self._planned)
 
     def _trace_file(self, model: str, defender: str) -> str:
         """The trace file of a model x defender, relative to the run folder (``traces/…``)."""
@@ -386,7 +402,7 @@ class Harness:
 
     def _resume(self, records_path: Path, planned: list[tuple[int, ProtocolName, str | None]],
                 items: Sequence[Item]) -> tuple[ResumeState, dict[tuple[str, str, str], bool],
-                                                list[list[tuple[str, Defender, Case]]]]:
+                                                list[list[CaseJob]]]:
         """What the folder's records leave to do, as jobs in two phases (clean, then the
         rest); the records' progress figures are added to ``stats`` and the clean answers to the
         returned map. Missing keys come from a columnar scan, not a Record per line."""
@@ -403,7 +419,7 @@ class Harness:
         self.stats.done = 0  # progress counts this invocation's work
         return resumed, clean_state, jobs_for_missing(cfg, self.defenders, resumed.missing, planned, items)
 
-    async def _run_claimed(self, planned: list[tuple[int, ProtocolName, str | None]], dataset: Any,
+    async def _run_claimed(self, planned: list[tuple[int, ProtocolName, str | None]], dataset: Dataset,
                            claim: ClaimedFolder) -> RunResult:
         cfg = self.config
         self.tools()  # fail before any case runs when the tools cannot be built

@@ -11,6 +11,7 @@ from medmis.tools import lazy_exports
 
 if TYPE_CHECKING:
     from ._cases import RAW_LIMIT, agent_view, clip_text, question_from_trace
+    from ._finish import finish_run
     from ._format import metric_rows
     from ._html import script_json, write_html
     from ._interrupted import report_interrupted
@@ -25,6 +26,7 @@ _HOME = {"write_html": "_html", "PLOT_FILES": "_plots", "PLOTS_DIR": "_plots", "
     **dict.fromkeys(("RAW_LIMIT", "agent_view", "clip_text", "question_from_trace"), "_cases"),
     "script_json": "_html",
     "metric_rows": "_format",
+    "finish_run": "_finish",
     **dict.fromkeys(("report_interrupted",), "_interrupted"),
     **dict.fromkeys(("SIMULATED_STATEMENT", "is_simulated", "mark_simulated"), "_simulated"),
 }
@@ -49,6 +51,7 @@ __all__ = [
     "RunData",
     "agent_view",
     "clip_text",
+    "finish_run",
     "is_simulated",
     "load_run_data",
     "mark_simulated",

@@ -6,7 +6,7 @@ counts across datasets for each model" and a bottom **Mean** row that "is the ar
 across model configurations". Here a configuration is a (model, defender) cell of the run; with
 several defenders each defender's rows get their own Mean row, so no mean mixes defences.
 
-Every cell is a proportion the metrics engine already computed (``run_metrics``, DuckDB over
+Every cell is a proportion the metrics engine already computed (``compute_run_metrics``, DuckDB over
 the records): a subset cell is the ``subset`` stratum, the Overall cell the whole-run block,
 whose ``k`` and ``n`` are the sums over subsets, which is the paper's pooling. Each metric comes
 in two readings of failed cases: errors left out of every denominator (the toolkit's default;

@@ -3,7 +3,7 @@ Type 1 ASR-against-share plot and the report section with a verdict sentence per
 
 It reads the share runs under ``OUT/poison`` (:mod:`medmis.experiments.analysis._poison`); a
 folder without them gets nothing. Every share run is read with the same metric code as its own
-``metrics.json`` (:func:`run_metrics`), so the table's figures are that file's.
+``metrics.json`` (:func:`compute_run_metrics`), so the table's figures are that file's.
 """
 
 from __future__ import annotations
@@ -124,7 +124,7 @@ def load_grid(run_dir: str | Path, *, baseline: str = "none", seed: int = 0,
     and the section says so.
     """
     from medmis.defenses import is_control
-    from medmis.experiments.analysis import decide_family, run_metrics
+    from medmis.experiments.analysis import compute_run_metrics, decide_family
 
     from ._run import load_run_data
     from ._simulated import is_simulated
@@ -149,7 +149,7 @@ def load_grid(run_dir: str | Path, *, baseline: str = "none", seed: int = 0,
             continue
         try:
             data = load_run_data(folder)
-            report = run_metrics(folder, baseline=baseline, seed=seed)
+            report = compute_run_metrics(folder, baseline=baseline, seed=seed)
             expos[share_label(share)] = exposure(folder)
         except (OSError, ValueError) as exc:  # an unreadable records file: one line, nothing else
             run.problem = f"unreadable ({' '.join(str(exc).split())[:200]})"

@@ -1,6 +1,6 @@
 """``medmis report DIR``: metrics.json, metrics.csv and a readable report.md for one run.
 
-The numbers all come from ``run_metrics`` (DuckDB over ``records.jsonl``); this module only loads a run directory and
+The numbers all come from ``compute_run_metrics`` (DuckDB over ``records.jsonl``); this module only loads a run directory and
 renders. Renderers are small functions of ``(RunData, MetricsReport)`` so that plots or an
 HTML page can be layered on the same objects.
 """
@@ -19,7 +19,7 @@ from medmis.experiments.analysis import (
     MetricsReport,
     Verdict,
     VerdictSettings,
-    run_metrics,
+    compute_run_metrics,
 )
 from medmis.tools import redact
 
@@ -99,7 +99,7 @@ def write_report(
         from medmis.experiments.harness import describe_outside
 
         notice(describe_outside(run.run_dir / "records.jsonl", run.facts.outside))
-    report = run_metrics(run.run_dir, baseline=baseline, seed=seed)
+    report = compute_run_metrics(run.run_dir, baseline=baseline, seed=seed)
     paths = {name: run.run_dir / name for name in ("metrics.json", "metrics.csv", "report.md")}
     verdict = run_verdict(run, report, settings)
     metrics = report.to_json_dict()

@@ -37,7 +37,7 @@ def record_facts(records_path: Path) -> RecordFacts:
         return RecordFacts()
     con = connect()
     try:
-        # the compacted copy is what run_metrics reads next, so the scan is paid once
+        # the compacted copy is what compute_run_metrics reads next, so the scan is paid once
         outside = planned_records_view(con, records_path.parent)
         count = con.execute("SELECT count(*), count(error) FROM records").fetchone()
         models = con.execute("SELECT model FROM records GROUP BY model ORDER BY min(pos)").fetchall()

@@ -37,9 +37,9 @@ def _load_metrics(run_dir: Path) -> dict[str, Any] | None:
     if not (run_dir / "records.jsonl").exists():
         return None
     # A sub-run that was never reported (write_report=False): compute, do not write.
-    from medmis.experiments.analysis import run_metrics
+    from medmis.experiments.analysis import compute_run_metrics
 
-    return run_metrics(run_dir).to_json_dict()
+    return compute_run_metrics(run_dir).to_json_dict()
 
 
 def _defined(block: Any) -> dict[str, Any] | None:

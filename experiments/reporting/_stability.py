@@ -40,13 +40,13 @@ def named_better(run_dir: Path, baseline: str, settings: VerdictSettings | None 
     The one place this module calls the verdict (kept small so the verdict's entry point can
     change without touching the rest).
     """
-    from medmis.experiments.analysis import run_metrics
+    from medmis.experiments.analysis import compute_run_metrics
 
     from ._run import load_run_data
     from ._verdict_text import run_verdict
 
     run = load_run_data(run_dir)
-    verdict = run_verdict(run, run_metrics(run.run_dir, baseline=baseline), settings)
+    verdict = run_verdict(run, compute_run_metrics(run.run_dir, baseline=baseline), settings)
     return {mv.model: list(mv.better) for mv in verdict.models}
 
 
