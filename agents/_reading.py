@@ -5,7 +5,9 @@ Everything here works on the text of the messages, whatever the prompt preset (`
 
 * *Question and options*: the text under the last ``Question:`` heading up to ``Options:``,
   and the ``KEY: text`` lines after it. A prompt sent as a JSON object holding a
-  ``"question"`` (the paper's search harness) is unwrapped first.
+  ``"question"`` (the paper's search harness) is unwrapped first. Without a ``Question:``
+  heading, the question is the text just before the ``Options:`` heading, back to a blank line
+  or to an opening ``[`` (a question quoted inline, as TrustRAG's prompts quote it).
 * *Context*: the block just before the (last) question whose first line is a heading alone on its
   line (``Additional Clinical Context:``, or any heading a defender chose), one sentence per
   line, in delivery order. Lines wholly in parentheses are notes, bullet lists are not
@@ -305,6 +307,16 @@ def _read_claim(text: str) -> str:
     return tail.split("\n\n", 1)[0].strip()
 
 
+def _inline_question(text: str) -> str:
+    """A question without a ``Question:`` heading: the text just before ``Options:``, back to a
+    blank line or an opening bracket (``... the given question [<question>``)."""
+    head = _OPTIONS_HEAD.search(text)
+    if head is None:
+        return ""
+    before = text[: head.start()].rstrip().rsplit("\n\n", 1)[-1]
+    return before.rsplit("[", 1)[-1].strip()
+
+
 def read(messages: Sequence[BaseMessage]) -> Prompt:
     """Read a conversation into a :class:`Prompt` (see the module docstring)."""
     view = Prompt()
@@ -347,7 +359,7 @@ def read(messages: Sequence[BaseMessage]) -> Prompt:
     view.task = "\n\n".join([*system, last_user])
     view.evidence = [passage(_clean_evidence(e)) for e in evidence]
     block = _QUESTION_BLOCK.search(last_user) or _QUESTION_BLOCK.search(view.text)
-    view.question = block.group(1).strip() if block else ""
+    view.question = block.group(1).strip() if block else _inline_question(last_user)
     view.options = _parse_options(last_user) or _parse_options(view.text)
     _read_context(view)
     view.abstain_offer = abstain_offer(view.task + "\n" + view.closing, view.options) if view.options else ""

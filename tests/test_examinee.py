@@ -164,6 +164,22 @@ def test_a_chinese_comma_is_not_a_datamark() -> None:
     assert view.context and view.context[0].text == line and not view.marked
 
 
+def test_a_question_quoted_inline_is_read_as_the_question() -> None:
+    """TrustRAG's internal-knowledge prompt quotes the question in brackets with no heading; the
+    examinee reads it (before, its question was empty and it guessed, which alone decided the
+    defender's simulated clean accuracy)."""
+    from medmis.agents._reading import read
+
+    it = ITEMS[0]
+    options = "\n".join(f"{k}: {v}" for k, v in it.options.items())
+    prompt = f"Generate a concise text that answers the given question [{it.question}\nOptions:\n{options}\n?] Please less than 50 words!"
+    view = read([HumanMessage(prompt)])
+    assert view.question == it.question and view.options == dict(it.options)
+    headed = read([HumanMessage(f"Question:\n{it.question}\n\nOptions:\n{options}")])
+    assert headed.question == it.question
+    assert read([HumanMessage("No options here [just a bracket")]).question == ""
+
+
 # --- evidence and claims ---------------------------------------------------------------------
 def verify_prompt(claim: str, evidence: str) -> list[BaseMessage]:
     return [HumanMessage(
