@@ -21,7 +21,7 @@ from ._base import defender
     "robustrag",
     options=RobustRAGOptions,
     description=(
-        "Answers from each passage (context sentence, or search result with retrieve=N) in "
+        "Answers from each passage (context sentence, or search result with search_results=N) in "
         "isolation, majority vote, and certifies whether up to k' corrupted passages could "
         f"change the answer ({ROBUSTRAG_SOURCE})."
     ),

@@ -28,7 +28,7 @@ RealtimeQA-MC", ``src/defense.py:MajorityVoting``):
 
 What a "passage" is here. MedMis shows context sentences with the question (Type 1: one
 false sentence; Type 2: the true sentence and the false ones); each sentence is a passage.
-With ``retrieve=N`` the defender also searches the question with the run's search tool and
+With ``search_results=N`` the defender also searches the question with the run's search tool and
 adds each result (title and snippet) as a passage after the sentences, up to ``top_k``.
 
 Why ``threat="replace"`` is the default although the paper leads with injection. On MedMis
@@ -52,7 +52,7 @@ How it differs from ``isolate_vote`` (our earlier defender "after RobustRAG"). `
 adds a context-free voter, keeps the model's own answer unless the winner leads by a margin,
 and certifies nothing. ``robustrag`` follows the paper: no prior voter ("given the context
 information and not prior knowledge"), plain majority, abstention when nothing is found, and
-a certificate on every record. On a clean case (no passages, ``retrieve=0``) it asks the
+a certificate on every record. On a clean case (no passages, ``search_results=0``) it asks the
 case's ordinary prompt once, as every defender does, and certifies nothing.
 
 The final answer line ("Final answer: X") is the toolkit's, so replies are read by the same
@@ -106,14 +106,14 @@ class RobustRAGOptions(DefenderOptions):
             displacing the last ones when ``top_k`` is reached). See the module docstring.
         top_k: ``k``, the most passages answered in isolation (the reference's ``--top_k``, 10
             in the paper's main results). Context sentences come first, then retrieved ones.
-        retrieve: Search results added as passages (0: the shown sentences only, MedMis's
+        search_results: Search results added as passages (0: the shown sentences only, MedMis's
             protocol). Uses the run's search tool; a failing search adds none.
     """
 
     corruption_size: int = Field(default=1, ge=0, le=20)
     threat: Threat = "replace"
     top_k: int = Field(default=10, ge=1, le=50)
-    retrieve: int = Field(default=0, ge=0, le=20)
+    search_results: int = Field(default=0, ge=0, le=20)
 
 
 # --- the aggregation and its certificate (pure) -------------------------------------------------
@@ -208,7 +208,7 @@ def isolated_instruction(options: Sequence[str]) -> str:
 def robustrag_prompts(opts: RobustRAGOptions) -> dict[str, str]:
     """What an adaptive attacker reads: the isolated-answer instruction (for options A-D).
 
-    With ``retrieve`` on, the search query is the question itself, sent to no model."""
+    With ``search_results`` on, the search query is the question itself, sent to no model."""
     return {"isolated": isolated_instruction(["A", "B", "C", "D"])}
 
 
@@ -247,7 +247,7 @@ def robustrag_solver(opts: RobustRAGOptions) -> SolveFn:
         passages: list[dict[str, Any]] = [
             {"source": "context", "text": s} for s in list(case.context)[: opts.top_k]
         ]
-        room = min(opts.retrieve, opts.top_k - len(passages))
+        room = min(opts.search_results, opts.top_k - len(passages))
         if room > 0:
             passages += await _retrieve(case, ctx, room)
         certificate: dict[str, Any] = {

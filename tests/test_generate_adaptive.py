@@ -87,7 +87,7 @@ def test_declared_prompts_are_the_defenders_own_texts() -> None:
     ("warning", {}, set()), ("warning", {"placement": "user", "warning": "Custom: distrust the notes."}, set()),
     ("spotlight", {"mode": "delimit"}, set()), ("search_agent", {}, set()),
     ("search_agent", {"preset": "paper"}, set()), ("claim_verify", {}, set()), ("isolate_vote", {}, set()),
-    ("robustrag", {}, set()), ("robustrag", {"retrieve": 2}, set()),
+    ("robustrag", {}, set()), ("robustrag", {"search_results": 2}, set()),
     # sent only when the answers with and without context disagree, which the fake examinee's do not
     ("prior_reconcile", {}, {"reconcile"}), ("escalate", {}, {"verify", "answer"}),
 ])

@@ -207,17 +207,17 @@ async def test_clean_case_is_the_ordinary_prompt_once_and_not_certified(toy_item
     assert answer.extra["passages"] == 0 and answer.extra["certified"] is False
 
 
-async def test_retrieve_adds_search_results_as_passages_up_to_top_k(toy_item: Item) -> None:
+async def test_search_results_adds_search_results_as_passages_up_to_top_k(toy_item: Item) -> None:
     examinee = FakeExaminee(toy_item)
     ctx = DefenderContext(model=ScriptedChatModel(outputs=examinee), tools=FakeToolset())
-    answer = await create_defender("robustrag", {"retrieve": 3})(toy_case(toy_item, "type1", "A"), ctx)
+    answer = await create_defender("robustrag", {"search_results": 3})(toy_case(toy_item, "type1", "A"), ctx)
     sources = [v["source"] for v in answer.extra["votes"]]
     assert sources[0] == "context" and 1 < len(sources) <= 4 and set(sources[1:]) == {"retrieved"}
     assert answer.tool_calls == 1 and answer.llm_calls == len(sources) == answer.extra["passages"]
     assert all(v["url"] for v in answer.extra["votes"][1:])
     assert [e["url"] for e in ctx.answer_evidence] == [v["url"] for v in answer.extra["votes"][1:]]
     # top_k bounds the sentences and the results together
-    capped = await create_defender("robustrag", {"retrieve": 3, "top_k": 1})(
+    capped = await create_defender("robustrag", {"search_results": 3, "top_k": 1})(
         toy_case(toy_item, "type1", "A"),
         DefenderContext(model=ScriptedChatModel(outputs=FakeExaminee(toy_item)), tools=FakeToolset()),
     )
@@ -229,14 +229,14 @@ async def test_a_failed_search_adds_no_passage_but_a_replay_miss_stops_the_case(
         model=ScriptedChatModel(outputs=FakeExaminee(toy_item)),
         tools=FakeToolset(fail=ToolError("upstream returned 503", kind="http")),
     )
-    answer = await create_defender("robustrag", {"retrieve": 3})(toy_case(toy_item, "type1", "A"), ctx)
+    answer = await create_defender("robustrag", {"search_results": 3})(toy_case(toy_item, "type1", "A"), ctx)
     assert answer.extra["passages"] == 1 and answer.choice == "A"
     ctx = DefenderContext(
         model=ScriptedChatModel(outputs=FakeExaminee(toy_item)),
         tools=FakeToolset(fail=ReplayMissError("no recorded entry for search_web")),
     )
     with pytest.raises(ReplayMissError):
-        await create_defender("robustrag", {"retrieve": 3})(toy_case(toy_item, "type1", "A"), ctx)
+        await create_defender("robustrag", {"search_results": 3})(toy_case(toy_item, "type1", "A"), ctx)
 
 
 def test_registration_prompts_and_options() -> None:
@@ -245,7 +245,7 @@ def test_registration_prompts_and_options() -> None:
     shown = defender_prompts("robustrag")
     assert shown["isolated"] == isolated_instruction(["A", "B", "C", "D"])
     assert "Output an answer from A, B, C, or D only when there is clear evidence" in shown["isolated"]
-    for bad in ({"corruption_size": -1}, {"threat": "guess"}, {"top_k": 0}, {"retrieve": 99}):
+    for bad in ({"corruption_size": -1}, {"threat": "guess"}, {"top_k": 0}, {"search_results": 99}):
         with pytest.raises(ValueError):
             create_defender("robustrag", bad)
 
@@ -313,7 +313,7 @@ def _normalised(out: Path) -> list[str]:
 def test_record_then_replay_offline_is_identical(tmp_path: Path, medmis_no_network: list[str]) -> None:
     cache = tmp_path / "cache"
     base = ["run", "--data", str(SAMPLE), "--limit", "2", "--model", "mock/examinee", "--no-progress",
-            "--defender", "robustrag", "--defender-option", "robustrag.retrieve=2",
+            "--defender", "robustrag", "--defender-option", "robustrag.search_results=2",
             "--search", "local", "--cache-dir", str(cache)]
     assert main([*base, "--out", str(tmp_path / "rec"), "--cache", "record"]) == 0
     assert main([*base, "--out", str(tmp_path / "rep"), "--cache", "replay"]) == 0
