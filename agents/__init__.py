@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     )
     from ._retry import RetryPolicy, classify, retry_async
     from ._text import content_text
+    from ._usage import Usage
 
 # Exports load on first use: a module that needs one adapter piece (the report's prompt
 # tables need ``_capabilities``) does not import LangChain's model stack through this package.
@@ -70,6 +71,7 @@ _HOME = {
     **dict.fromkeys(("AdaptiveLimiter", "LimiterState"), "_limiter"),
     **dict.fromkeys(("effective_base_url",), "_registry"),
     **dict.fromkeys(("content_text",), "_text"),
+    "Usage": "_usage",
 }
 __getattr__ = lazy_exports(__name__, _HOME, globals())
 
@@ -92,6 +94,7 @@ __all__ = [
     "ScriptedChatModel",
     "StructuredOutput",
     "TransientModelError",
+    "Usage",
     "accepts_call_settings",
     "accepts_structured_output",
     "aclose_transports",

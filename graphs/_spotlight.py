@@ -1,22 +1,8 @@
-"""Agentic and context-handling defenders: the graphs in ``graphs/`` plus spotlighting.
+"""``spotlight``: datamarks or delimits the untrusted context and explains the marking (one call).
 
-Registered here (the registry imports this module on first lookup):
-
-- ``search_agent``: the paper's mitigation, a search-and-visit ReAct agent.
-- ``claim_verify``: atomic claims checked one by one, answer from the annotated context.
-- ``prior_reconcile``: own-knowledge answer first, reconcile only on conflict (Astute RAG).
-- ``isolate_vote``: one answer per isolated sentence plus a context-free voter (RobustRAG).
-- ``spotlight``: datamarking or delimiting of the untrusted context (one call; a control).
-- ``escalate``: ``warning`` first, claim verification only when it disagrees with the
-  context-free answer.
-
-Cost on clean cases (no context): every defender here makes a single model call. The agentic
-ones skip research when there is nothing to check, so their clean accuracy is the base
-model's and paired ASR isolates what they do with context. ``search_agent`` can research
-clean questions with ``research_clean=true``, and ``preset="paper"`` runs the paper's own
-search agent (the reference harness's prompts and tools, clean questions through the same
-tool loop, no added warning); pair it with ``--search serper --visit jina`` for the paper's
-MEDMISHLE setting.
+Spotlighting after Hines et al. (arXiv 2403.14720). The instruction is sent on clean cases
+too, so clean and injected prompts differ only in the context: a cheap control for what a
+prompt-level marking buys.
 """
 
 from __future__ import annotations
@@ -25,74 +11,19 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from medmis.experiments.benchmark import Answer, CaseView, render_prompt
-from medmis.graphs import (
-    ClaimVerifyOptions,
+from medmis.defenses import (
+    Answer,
+    CaseView,
     DefenderContext,
     DefenderOptions,
-    IsolateVoteOptions,
-    PriorReconcileOptions,
-    SearchAgentOptions,
     SolveFn,
     answer_from_reply,
-    claim_verify_prompts,
-    claim_verify_solver,
-    escalate_solver,
-    isolate_vote_prompts,
-    isolate_vote_solver,
-    prior_reconcile_prompts,
-    prior_reconcile_solver,
-    search_agent_prompts,
-    search_agent_solver,
+    defender,
+    render_prompt,
 )
 
-from ._base import defender
-from ._builtin import DEFAULT_WARNING, WarningOptions, context_blind_defender, warning_defender
-
-
-@defender(
-    "search_agent",
-    options=SearchAgentOptions,
-    description="The paper's mitigation: plans, searches and reads the web to check the context before answering (ReAct); preset=paper reproduces the paper's harness.",
-    uses_tools=True,
-    prompts=search_agent_prompts,
-)
-def search_agent(opts: SearchAgentOptions) -> SolveFn:
-    return search_agent_solver(opts)
-
-
-@defender(
-    "claim_verify",
-    options=ClaimVerifyOptions,
-    description="Splits the context into atomic claims, verifies each against the web in parallel, answers from the annotated context.",
-    uses_tools=True,
-    prompts=claim_verify_prompts,
-)
-def claim_verify(opts: ClaimVerifyOptions) -> SolveFn:
-    return claim_verify_solver(opts)
-
-
-@defender(
-    "prior_reconcile",
-    options=PriorReconcileOptions,
-    description="Answers without, then with untrusted context; on conflict switches only for a claim consistent with established knowledge (Astute RAG).",
-    prompts=prior_reconcile_prompts,
-)
-def prior_reconcile(opts: PriorReconcileOptions) -> SolveFn:
-    return prior_reconcile_solver(opts)
-
-
-@defender(
-    "isolate_vote",
-    options=IsolateVoteOptions,
-    description="Answers once per isolated context sentence and once without context, then a margin vote (RobustRAG).",
-    prompts=isolate_vote_prompts,
-)
-def isolate_vote(opts: IsolateVoteOptions) -> SolveFn:
-    return isolate_vote_solver(opts)
-
-
-# --- spotlighting ------------------------------------------------------------------------------
+SOURCE = "Hines et al. 2024, arXiv 2403.14720"
+COST_HINT = {"clean": (1, 0, 1.3), "type1": (1, 0, 1.5), "type2": (1, 0, 1.8)}
 
 DELIMITERS = ("<<UNTRUSTED CONTEXT BEGINS>>", "<<UNTRUSTED CONTEXT ENDS>>")
 
@@ -123,6 +54,7 @@ def datamark(sentence: str, marker: str) -> str:
 
 
 def spotlight_instruction(opts: SpotlightOptions) -> str:
+    """The system-message addition that explains the marking to the model."""
     if opts.mode == "datamark":
         how = (
             f"every word of it is joined to the next by the symbol '{opts.marker}' "
@@ -139,6 +71,7 @@ def spotlight_instruction(opts: SpotlightOptions) -> str:
 
 
 def spotlight_context(sentences: list[str], opts: SpotlightOptions) -> list[str]:
+    """The context sentences marked (``datamark``) or fenced (``delimit``)."""
     if not sentences:
         return []
     if opts.mode == "datamark":
@@ -151,6 +84,8 @@ def spotlight_context(sentences: list[str], opts: SpotlightOptions) -> list[str]
     options=SpotlightOptions,
     description="Spotlighting: datamarks or delimits the untrusted context and explains the marking (one call; a cheap control).",
     prompts=lambda opts: {"instruction": spotlight_instruction(opts)},
+    source=SOURCE,
+    cost=COST_HINT,
 )
 def spotlight(opts: SpotlightOptions) -> SolveFn:
     instruction = spotlight_instruction(opts)
@@ -164,54 +99,3 @@ def spotlight(opts: SpotlightOptions) -> SolveFn:
         return answer_from_reply(reply, case, ctx, mode=opts.mode)
 
     return solve
-
-
-# --- escalation ladder -----------------------------------------------------------------------
-
-
-class EscalateOptions(DefenderOptions):
-    """Options of ``escalate``: the ``warning`` rung, then the claim-verification rung.
-
-    Attributes:
-        warning: Text of the defensive prompt (as for ``warning``).
-        placement: Where the warning goes: ``system`` or ``user``.
-        split: How conflicting sentences become claims: ``sentences`` (checked whole; no
-            extra call) or ``model`` (atomic claims).
-        max_claims, max_results, visit_top, max_page_chars, strict_quotes: As for ``claim_verify``.
-        splitter_model: Model spec for the split step (default: the base model).
-        verifier_model: Model spec for verdicts (default: the base model).
-    """
-
-    warning: str = DEFAULT_WARNING
-    placement: Literal["system", "user"] = "system"
-    split: Literal["model", "sentences"] = "sentences"
-    max_claims: int = Field(default=8, ge=1, le=40)
-    max_results: int = Field(default=3, ge=1, le=10)
-    visit_top: int = Field(default=1, ge=0, le=5)
-    max_page_chars: int = Field(default=4000, ge=500, le=50_000)
-    strict_quotes: bool = False
-    splitter_model: str | None = None
-    verifier_model: str | None = None
-
-
-@defender(
-    "escalate",
-    options=EscalateOptions,
-    description="Cost-aware ladder: warning prompt vs. a context-free answer; verifies the conflicting claims only when they disagree.",
-    uses_tools=True,
-    prompts=lambda opts: {"warning": opts.warning, **claim_verify_prompts(ClaimVerifyOptions(split=opts.split))},
-)
-def escalate(opts: EscalateOptions) -> SolveFn:
-    warned = warning_defender(WarningOptions(warning=opts.warning, placement=opts.placement))
-    prior = context_blind_defender(DefenderOptions())
-    verify = ClaimVerifyOptions(
-        split=opts.split,
-        max_claims=opts.max_claims,
-        max_results=opts.max_results,
-        visit_top=opts.visit_top,
-        max_page_chars=opts.max_page_chars,
-        strict_quotes=opts.strict_quotes,
-        splitter_model=opts.splitter_model,
-        verifier_model=opts.verifier_model,
-    )
-    return escalate_solver(warned, prior, verify)

@@ -299,8 +299,8 @@ class ListWeb:
 
 
 async def test_only_type1_cases_are_poisoned_and_the_exposure_counts_them(pages: Path) -> None:
+    from medmis.defenses import Answer
     from medmis.experiments.benchmark._protocols import build_cases
-    from medmis.experiments.benchmark._types import Answer
     from medmis.experiments.harness._poison import RunPoison
 
     item = load_dataset(SAMPLE).items[0]
