@@ -347,11 +347,10 @@ def metrics_from_view(con: duckdb.DuckDBPyConnection, *, baseline: str = "none",
             results[model][d] = DefenderMetrics(
                 metrics=_full_block(blocks.get((model, d, "all", ""))),
                 strata=_strata(blocks, model, d, order), cost=costs[(model, d)], paired=paired)
-    report = MetricsReport(baseline=baseline, n_boot=n_boot, seed=seed, results=results)
-    report._cells = {(m, d) for m, ds in by_model.items() for d in ds}
-    report._units = _unit_outcomes(con)
-    report._identical = _identical_answers(con, by_model)
-    return report
+    return MetricsReport.with_outcomes(
+        baseline=baseline, n_boot=n_boot, seed=seed, results=results,
+        units=_unit_outcomes(con), identical=_identical_answers(con, by_model),
+    )
 
 
 def _unit_outcomes(con: duckdb.DuckDBPyConnection) -> dict[tuple[str, str, str], UnitOutcomes]:
