@@ -92,7 +92,7 @@ def load_run(run_dir: str | Path) -> RunFolder:
     Raises:
         FileNotFoundError: If ``run_dir/records.jsonl`` does not exist.
     """
-    from medmis.experiments.harness import connect, planned_records_view
+    from medmis.experiments.records import connect, planned_records_view
 
     d = Path(run_dir)
     if not (d / "records.jsonl").exists():
@@ -111,7 +111,7 @@ def compare(run_a: str | Path, run_b: str | Path, *, seed: int = 0) -> list[Comp
     """Paired differences (B - A) per model, defender and metric on the units both runs graded
     (the table of ``medmis compare RUN_A RUN_B``); empty when they share no model/defender."""
     from medmis.experiments.analysis import compare_records
-    from medmis.experiments.harness import keep_planned, read_records
+    from medmis.experiments.records import keep_planned, read_records
 
     def planned(run_dir: str | Path) -> list[Any]:
         path = Path(run_dir) / "records.jsonl"

@@ -83,7 +83,7 @@ class CellEstimate(BaseModel):
 def _calibration(out: Path) -> dict[tuple[str, str, str], tuple[float, float, float, float]]:
     """Mean (llm calls, tool calls, tokens in, tokens out) per case from earlier records
     (those without an error), summed by DuckDB over the records' columns."""
-    from medmis.experiments.harness import connect, load_records_table
+    from medmis.experiments.records import connect, load_records_table
 
     path = out / "records.jsonl"
     if not path.exists() or path.stat().st_size == 0:

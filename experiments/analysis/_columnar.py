@@ -10,7 +10,7 @@ follows them too, so the floating-point results are the same to the last bit: a 
 in the order their first unit was inserted into the indicator map, paired units sorted by
 ``repr((item_key, target))`` as :func:`compare_paired` sorts them.
 
-The ``records`` view must have the columns of :data:`medmis.experiments.harness._scan.RECORD_COLUMNS`
+The ``records`` view must have the columns of :data:`medmis.experiments.records.RECORD_COLUMNS`
 (``usage`` flattened to ``input_tokens``/``output_tokens``) plus ``pos`` (file position of the
 record's key) and ``item_key``.
 """
@@ -389,7 +389,7 @@ def records_into(con: duckdb.DuckDBPyConnection, records: Iterable[Record], name
     """A ``records`` view over in-memory records (for callers that hold ``Record`` objects)."""
     import pyarrow as pa
 
-    from medmis.experiments.harness import RECORD_COLUMNS
+    from medmis.experiments.records import RECORD_COLUMNS
 
     rows = []
     for r in records:
@@ -413,7 +413,7 @@ def run_metrics(run_dir: str | Path, *, baseline: str = "none", n_boot: int = 20
                 seed: int = 0) -> MetricsReport:
     """The metrics of a run folder's ``records.jsonl``, scanned (and compacted) by DuckDB;
     records outside the folder's plan (``plan.json``) are left out."""
-    from medmis.experiments.harness import connect, planned_records_view
+    from medmis.experiments.records import connect, planned_records_view
 
     with tempfile.TemporaryDirectory(prefix="medmis-metrics-") as tmp:
         # a database file, so that intermediate tables can leave memory under the limit

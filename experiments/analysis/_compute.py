@@ -64,7 +64,7 @@ def compute_metrics(
     Returns:
         The ``MetricsReport``; ``report.to_json_dict()`` is the ``metrics.json`` content.
     """
-    from medmis.experiments.harness import connect
+    from medmis.experiments.records import connect
 
     con = connect()
     try:

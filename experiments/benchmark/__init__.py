@@ -32,6 +32,7 @@ from medmis.defenses import (
     render_question,
     render_user_prompt,
 )
+from medmis.experiments.records import PROTOCOLS, ProtocolName, Record
 
 from ._data import (
     DataError,
@@ -55,14 +56,11 @@ from ._protocols import (
 from ._readers import files_in, read_file
 from ._types import (
     CONTENT_TYPES,
-    PROTOCOLS,
     PROVENANCES,
     SUBSETS,
     Case,
     ContextSentence,
     Item,
-    ProtocolName,
-    Record,
 )
 from ._validate import validate_command
 

@@ -16,8 +16,9 @@ from collections.abc import Iterable, Sequence
 from typing import Literal
 
 from medmis.defenses import DEFAULT_PROMPT
+from medmis.experiments.records import ProtocolName
 
-from ._types import Case, ContextSentence, Item, ProtocolName
+from ._types import Case, ContextSentence, Item
 
 Type1Targets = Literal["sampled", "all"]
 

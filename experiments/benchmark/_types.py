@@ -1,4 +1,4 @@
-"""The dataset's typed data: items, cases and records.
+"""The dataset's typed data: items and cases (``Record``, a graded case, is the records package's).
 
 Data flows one way: rows -> ``Item`` -> ``Case`` -> defender -> ``Answer`` -> ``Record``.
 A defender never sees the ``Case``: it is handed a ``CaseView`` (``Case.view()``), the text a
@@ -10,16 +10,12 @@ the toolkit are validated when read by another.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
+from pydantic import BaseModel, ConfigDict, Field
 
-from medmis.agents import Usage
 from medmis.defenses import DEFAULT_PROMPT, CaseView
-from medmis.tools import PoisonExposure
-
-ProtocolName = Literal["clean", "type1", "type2"]
-PROTOCOLS: tuple[ProtocolName, ...] = ("clean", "type1", "type2")
+from medmis.experiments.records import ProtocolName, item_key
 
 SUBSETS: tuple[str, ...] = (
     "MEDMISQA",
@@ -47,11 +43,6 @@ PROVENANCES: tuple[str, ...] = (
     "Patient Self-Diagnosis / Belief / Claim",
     "Authority (Guideline / Discharge Note / SOP)",
 )
-
-
-def item_key(subset: str, item_id: str) -> str:
-    """The namespaced identity of an item (the released id is unique only within a subset)."""
-    return f"{subset}/{item_id}"
 
 
 class Item(BaseModel):
@@ -149,51 +140,3 @@ class Case(BaseModel):
             context=tuple(c.text for c in self.context),
             prompt=self.prompt,
         )
-
-
-class Record(BaseModel):
-    """One line of ``records.jsonl``: a graded (model, defender, protocol, item, target)."""
-
-    model: str
-    defender: str
-    protocol: ProtocolName
-    item_id: str
-    subset: str
-    target: str | None = None
-    gold: str
-    choice: str | None = None
-    correct: bool | None = None
-    content_type: str | None = None
-    provenance: str | None = None
-    error: str | None = None
-    usage: Usage = Field(default_factory=Usage)
-    llm_calls: int = 0
-    tool_calls: int = 0
-    latency_s: float = 0.0
-    seed: int = 0
-    method: str = "none"
-    prompt: str | None = None
-    prompt_version: str | None = None
-    defender_options: dict[str, Any] = Field(default_factory=dict)
-    extra: dict[str, Any] = Field(default_factory=dict)
-    trace_file: str | None = None
-    poison: PoisonExposure | None = None
-    """What the case saw of a poisoned web (``--poison``); None, and left out of the line,
-    for a run without one (its records read as before the field existed)."""
-
-    @model_serializer(mode="wrap")
-    def _without_null_poison(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        data: dict[str, Any] = handler(self)
-        if data.get("poison", 0) is None:
-            del data["poison"]
-        return data
-
-    @property
-    def item_key(self) -> str:
-        """``"SUBSET/item_id"``, the same identity as ``Item.key``."""
-        return item_key(self.subset, self.item_id)
-
-    @property
-    def key(self) -> tuple[str, str, str, str, str | None]:
-        """The resume key: ``(model, defender, protocol, item_key, target)``."""
-        return (self.model, self.defender, self.protocol, self.item_key, self.target)

@@ -15,9 +15,8 @@ from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from medmis.experiments.records import WriteFailed, repair_torn_tail, scrub_lines
 from medmis.tools import configured_secrets
-
-from ._io import WriteFailed, repair_torn_tail, scrub_lines
 
 # (model spec, defender, case); the defender and case types live in the runner's imports
 Job = tuple[str, Any, Any]
