@@ -6,6 +6,11 @@ servers), ``anthropic/<id>`` (Claude via langchain-anthropic), ``langchain:<prov
 the simulated examinee). SDKs are imported only when their provider is used.
 """
 
+# The folder is the package ``medmis.agents``; imported as ``agents`` from the clone's root it
+# would be a second copy of every class (isinstance checks and registries silently split).
+if __name__ != "medmis.agents":
+    raise ImportError(f"import medmis.agents, not {__name__}: the folder agents/ is installed as medmis.agents (pip install -e .)")
+
 from typing import TYPE_CHECKING
 
 from medmis.tools import lazy_exports

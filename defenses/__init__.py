@@ -12,6 +12,11 @@ registry first looks a name up; plug-ins register through the ``medmis.defenders
 entry-point group, and a local file's through :func:`load_plugins` (``--plugin FILE``).
 """
 
+# The folder is the package ``medmis.defenses``; imported as ``defenses`` from the clone's root it
+# would be a second copy of every class (isinstance checks and registries silently split).
+if __name__ != "medmis.defenses":
+    raise ImportError(f"import medmis.defenses, not {__name__}: the folder defenses/ is installed as medmis.defenses (pip install -e .)")
+
 from ._base import (
     BUILTINS_PACKAGE,
     DEFAULT_COST,

@@ -20,6 +20,11 @@ The names below are re-exported lazily: importing ``medmis.experiments.benchmark
 graphs and defenders do) must not pull in the harness, which imports the defenders.
 """
 
+# The folder is the package ``medmis.experiments``; imported as ``experiments`` from the clone's root it
+# would be a second copy of every class (isinstance checks and registries silently split).
+if __name__ != "medmis.experiments":
+    raise ImportError(f"import medmis.experiments, not {__name__}: the folder experiments/ is installed as medmis.experiments (pip install -e .)")
+
 import warnings
 from importlib import import_module
 from typing import Any

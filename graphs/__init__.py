@@ -24,6 +24,11 @@ defender            module                       what it does
 ==================  ===========================  ==================================================
 """
 
+# The folder is the package ``medmis.graphs``; imported as ``graphs`` from the clone's root it
+# would be a second copy of every class (isinstance checks and registries silently split).
+if __name__ != "medmis.graphs":
+    raise ImportError(f"import medmis.graphs, not {__name__}: the folder graphs/ is installed as medmis.graphs (pip install -e .)")
+
 from ._citations import answer_sources, cited_urls_in, source_urls, verify_citations
 from ._claim_verify import (
     ClaimVerifyOptions,

@@ -6,7 +6,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from medmis.experiments.records import Record, append_records, connect, load_records_table, read_records
+from medmis.experiments.records import (
+    Record,
+    append_records,
+    connect,
+    load_records_table,
+    read_records,
+)
 
 
 def test_importing_the_records_package_loads_no_langchain_or_langgraph() -> None:
