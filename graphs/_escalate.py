@@ -3,8 +3,9 @@
 Shape: ``warned`` (the ``warning`` defender) and ``prior`` (a context-free answer) run in
 parallel → ``decide``; when they agree the warned answer stands, otherwise ``verify`` runs the
 claim-verification graph on the conflicting sentences only (those that argue for the
-in-context answer) and answers from the annotated context. Both first steps are injected by
-the defender layer so this module never duplicates a prompt-level defender. A case without
+in-context answer) and answers from the annotated context. Both first steps are the
+``warning`` and ``context_blind`` defenders' own solve functions, so this module never
+duplicates a prompt-level defender. A case without
 context is the warned call alone.
 """
 
