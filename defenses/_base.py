@@ -239,6 +239,22 @@ def _load_entry_points() -> None:
                 print(f"medmis: warning: {_BROKEN[ep.name]}; skipped", file=sys.stderr)
 
 
+def load_installed() -> None:
+    """Register the built-ins and every installed plug-in (entry points), once per process."""
+    _load_entry_points()
+
+
+def registered() -> dict[str, DefenderSpec]:
+    """A copy of the registry as it is now (name -> spec), for :func:`restore_registry`."""
+    return dict(_REGISTRY)
+
+
+def restore_registry(snapshot: Mapping[str, DefenderSpec]) -> None:
+    """Put the registry back to ``snapshot`` (undoes a plug-in file that failed half-way)."""
+    _REGISTRY.clear()
+    _REGISTRY.update(snapshot)
+
+
 def get_spec(name: str) -> DefenderSpec:
     """The registration of defender ``name`` (built-ins and entry points load on first use).
 
