@@ -6,6 +6,11 @@ servers), ``anthropic/<id>`` (Claude via langchain-anthropic), ``langchain:<prov
 the simulated examinee). SDKs are imported only when their provider is used.
 """
 
+# The folder is the package ``medmis.agents``; imported as ``agents`` from the clone's root it
+# would be a second copy of every class (isinstance checks and registries silently split).
+if __name__ != "medmis.agents":
+    raise ImportError(f"import medmis.agents, not {__name__}: the folder agents/ is installed as medmis.agents (pip install -e .)")
+
 from typing import TYPE_CHECKING
 
 from medmis.tools import lazy_exports
@@ -46,6 +51,7 @@ if TYPE_CHECKING:
     )
     from ._retry import RetryPolicy, classify, retry_async
     from ._text import content_text
+    from ._usage import Usage
 
 # Exports load on first use: a module that needs one adapter piece (the report's prompt
 # tables need ``_capabilities``) does not import LangChain's model stack through this package.
@@ -73,6 +79,7 @@ _HOME = {
     **dict.fromkeys(("AdaptiveLimiter", "LimiterState"), "_limiter"),
     **dict.fromkeys(("effective_base_url",), "_registry"),
     **dict.fromkeys(("content_text",), "_text"),
+    "Usage": "_usage",
 }
 __getattr__ = lazy_exports(__name__, _HOME, globals())
 
@@ -96,6 +103,7 @@ __all__ = [
     "ScriptedChatModel",
     "StructuredOutput",
     "TransientModelError",
+    "Usage",
     "accepts_call_settings",
     "accepts_logprobs",
     "accepts_structured_output",

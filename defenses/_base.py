@@ -1,7 +1,7 @@
 """The defender protocol, the per-case context it works through, and the registry.
 
 A defender is an async callable ``(view, ctx) -> Answer`` built by a factory registered with
-``@defender(name, options=...)``. ``view`` is a :class:`~medmis.experiments.benchmark.CaseView`:
+``@defender(name, options=...)``. ``view`` is a :class:`~medmis.defenses.CaseView`:
 the question, options and context sentences in delivery order, and nothing a deployed system
 would not know (no gold key, target, sentence labels, protocol or item id). Its typed options are validated, recorded on every record
 and enough to rebuild the exact defender. Third-party defenders register through the
@@ -12,24 +12,33 @@ Everything a defender does with a model or a tool goes through :class:`DefenderC
 which traces the exact messages sent, the raw output, usage, timing and cache hits, applies
 the run's retry policy to model calls, and turns tool failures into :class:`ToolError` that
 the defender can show to its model.
+
+The built-in defenders live one module each in ``medmis.graphs``, above this registry; the
+registry imports that package once, on the first lookup (:func:`_load_builtins`), so importing
+the contract never imports the implementations and the implementations import the contract
+plainly.
 """
 
 from __future__ import annotations
 
+import importlib
 import re
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib.metadata import entry_points
-from typing import Any
+from typing import Any, Literal, NamedTuple
 
 from pydantic import ValidationError
 
-from medmis.experiments.benchmark import Answer, Case, CaseView, as_view
-from medmis.graphs import DefenderContext, DefenderOptions, SolveFn
 from medmis.tools import ConfigError, noting_signals, signals_seen
 
+from ._case import Answer, CaseView, Viewable, as_view
+from ._context import DefenderContext, DefenderOptions, SolveFn
+
 ENTRY_POINT_GROUP = "medmis.defenders"
+BUILTINS_PACKAGE = "medmis.graphs"
+"""The package whose import registers the built-in defenders (one module per defender)."""
 
 
 class DefenderConfigError(ConfigError, ValueError):
@@ -42,8 +51,61 @@ Prompts = Callable[[Any], Mapping[str, str]]
 model (what an adaptive attacker gets to read; ``medmis generate --attack adaptive``)."""
 
 
+class ProtocolCost(NamedTuple):
+    """Expected work per case under one protocol, for cost estimates before any record exists.
+
+    Attributes:
+        calls: Model calls per case.
+        tool_calls: Tool calls (searches, page visits) per case.
+        token_growth: Input tokens as a multiple of the bare prompt's (multi-turn agents resend
+            their growing history; a preface adds its own text).
+    """
+
+    calls: float
+    tool_calls: float
+    token_growth: float
+
+
+@dataclass(frozen=True)
+class CostHint:
+    """A defender's expected work per case, by protocol (read by ``medmis ablate --dry-run``;
+    earlier records of the same cell replace it).
+
+    ``CostHint.of({"clean": (1, 0, 1), "type1": (3, 2, 4), "type2": (8, 8, 12)})`` builds one
+    from ``(calls, tool_calls, token_growth)`` triples.
+    """
+
+    clean: ProtocolCost
+    type1: ProtocolCost
+    type2: ProtocolCost
+
+    @classmethod
+    def of(cls, table: Mapping[str, tuple[float, float, float]]) -> CostHint:
+        """From ``{protocol: (calls, tool_calls, token_growth)}`` for all three protocols."""
+        missing = {"clean", "type1", "type2"} - set(table)
+        if missing:
+            raise ValueError(f"a cost hint needs every protocol; missing {sorted(missing)}")
+        return cls(*(ProtocolCost(*table[p]) for p in ("clean", "type1", "type2")))
+
+    def per_case(self, protocol: Literal["clean", "type1", "type2"] | str) -> ProtocolCost:
+        """The expected work of one case under ``protocol``."""
+        return {"clean": self.clean, "type1": self.type1, "type2": self.type2}[protocol]
+
+
+DEFAULT_COST = CostHint.of({p: (3.0, 1.0, 4.0) for p in ("clean", "type1", "type2")})
+"""What a defender that declares no cost hint is assumed to cost (a small agent)."""
+
+
 @dataclass(frozen=True)
 class DefenderSpec:
+    """A registered defender: its factory, options class and what it declares about itself.
+
+    Attributes:
+        source: Where the method comes from (``"Author et al. YEAR, arXiv ..."``), or None
+            for the toolkit's own; shown by ``medmis defenders``.
+        cost: Expected work per case, for cost estimates before any record exists.
+    """
+
     name: str
     factory: Factory
     options: type[DefenderOptions]
@@ -52,6 +114,8 @@ class DefenderSpec:
     control: bool = False  # a reference point (e.g. context_blind), never a candidate mitigation
     single_call: bool = False  # exactly one model call per case (batch APIs can serve it)
     prompts: Prompts | None = None  # the instruction texts it shows its model (see ``Prompts``)
+    source: str | None = None
+    cost: CostHint = DEFAULT_COST
     requires: Callable[[], str | None] | None = None  # why it cannot run here (an extra), or None
 
 
@@ -66,8 +130,8 @@ class Defender:
     uses_tools: bool = False
     single_call: bool = False
 
-    async def __call__(self, case: CaseView | Case, ctx: DefenderContext) -> Answer:
-        """Answer one case. A full :class:`Case` is accepted from the caller's side and
+    async def __call__(self, case: CaseView | Viewable, ctx: DefenderContext) -> Answer:
+        """Answer one case. A full ``Case`` is accepted from the caller's side and
         reduced to its view here: the solve function only ever receives the view."""
         answer = await self.solve(as_view(case), ctx)
         return answer.model_copy(
@@ -93,6 +157,8 @@ def defender(
     control: bool = False,
     single_call: bool = False,
     prompts: Prompts | None = None,
+    source: str | None = None,
+    cost: CostHint | Mapping[str, tuple[float, float, float]] | None = None,
     requires: Callable[[], str | None] | None = None,
 ) -> Callable[[Factory], Factory]:
     """Register a defender factory ``factory(options) -> solve``.
@@ -101,6 +167,9 @@ def defender(
     call, whatever the options: ``medmis run --batch`` accepts only such defenders.
     ``prompts=fn`` declares the instruction texts it shows its model, ``fn(options) ->
     {part: text}`` (read by :func:`defender_prompts`; an adaptive attacker writes against them).
+    ``source`` cites the method (``"Author et al. YEAR, arXiv ..."``); ``cost`` is its expected
+    work per case (a :class:`CostHint` or ``{protocol: (calls, tool_calls, token_growth)}``),
+    :data:`DEFAULT_COST` when absent.
     ``requires=fn`` declares an optional dependency: ``fn()`` says in one line why the defender
     cannot run on this installation (None when it can); see :func:`defender_unavailable`.
 
@@ -116,6 +185,7 @@ def defender(
     """
     if not re.fullmatch(r"[a-z][a-z0-9_]*", name):
         raise ValueError(f"defender names are lower_snake_case, got {name!r}")
+    hint = DEFAULT_COST if cost is None else cost if isinstance(cost, CostHint) else CostHint.of(cost)
 
     def register(factory: Factory) -> Factory:
         text = description or ((factory.__doc__ or "").strip().splitlines() or [""])[0]
@@ -125,7 +195,8 @@ def defender(
         if existing is not None and existing.factory.__qualname__ != factory.__qualname__:
             raise DefenderConfigError(f"defender {name!r} is already registered")
         _REGISTRY[name] = DefenderSpec(
-            name, factory, options, text, uses_tools, control, single_call, prompts, requires
+            name, factory, options, text, uses_tools, control, single_call, prompts, source, hint,
+            requires,
         )
         return factory
 
@@ -145,8 +216,15 @@ def quiet_broken_plugins() -> None:
     warn_broken_plugins = False
 
 
+def _load_builtins() -> None:
+    # The one dynamic import of the layering: the built-ins sit above this registry (they
+    # import the contract), so the registry reaches them by name, once, on first lookup.
+    importlib.import_module(BUILTINS_PACKAGE)
+
+
 def _load_entry_points() -> None:
     global _entry_points_loaded
+    _load_builtins()
     if _entry_points_loaded:
         return
     _entry_points_loaded = True
@@ -166,7 +244,30 @@ def _load_entry_points() -> None:
                 print(f"medmis: warning: {_BROKEN[ep.name]}; skipped", file=sys.stderr)
 
 
+def load_installed() -> None:
+    """Register the built-ins and every installed plug-in (entry points), once per process."""
+    _load_entry_points()
+
+
+def registered() -> dict[str, DefenderSpec]:
+    """A copy of the registry as it is now (name -> spec), for :func:`restore_registry`."""
+    return dict(_REGISTRY)
+
+
+def restore_registry(snapshot: Mapping[str, DefenderSpec]) -> None:
+    """Put the registry back to ``snapshot`` (undoes a plug-in file that failed half-way)."""
+    _REGISTRY.clear()
+    _REGISTRY.update(snapshot)
+
+
 def get_spec(name: str) -> DefenderSpec:
+    """The registration of defender ``name`` (built-ins and entry points load on first use).
+
+    Raises:
+        DefenderConfigError: No defender of that name (or its plug-in failed to import).
+    """
+    if name not in _REGISTRY:
+        _load_builtins()
     if name not in _REGISTRY:
         _load_entry_points()
     try:

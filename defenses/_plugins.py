@@ -20,7 +20,7 @@ from pathlib import Path
 
 from medmis.tools import noting_signals, signals_seen
 
-from ._base import _REGISTRY, DefenderConfigError, DefenderSpec, _load_entry_points
+from ._base import DefenderConfigError, DefenderSpec, load_installed, registered, restore_registry
 
 __all__ = ["MODULE_PREFIX", "load_plugins"]
 
@@ -60,13 +60,13 @@ def _load_one(path: Path) -> list[str]:
     digest = hashlib.sha256(data).hexdigest()
     if digest in _LOADED:
         return _LOADED[digest]
-    _load_entry_points()  # an installed plug-in's names are taken before a local file claims them
+    load_installed()  # an installed plug-in's names are taken before a local file claims them
     module_name = MODULE_PREFIX + digest[:16]
     spec = importlib.util.spec_from_file_location(module_name, path)
     if spec is None or spec.loader is None:
         raise DefenderConfigError(f"plug-in {path}: not a Python file")
     module = importlib.util.module_from_spec(spec)
-    before = dict(_REGISTRY)
+    before = registered()
     sys.modules[module_name] = module  # dataclasses and pydantic look their module up while it runs
     signals = signals_seen()
     try:
@@ -78,7 +78,7 @@ def _load_one(path: Path) -> list[str]:
             raise  # a real Ctrl-C (or SIGTERM) during the import stops the command
         raise DefenderConfigError(f"plug-in {path}: {_why(exc)}") from None
     resolved = path.resolve()
-    added = [n for n, s in _REGISTRY.items() if before.get(n) is not s]
+    added = [n for n, s in registered().items() if before.get(n) is not s]
     taken = [n for n in added if n in before and _ORIGIN.get(n) != resolved]
     if taken:
         _undo(before, module_name)
@@ -95,8 +95,7 @@ def _load_one(path: Path) -> list[str]:
 
 
 def _undo(before: dict[str, DefenderSpec], module_name: str) -> None:
-    _REGISTRY.clear()
-    _REGISTRY.update(before)
+    restore_registry(before)
     sys.modules.pop(module_name, None)
 
 

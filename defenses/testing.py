@@ -31,10 +31,15 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
 from medmis.agents import BlockedResponseError, ScriptedChatModel, message_text
-from medmis.experiments.benchmark import Answer, Case, CaseView, ContextSentence, Item
+
+# The kit builds dataset items and cases, as the harness does, to drive a defender the way a
+# run would: it sits at the top of the stack with the tests (the layer test names it).
+from medmis.experiments.benchmark import Case, ContextSentence, Item
 from medmis.tools import Page, SearchResult, ToolError, routed
 
-from ._base import DefenderContext, create_defender, get_spec
+from ._base import create_defender, get_spec
+from ._case import Answer, CaseView
+from ._context import DefenderContext
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,11 @@ The names below are re-exported lazily: importing ``medmis.experiments.benchmark
 graphs and defenders do) must not pull in the harness, which imports the defenders.
 """
 
+# The folder is the package ``medmis.experiments``; imported as ``experiments`` from the clone's root it
+# would be a second copy of every class (isinstance checks and registries silently split).
+if __name__ != "medmis.experiments":
+    raise ImportError(f"import medmis.experiments, not {__name__}: the folder experiments/ is installed as medmis.experiments (pip install -e .)")
+
 import warnings
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
@@ -178,7 +183,7 @@ if TYPE_CHECKING:  # what mypy and IDEs see: the real types (at run time the tab
     from .harness import (
         RunSpec as RunSpec,
     )
-    from .harness import (
+    from .records import (
         read_records as read_records,
     )
     from .harness import (
@@ -188,7 +193,7 @@ if TYPE_CHECKING:  # what mypy and IDEs see: the real types (at run time the tab
         write_report as write_report,
     )
 
-_SUBPACKAGES = ("benchmark", "harness", "analysis", "reporting", "ablation", "api")
+_SUBPACKAGES = ("benchmark", "records", "harness", "analysis", "reporting", "ablation", "api")
 # The command line's helpers, once re-exported here: still resolved (with a DeprecationWarning)
 # for code that imported them, but no part of the public face; import them from their modules.
 _CLI_HELPERS: dict[str, str] = {
@@ -217,10 +222,11 @@ _EXPORTS: dict[str, str] = {
     ),
     # harness
     **dict.fromkeys(
-        ("DefenderConfig", "Harness", "RunConfig", "RunOptions", "RunResult", "RunSpec", "read_records",
-         "run_experiment"),
+        ("DefenderConfig", "Harness", "RunConfig", "RunOptions", "RunResult", "RunSpec", "run_experiment"),
         "harness",
     ),
+    # records (the run folder's records file)
+    **dict.fromkeys(("read_records",), "records"),
     # analysis
     **dict.fromkeys(
         ("MetricsReport", "compare", "compute_metrics", "mcnemar_exact", "paired_bootstrap_diff", "wilson"),

@@ -109,6 +109,8 @@ def run(plugins: Sequence[str] = ()) -> int:
         print(spec.name + (f"  [{', '.join(tags)}]" if tags else ""))
         if spec.description:
             print(f"    {spec.description}")
+        if spec.source:
+            print(f"    source: {spec.source}")
         for opt in describe_options(spec.options):
             print(f"    --defender-option {spec.name}.{opt.name}=<{opt.type}>  (default {opt.default})")
             if opt.description:

@@ -106,7 +106,7 @@ def load_run(run_dir: str | Path) -> RunFolder:
     Raises:
         FileNotFoundError: If ``run_dir/records.jsonl`` does not exist.
     """
-    from medmis.experiments.harness import connect, planned_records_view
+    from medmis.experiments.records import connect, planned_records_view
 
     d = Path(run_dir)
     if not (d / "records.jsonl").exists():

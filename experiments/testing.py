@@ -49,8 +49,9 @@ import pytest
 
 if TYPE_CHECKING:
     from medmis.agents._mock import ScriptedChatModel
+    from medmis.defenses import CaseView
     from medmis.defenses.testing import check_defender
-    from medmis.experiments.benchmark._types import CaseView, Item
+    from medmis.experiments.benchmark._types import Item
     from medmis.experiments.harness._config import RunConfig, RunResult
 
 __all__ = ["BUNDLED_FIXTURES", "NetworkBlocked", "Replay", "bundled_fixture", "check_defender"]

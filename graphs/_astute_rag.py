@@ -57,10 +57,17 @@ from langchain_core.messages import HumanMessage
 from pydantic import Field
 
 from medmis.agents import message_text
-from medmis.experiments.benchmark import Answer, CaseView, render_prompt
+from medmis.defenses import (
+    Answer,
+    CaseView,
+    DefenderContext,
+    DefenderOptions,
+    SolveFn,
+    answer_from_reply,
+    defender,
+    render_prompt,
+)
 from medmis.tools import ToolError
-
-from ._context import DefenderContext, DefenderOptions, SolveFn, answer_from_reply
 
 SOURCE = "Wang et al. 2024, arXiv 2410.07176"
 
@@ -205,3 +212,16 @@ def astute_rag_solver(opts: AstuteRagOptions) -> SolveFn:
         return answer_from_reply(reply, case, ctx, internal_passage=internal is not None)
 
     return solve
+
+
+@defender(
+    "astute_rag",
+    options=AstuteRagOptions,
+    description="Astute RAG: a passage of internal knowledge, source-aware consolidation with the context, answer from the most reliable group.",
+    uses_tools=True,  # with search_results > 0; by default it makes no tool call
+    prompts=astute_rag_prompts,
+    source=SOURCE,
+    cost=COST_HINT,
+)
+def astute_rag(opts: AstuteRagOptions) -> SolveFn:
+    return astute_rag_solver(opts)

@@ -41,9 +41,17 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, model_validator
 
 from medmis.agents import ModelConfigError, message_text, reply_logprobs
-from medmis.experiments.benchmark import Answer, CaseView, extract_answer, render_prompt
-
-from ._context import DefenderContext, DefenderOptions, SolveFn, answer_from_text
+from medmis.defenses import (
+    Answer,
+    CaseView,
+    DefenderContext,
+    DefenderOptions,
+    SolveFn,
+    answer_from_text,
+    defender,
+    extract_answer,
+    render_prompt,
+)
 
 SOURCE = "Wu et al. 2024, arXiv 2404.10198"
 COST_HINT: dict[str, tuple[float, float, float]] = {
@@ -144,3 +152,16 @@ def calibrate_solver(opts: CalibrateOptions) -> SolveFn:
         return answer_from_text(prior_text if chose == "prior" else context_text, case, ctx, **decision)
 
     return solve
+
+
+@defender(
+    "calibrate",
+    options=CalibrateOptions,
+    description="Answers with and without context and keeps the answer whose token probabilities are "
+    "higher (ClashEval's token probability correction; needs logprobs).",
+    prompts=calibrate_prompts,
+    source=SOURCE,
+    cost=COST_HINT,
+)
+def calibrate(opts: CalibrateOptions) -> SolveFn:
+    return calibrate_solver(opts)

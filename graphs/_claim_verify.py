@@ -18,7 +18,15 @@ from langchain_core.runnables import RunnableConfig
 from pydantic import Field
 
 from medmis.agents import message_text
-from medmis.experiments.benchmark import Answer, CaseView, render_prompt
+from medmis.defenses import (
+    Answer,
+    CaseView,
+    DefenderContext,
+    SolveFn,
+    answer_from_text,
+    defender,
+    render_prompt,
+)
 from medmis.tools import ToolError
 
 from . import _credibility as cred
@@ -30,7 +38,6 @@ from ._common import (
     parse_json_object,
     render_evidence,
 )
-from ._context import DefenderContext, SolveFn, answer_from_text
 
 if TYPE_CHECKING:  # LangGraph itself is imported when a graph is built
     from langgraph.graph.state import CompiledStateGraph
@@ -451,3 +458,30 @@ def claim_verify_solver(opts: ClaimVerifyOptions) -> SolveFn:
 
     graph = build_claim_verify_graph(opts)
     return graph_solver(graph, recursion_limit=RECURSION_LIMIT, finish=finish)
+
+
+COST_HINT = {"clean": (1, 0, 1), "type1": (3, 2, 4), "type2": (8, 8, 12)}
+
+
+def claim_verify_prompts(opts: ClaimVerifyOptions) -> dict[str, str]:
+    """``claim_verify``: the split step (``split="model"``), the per-claim verdict, and the
+    answer prompt's preface (placeholders such as ``<claim>`` stand for the case)."""
+    placeholder = CaseView("<question>", {"A": "<option>"}, ("<statement>",))
+    out: dict[str, str] = {}
+    if opts.split == "model":
+        out["split"] = "\n\n".join(message_text(m) for m in _split_prompt(placeholder, [0]))
+    out["verify"] = "\n\n".join(message_text(m) for m in _verify_prompt("<claim>", [], []))
+    out["answer"] = ANNOTATION_PREFACE
+    return out
+
+
+@defender(
+    "claim_verify",
+    options=ClaimVerifyOptions,
+    description="Splits the context into atomic claims, verifies each against the web in parallel, answers from the annotated context.",
+    uses_tools=True,
+    prompts=claim_verify_prompts,
+    cost=COST_HINT,
+)
+def claim_verify(opts: ClaimVerifyOptions) -> SolveFn:
+    return claim_verify_solver(opts)

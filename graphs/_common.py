@@ -17,9 +17,7 @@ from typing import Any, TypeVar
 
 from langchain_core.runnables import RunnableConfig
 
-from medmis.experiments.benchmark import Answer, CaseView, extract_answer
-
-from ._context import DefenderContext, SolveFn
+from medmis.defenses import Answer, CaseView, DefenderContext, SolveFn, extract_answer
 
 T = TypeVar("T")
 

@@ -38,10 +38,10 @@ from typing import Any, Literal
 import httpx
 from pydantic import Field, field_validator
 
+from medmis.defenses import DefenderOptions
 from medmis.tools import split_sentences
 
 from ._citations import _GENERIC, MIN_OPTION_CHARS, _names_option, _norm
-from ._context import DefenderOptions
 
 Tier = Literal["trusted", "unverified", "low"]
 

@@ -24,15 +24,18 @@ from langchain_core.runnables import RunnableConfig
 from pydantic import BaseModel, Field
 
 from medmis.agents import message_text
-from medmis.experiments.benchmark import (
+from medmis.defenses import (
     Answer,
     CaseView,
+    DefenderContext,
+    DefenderOptions,
+    SolveFn,
     answer_instruction,
+    defender,
     render_prompt,
 )
 
 from ._common import deps, graph_solver, vote_of
-from ._context import DefenderContext, DefenderOptions, SolveFn
 
 if TYPE_CHECKING:  # LangGraph itself is imported when a graph is built
     from langgraph.graph.state import CompiledStateGraph
@@ -226,3 +229,24 @@ def isolate_vote_solver(opts: IsolateVoteOptions) -> SolveFn:
 
     graph = build_isolate_vote_graph(opts)
     return graph_solver(graph, recursion_limit=RECURSION_LIMIT, finish=finish)
+
+
+SOURCE = "Xiang et al. 2024, arXiv 2405.15556 (RobustRAG)"
+COST_HINT = {"clean": (1, 0, 1), "type1": (2, 0, 2), "type2": (5, 0, 5.5)}
+
+
+def isolate_vote_prompts(opts: IsolateVoteOptions) -> dict[str, str]:
+    """``isolate_vote``: the preface of each isolated context sentence."""
+    return {"isolated": ISOLATED_PREFACE}
+
+
+@defender(
+    "isolate_vote",
+    options=IsolateVoteOptions,
+    description="Answers once per isolated context sentence and once without context, then a margin vote (RobustRAG).",
+    prompts=isolate_vote_prompts,
+    source=SOURCE,
+    cost=COST_HINT,
+)
+def isolate_vote(opts: IsolateVoteOptions) -> SolveFn:
+    return isolate_vote_solver(opts)

@@ -13,10 +13,19 @@ from typing import TYPE_CHECKING, Any, TypedDict
 from langchain_core.runnables import RunnableConfig
 
 from medmis.agents import message_text
-from medmis.experiments.benchmark import Answer, CaseView, extract_answer, render_prompt
+from medmis.defenses import (
+    Answer,
+    CaseView,
+    DefenderContext,
+    DefenderOptions,
+    SolveFn,
+    answer_from_text,
+    defender,
+    extract_answer,
+    render_prompt,
+)
 
 from ._common import UNVERIFIED_PREFACE, deps, graph_solver
-from ._context import DefenderContext, DefenderOptions, SolveFn, answer_from_text
 
 if TYPE_CHECKING:  # LangGraph itself is imported when a graph is built
     from langgraph.graph.state import CompiledStateGraph
@@ -147,3 +156,26 @@ def prior_reconcile_solver(opts: PriorReconcileOptions) -> SolveFn:
 
     graph = build_prior_reconcile_graph(opts)
     return graph_solver(graph, recursion_limit=RECURSION_LIMIT, finish=finish)
+
+
+SOURCE = "Wang et al. 2024, arXiv 2410.07176 (Astute RAG)"
+COST_HINT = {"clean": (1, 0, 1), "type1": (2.5, 0, 3), "type2": (2.5, 0, 3.5)}
+
+
+def prior_reconcile_prompts(opts: PriorReconcileOptions) -> dict[str, str]:
+    """``prior_reconcile``: the preface of the contextual answer and the reconciliation prompt
+    (sent when the two answers differ; earlier answers as placeholders)."""
+    reconcile = _reconcile_preface({"prior": "<answer>", "contextual": "<answer>"}, opts.max_reasoning_chars)
+    return {"contextual": UNVERIFIED_PREFACE, "reconcile": reconcile}
+
+
+@defender(
+    "prior_reconcile",
+    options=PriorReconcileOptions,
+    description="Answers without, then with untrusted context; on conflict switches only for a claim consistent with established knowledge (Astute RAG).",
+    prompts=prior_reconcile_prompts,
+    source=SOURCE,
+    cost=COST_HINT,
+)
+def prior_reconcile(opts: PriorReconcileOptions) -> SolveFn:
+    return prior_reconcile_solver(opts)

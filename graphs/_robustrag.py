@@ -68,11 +68,19 @@ from typing import Any, Literal
 from pydantic import Field
 
 from medmis.agents import message_text
-from medmis.experiments.benchmark import Answer, CaseView, render_prompt
+from medmis.defenses import (
+    Answer,
+    CaseView,
+    DefenderContext,
+    DefenderOptions,
+    SolveFn,
+    answer_from_reply,
+    defender,
+    render_prompt,
+)
 from medmis.tools import ReplayMissError, ToolError
 
 from ._common import gather_strict, vote_of
-from ._context import DefenderContext, DefenderOptions, SolveFn, answer_from_reply
 
 SOURCE = "Xiang et al. 2024, arXiv 2405.15556"
 
@@ -290,3 +298,20 @@ def robustrag_solver(opts: RobustRAGOptions) -> SolveFn:
         )
 
     return solve
+
+
+@defender(
+    "robustrag",
+    options=RobustRAGOptions,
+    description=(
+        "Answers from each passage (context sentence, or search result with search_results=N) in "
+        "isolation, majority vote, and certifies whether up to k' corrupted passages could "
+        "change the answer."
+    ),
+    uses_tools=True,
+    prompts=robustrag_prompts,
+    source=SOURCE,
+    cost=COST_HINT,
+)
+def robustrag(opts: RobustRAGOptions) -> SolveFn:
+    return robustrag_solver(opts)

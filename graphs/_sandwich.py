@@ -21,9 +21,17 @@ from __future__ import annotations
 
 from langchain_core.messages import HumanMessage
 
-from medmis.experiments.benchmark import Answer, CaseView, PromptMessages, render_prompt
-
-from ._context import DefenderContext, DefenderOptions, SolveFn, answer_from_reply
+from medmis.defenses import (
+    Answer,
+    CaseView,
+    DefenderContext,
+    DefenderOptions,
+    PromptMessages,
+    SolveFn,
+    answer_from_reply,
+    defender,
+    render_prompt,
+)
 
 SOURCE = "Debenedetti et al. 2024, arXiv 2406.13352"
 COST_HINT: dict[str, tuple[float, float, float]] = {
@@ -87,3 +95,17 @@ def sandwich_solver(opts: SandwichOptions) -> SolveFn:
         return answer_from_reply(reply, case, ctx)
 
     return solve
+
+
+@defender(
+    "sandwich",
+    options=SandwichOptions,
+    single_call=True,
+    description="Sandwich: repeats the task (question, options, instruction) after the untrusted context, "
+    "as AgentDojo's repeat_user_prompt.",
+    prompts=sandwich_prompts,
+    source=SOURCE,
+    cost=COST_HINT,
+)
+def sandwich(opts: SandwichOptions) -> SolveFn:
+    return sandwich_solver(opts)

@@ -38,9 +38,16 @@ from langchain_core.messages import HumanMessage, SystemMessage
 from pydantic import Field
 
 from medmis.agents import message_text
-from medmis.experiments.benchmark import Answer, CaseView, render_prompt
-
-from ._context import DefenderContext, DefenderOptions, SolveFn, answer_from_reply
+from medmis.defenses import (
+    Answer,
+    CaseView,
+    DefenderContext,
+    DefenderOptions,
+    SolveFn,
+    answer_from_reply,
+    defender,
+    render_prompt,
+)
 
 SOURCE = "Shi et al. 2025, arXiv 2507.15219"
 COST_HINT: dict[str, tuple[float, float, float]] = {
@@ -168,3 +175,16 @@ def sanitize_solver(opts: SanitizeOptions) -> SolveFn:
         )
 
     return solve
+
+
+@defender(
+    "sanitize",
+    options=SanitizeOptions,
+    description="Sanitizer: a guardrail call names injected or misleading context sentences, which are "
+    "removed before the answer call (after PromptArmor).",
+    prompts=sanitize_prompts,
+    source=SOURCE,
+    cost=COST_HINT,
+)
+def sanitize(opts: SanitizeOptions) -> SolveFn:
+    return sanitize_solver(opts)

@@ -21,11 +21,15 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, model_validator
 
-from ._context import SolveFn
+from medmis.defenses import SolveFn, defender
+
 from ._credibility import CredibilityOptions
 from ._search_common import solver
 from ._search_paper import build_paper_graph, paper_prompts
 from ._search_toolkit import build_toolkit_graph, toolkit_prompts
+
+SOURCE = "MedMisBench, arXiv 2606.12291 (the paper's search agent)"
+COST_HINT = {"clean": (1, 0, 1), "type1": (4, 3, 6), "type2": (4, 3, 7)}
 
 if TYPE_CHECKING:
     from langgraph.graph.state import CompiledStateGraph
@@ -128,3 +132,16 @@ def search_agent_prompts(opts: SearchAgentOptions) -> dict[str, str]:
     """``search_agent`` on a case with context: the agent's system prompt, the planner's, and
     (toolkit preset, ``warn``) the preface before the context."""
     return paper_prompts(opts) if opts.preset == "paper" else toolkit_prompts(opts)
+
+
+@defender(
+    "search_agent",
+    options=SearchAgentOptions,
+    description="The paper's mitigation: plans, searches and reads the web to check the context before answering (ReAct); preset=paper reproduces the paper's harness.",
+    uses_tools=True,
+    prompts=search_agent_prompts,
+    source=SOURCE,
+    cost=COST_HINT,
+)
+def search_agent(opts: SearchAgentOptions) -> SolveFn:
+    return search_agent_solver(opts)

@@ -34,12 +34,19 @@ from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 
 from medmis.agents import message_text
-from medmis.experiments.benchmark import Answer, CaseView, extract_answer, render_prompt
+from medmis.defenses import (
+    Answer,
+    CaseView,
+    DefenderContext,
+    SolveFn,
+    answer_from_text,
+    extract_answer,
+    render_prompt,
+)
 from medmis.tools import SEARCH_TOOL_NAME, VISIT_TOOL_NAME, Page, SearchResult, ToolError
 
 from ._citations import verify_citations
 from ._common import UNVERIFIED_PREFACE, dedupe_passages, deps, gather_strict, graph_solver
-from ._context import DefenderContext, SolveFn, answer_from_text
 from ._credibility import Credibility, Source, option_support, present
 
 if TYPE_CHECKING:  # LangGraph itself is imported when a graph is built

@@ -36,7 +36,7 @@ from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from langchain_core.runnables import RunnableConfig
 
 from medmis.agents import MissingKeyError, ModelConfigError, accepts_call_settings, message_text
-from medmis.experiments.benchmark import CaseView
+from medmis.defenses import CaseView, DefenderContext
 from medmis.tools import (
     Page,
     ReplayMissError,
@@ -48,7 +48,6 @@ from medmis.tools import (
 )
 
 from ._common import dedupe_passages, deps
-from ._context import DefenderContext
 from ._credibility import CREDIBILITY_INSTRUCTION, Credibility
 from ._search_common import (
     WARNING,

@@ -19,9 +19,10 @@ from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from langchain_core.runnables import RunnableConfig
 
 from medmis.agents import message_text
-from medmis.experiments.benchmark import (
+from medmis.defenses import (
     SYSTEM_PROMPT,
     CaseView,
+    DefenderContext,
     extract_answer,
     render_context,
     render_prompt,
@@ -45,7 +46,6 @@ from ._common import (
     parse_json_object,
     render_evidence,
 )
-from ._context import DefenderContext
 from ._credibility import CREDIBILITY_INSTRUCTION, Credibility, checked_passages
 from ._search_common import (
     WARNING,

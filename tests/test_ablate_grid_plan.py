@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from medmis.experiments.cli import main
-from medmis.experiments.harness import read_records
+from medmis.experiments.records import read_records
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "fixtures" / "medmisbench_sample.jsonl"

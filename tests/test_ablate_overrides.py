@@ -13,7 +13,7 @@ from conftest import clear_provider_env
 from medmis.experiments.ablation._config import load_config, parse_value
 from medmis.experiments.benchmark import PRESETS
 from medmis.experiments.cli import main
-from medmis.experiments.harness import read_records
+from medmis.experiments.records import read_records
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "experiments" / "configs"

@@ -26,7 +26,7 @@ from conftest import clear_provider_env
 
 from medmis.experiments import Item, load_dataset
 from medmis.experiments.cli import main
-from medmis.experiments.harness import read_records
+from medmis.experiments.records import read_records
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "fixtures" / "medmisbench_sample.jsonl"

@@ -21,9 +21,9 @@ import httpx
 import pytest
 
 from medmis.experiments.benchmark import Record
-from medmis.experiments.harness._io import scrub_lines
 from medmis.experiments.harness._outcome import record_outcome
 from medmis.experiments.harness._resume import CasePlan, resume_state
+from medmis.experiments.records import scrub_lines
 from medmis.tools import json_needs_redaction, redact_json, redact_obj
 
 _PIECES = ["sk-", "sk-proj-", "AIza", "tvly-", "jina_", "Bearer ", "BEARER\t", "apı_key=", "APİ-KEY: ",

@@ -17,8 +17,8 @@ from _metrics_reference import reference_metrics
 
 from medmis.experiments import Record, Usage
 from medmis.experiments.analysis import compute_metrics, compute_run_metrics
-from medmis.experiments.harness import compact_records, read_records
 from medmis.experiments.harness._resume import CasePlan, count_records, resume_state
+from medmis.experiments.records import compact_records, read_records
 
 SUBSETS = ["MEDMISQA", "MEDMISHLE", "MEDMISXPERTQA"]
 CONTENT = ["Cue Remapping", "Spurious Anchoring", "", None]
@@ -161,7 +161,7 @@ def test_resume_scan_reports_a_bad_middle_line(tmp_path: Path) -> None:
 @pytest.mark.parametrize("tail", [b"", b'{"torn', b'{"long' + b"x" * 200_000])
 @pytest.mark.parametrize("head", [b"", b'{"a": 1}\n', b'{"a": 1}\n' + b"y" * 150_000 + b"\n"])
 def test_repair_torn_tail_cuts_only_the_partial_line(tmp_path: Path, head: bytes, tail: bytes) -> None:
-    from medmis.experiments.harness import repair_torn_tail
+    from medmis.experiments.records import repair_torn_tail
 
     path = tmp_path / "records.jsonl"
     path.write_bytes(head + tail)
@@ -173,7 +173,7 @@ def test_repair_torn_tail_cuts_only_the_partial_line(tmp_path: Path, head: bytes
 def test_same_answers_sql_equals_per_record(seed: int) -> None:
     from medmis.experiments.analysis._columnar import records_into
     from medmis.experiments.analysis._same_answers import same_answers, same_answers_sql
-    from medmis.experiments.harness import connect
+    from medmis.experiments.records import connect
 
     records = random_records(seed)
     # a control that answers like "none" wherever both are graded, and one with no graded case

@@ -27,7 +27,7 @@ from medmis.agents import ModelOptions
 from medmis.agents._decoding import resolve, resolved_values
 from medmis.experiments import Item, load_dataset
 from medmis.experiments.cli import main
-from medmis.experiments.harness import read_records
+from medmis.experiments.records import read_records
 
 SNAPSHOTS = Path(__file__).resolve().parent / "snapshots"
 Json = dict[str, Any]

@@ -25,13 +25,12 @@ from typing import Any
 
 import pytest
 
-from medmis.defenses import DefenderOptions, defender
+from medmis.defenses import DefenderContext, DefenderOptions, SolveFn, defender
 from medmis.experiments import Harness, RunConfig
 from medmis.experiments.benchmark import Answer, CaseView
 from medmis.experiments.benchmark._data import load_dataset
 from medmis.experiments.benchmark._protocols import plan_cases
 from medmis.experiments.harness._config import DefenderConfig
-from medmis.graphs import DefenderContext, SolveFn
 from medmis.tools._poison_types import PoisonSettings, case_key
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -13,7 +13,8 @@ from medmis.defenses import DefenderConfigError
 from medmis.experiments import ConfigError, DataError, InputError, MedmisError
 from medmis.experiments.cli import main
 from medmis.experiments.export._run import read_run
-from medmis.experiments.harness import RecordsFileError, RunSetupError, WriteFailed
+from medmis.experiments.harness import RunSetupError
+from medmis.experiments.records import RecordsFileError, WriteFailed
 
 ROOT = Path(__file__).resolve().parents[1]
 # The command line's own modules: argument parsing and the handlers wired in cli.py.

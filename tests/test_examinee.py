@@ -23,11 +23,14 @@ from medmis.agents import (
     retry_async,
 )
 from medmis.agents._examinee import SimulatedExaminee, build
-from medmis.defenses import create_defender
-from medmis.defenses._agentic import SpotlightOptions, spotlight_context, spotlight_instruction
-from medmis.defenses._builtin import DEFAULT_WARNING
+from medmis.defenses import DefenderContext, create_defender
 from medmis.experiments.benchmark import Case, Item, cases_for_item, extract_answer, render_prompt
-from medmis.graphs import DefenderContext
+from medmis.graphs import (
+    DEFAULT_WARNING,
+    SpotlightOptions,
+    spotlight_context,
+    spotlight_instruction,
+)
 from medmis.graphs._search_paper import question_prompt
 from medmis.tools import Page, SearchResult, render_page, render_search_results, tool_schemas
 

@@ -271,8 +271,13 @@ def test_builtin_defenders_carry_a_hash_of_their_source(tmp_path: Path) -> None:
     out = tmp_path / "run"
     assert main(mock_run(out, "--protocol", "clean")) == 0
     code = manifest(out)["fingerprint"]["defenders"]["none"]["code"]
-    # the factory's module and the defender-layer modules it imports (the contract it builds on)
-    modules = ["medmis.defenses._base", "medmis.defenses._builtin", "medmis.graphs._context"]
+    # the factory's module and the defender-layer modules it imports (the contract it builds on:
+    # registry, case view, context, answer extraction and prompt rendering)
+    modules = [
+        "medmis.defenses._base", "medmis.defenses._case", "medmis.defenses._context",
+        "medmis.defenses._extract", "medmis.defenses._extract_json", "medmis.defenses._extract_rules",
+        "medmis.defenses._extract_text", "medmis.defenses._prompts", "medmis.graphs._none",
+    ]
     assert code["modules"] == modules and "distribution" not in code
     import hashlib
 

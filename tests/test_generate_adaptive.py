@@ -21,12 +21,12 @@ import test_generate_http as generate_http
 from conftest import clear_provider_env
 
 from medmis.defenses import DefenderConfigError, defender, defender_prompts
-from medmis.defenses._agentic import DELIMITERS
-from medmis.defenses._builtin import DEFAULT_WARNING
 from medmis.experiments.benchmark import load_dataset
 from medmis.experiments.cli import main
+from medmis.graphs import DEFAULT_WARNING
 from medmis.graphs._claim_verify import ANNOTATION_PREFACE, VERIFY_SYSTEM
 from medmis.graphs._search_toolkit import AGENT_SYSTEM, AGENT_SYSTEM_UNWARNED
+from medmis.graphs._spotlight import DELIMITERS
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "fixtures" / "medmisbench_sample.jsonl"

@@ -15,26 +15,28 @@ from langgraph.graph.state import CompiledStateGraph
 
 from medmis.agents import ScriptedChatModel, message_text
 from medmis.defenses import DefenderContext, DefenderOptions, create_defender
-from medmis.defenses._agentic import DELIMITERS
-from medmis.defenses._builtin import WarningOptions, context_blind_defender, warning_defender
 from medmis.experiments import Answer, Item
 from medmis.graphs import (
     ClaimVerifyOptions,
     IsolateVoteOptions,
     PriorReconcileOptions,
     SearchAgentOptions,
+    WarningOptions,
     build_claim_verify_graph,
     build_escalate_graph,
     build_isolate_vote_graph,
     build_prior_reconcile_graph,
     build_search_agent_graph,
+    context_blind_defender,
     decide_vote,
     parse_json_object,
     sentences_supporting,
     verify_citations,
+    warning_defender,
 )
 from medmis.graphs import _search_paper as paper
 from medmis.graphs._isolate_vote import Ballot
+from medmis.graphs._spotlight import DELIMITERS
 from medmis.tools import PAPER_SEARCH_TOOL, PAPER_VISIT_TOOL, SearchResult, ToolError
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"

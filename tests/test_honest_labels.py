@@ -60,7 +60,7 @@ def test_every_report_plot_and_the_compare_plot_carry_the_mark(tmp_path: Path,
 
 
 def test_view_facets_carry_the_statement(tmp_path: Path) -> None:
-    from medmis.experiments.harness import append_records
+    from medmis.experiments.records import append_records
     from medmis.experiments.view import RunView
 
     for model, simulated in (("mock/examinee", True), ("openai/x", False)):

@@ -18,7 +18,7 @@ import pytest
 
 from medmis.experiments import Record
 from medmis.experiments.analysis import compute_metrics
-from medmis.experiments.harness import append_records
+from medmis.experiments.records import append_records
 from medmis.experiments.reporting import write_html, write_report
 from medmis.experiments.reporting._cases import case_data, parse_question
 from medmis.experiments.reporting._sensitivity import delivery_sensitivity, sensitivity_markdown

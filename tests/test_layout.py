@@ -1,6 +1,6 @@
 """The package's import layout, read from the source with ``ast`` (nothing is imported).
 
-Two rules, checked over every ``.py`` file of the five folders under their installed names
+Three rules, checked over every ``.py`` file of the five folders under their installed names
 (``agents`` -> ``medmis.agents`` ...; the mapping is pyproject's ``package-dir``, so
 ``experiments/_pytest_plugin`` is ``medmis.testing``):
 
@@ -20,6 +20,12 @@ Two rules, checked over every ``.py`` file of the five folders under their insta
    public face). The subpackages: ``medmis.agents``, ``medmis.tools``, ``medmis.graphs``,
    ``medmis.defenses``, ``medmis.testing``, each ``medmis.experiments.<sub>`` folder, and
    ``medmis.experiments``'s own top-level modules as one more.
+
+3. **Every import points down the layers** (:data:`LAYERS`, bottom first: tools < agents <
+   defenses < graphs < experiments.records < benchmark < harness < CLI plumbing < analysis <
+   reporting < view/export/review < generate/ablation/bench < experiments' top-level modules <
+   medmis.testing). The one dynamic import the layering allows, the registry's
+   ``importlib.import_module("medmis.graphs")``, is not a statement and so not an edge.
 
 A violation names the file and line, so a new one is found by running this test.
 """
@@ -308,3 +314,89 @@ def test_checker_names_private_crossings(tmp_path: Path) -> None:
         "imports medmis.experiments._cli (private to medmis.experiments)",  # line 2
     ]
     assert all(line.startswith("experiments/harness/_runner.py:") for line in found)
+
+
+# --- 3. Layers read bottom-up -----------------------------------------------------------------
+
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("medmis.tools",),
+    ("medmis.agents",),
+    ("medmis.defenses",),
+    ("medmis.graphs",),
+    ("medmis.experiments.records",),
+    ("medmis.experiments.benchmark",),
+    ("medmis.experiments.harness",),
+    # the shared CLI plumbing (argument types, request flags, the CLI error) the subcommands'
+    # parsers build on; it names the harness's acceptable fingerprint changes
+    ("medmis.experiments._errors", "medmis.experiments._argtypes", "medmis.experiments._cli_flags",
+     "medmis.experiments.cli_args"),
+    ("medmis.experiments.analysis",),
+    ("medmis.experiments.reporting",),
+    ("medmis.experiments.view", "medmis.experiments.export", "medmis.experiments.review"),
+    ("medmis.experiments.generate", "medmis.experiments.ablation", "medmis.experiments.bench"),
+    ("medmis.experiments",),  # the CLI, the API and the rest of the top-level modules
+    ("medmis.testing",),
+)
+"""The layer order, bottom first: a module may import its own layer and the ones below.
+
+``tools`` (errors, web tools, stores) < ``agents`` (models) < ``defenses`` (the defender
+contract: CaseView, Answer, prompts, answer reading, DefenderContext, the registry) <
+``graphs`` (every built-in defender) < the experiment pipeline, itself ordered: ``records``
+(run folders, LangChain-free) < ``benchmark`` (dataset, protocols) < ``harness`` (runs) <
+CLI plumbing < ``analysis`` < ``reporting`` < ``view`` / ``export`` / ``review`` <
+``generate`` / ``ablation`` / ``bench`` < ``medmis.experiments``'s top-level modules (``cli``,
+``api``) < ``medmis.testing`` (the pytest plug-in).
+
+Allowed by name (:data:`UPWARD_ALLOWED`): none as statements. The registry reaches the
+built-ins above it with one ``importlib.import_module(BUILTINS_PACKAGE)`` in
+``defenses/_base.py``, which is not an import statement and so not an edge here.
+"""
+
+UPWARD_ALLOWED: frozenset[tuple[str, str]] = frozenset({
+    # the contract kit drives a defender the way a run does, over dataset items and cases
+    # (``toy_item``, ``toy_case``); it sits with the tests at the top of the stack
+    ("medmis.defenses.testing", "medmis.experiments.benchmark"),
+})
+
+
+def layer_of(module: str, modules: dict[str, Path]) -> int:
+    """The index in :data:`LAYERS` of the most specific entry naming ``module`` or a parent."""
+    best, rank = -1, -1
+    for i, names in enumerate(LAYERS):
+        for name in names:
+            if (module == name or module.startswith(name + ".")) and len(name) > best:
+                best, rank = len(name), i
+    if rank < 0:
+        raise ValueError(f"{module} is in no layer of LAYERS")
+    return rank
+
+
+def upward_imports(edges: list[Edge], modules: dict[str, Path]) -> list[str]:
+    found = []
+    for edge in edges:
+        if (edge.source, subpackage(edge.target, modules)) in UPWARD_ALLOWED:
+            continue
+        if layer_of(edge.target, modules) > layer_of(edge.source, modules):
+            found.append(f"{edge.path}:{edge.line}: {edge.source} imports {edge.target}, a layer above it")
+    return sorted(set(found))
+
+
+def test_every_import_points_down_the_layers() -> None:
+    upward = upward_imports(EDGES, MODULES)
+    assert not upward, "imports that point up the layers:\n" + "\n".join(upward)
+
+
+def test_checker_names_upward_imports(tmp_path: Path) -> None:
+    modules = _write(
+        tmp_path,
+        {
+            "medmis.defenses": "from ._base import defender\n",
+            "medmis.defenses._base": "def defender(): ...\n",
+            "medmis.graphs": "from medmis.defenses import defender\n",
+            "medmis.defenses._context": "x = 1\nfrom medmis.graphs import y\n",
+        },
+    )
+    found = upward_imports(import_edges(modules, tmp_path), modules)
+    assert found == [
+        "defenses/_context.py:2: medmis.defenses._context imports medmis.graphs, a layer above it"
+    ]

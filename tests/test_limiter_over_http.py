@@ -22,7 +22,8 @@ import pytest
 from conftest import clear_provider_env
 
 from medmis.agents import ModelOptions
-from medmis.experiments.harness import DefenderConfig, Harness, RunConfig, read_records
+from medmis.experiments.harness import DefenderConfig, Harness, RunConfig
+from medmis.experiments.records import read_records
 
 DATA = Path(__file__).resolve().parents[1] / "fixtures" / "medmisbench_sample.jsonl"
 CEILING = 8

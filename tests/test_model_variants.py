@@ -16,7 +16,8 @@ from medmis.agents import ModelOptions
 from medmis.experiments import ConfigError as CliError
 from medmis.experiments.ablation import load_config
 from medmis.experiments.cli import main
-from medmis.experiments.harness import Harness, ModelVariant, RunConfig, read_records
+from medmis.experiments.harness import Harness, ModelVariant, RunConfig
+from medmis.experiments.records import read_records
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "fixtures" / "medmisbench_sample.jsonl"

@@ -14,7 +14,7 @@ from conftest import clear_provider_env
 from medmis.defenses import create_defender
 from medmis.experiments.ablation import load_config
 from medmis.experiments.cli import main
-from medmis.experiments.harness import read_records
+from medmis.experiments.records import read_records
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "experiments" / "configs"

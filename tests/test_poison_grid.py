@@ -13,7 +13,7 @@ from medmis.experiments.ablation._config import load_config
 from medmis.experiments.benchmark._data import load_dataset
 from medmis.experiments.benchmark._protocols import build_cases
 from medmis.experiments.cli import main
-from medmis.experiments.harness._io import read_records
+from medmis.experiments.records import read_records
 from medmis.tools._poison_types import PAGE_STYLES, PoisonedPage, case_key
 
 ROOT = Path(__file__).resolve().parents[1]

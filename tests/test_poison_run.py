@@ -16,9 +16,9 @@ import pytest
 
 from medmis.experiments import Harness, RunConfig, load_run
 from medmis.experiments.benchmark._data import load_dataset
-from medmis.experiments.benchmark._types import Record
 from medmis.experiments.cli import main
 from medmis.experiments.harness._config import DefenderConfig
+from medmis.experiments.records import Record
 from medmis.tools._poison_types import PAGE_STYLES, PoisonSettings, case_key
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -299,8 +299,8 @@ class ListWeb:
 
 
 async def test_only_type1_cases_are_poisoned_and_the_exposure_counts_them(pages: Path) -> None:
+    from medmis.defenses import Answer
     from medmis.experiments.benchmark._protocols import build_cases
-    from medmis.experiments.benchmark._types import Answer
     from medmis.experiments.harness._poison import RunPoison
 
     item = load_dataset(SAMPLE).items[0]

@@ -8,17 +8,15 @@ from collections import Counter
 import pytest
 from langchain_core.messages import HumanMessage, SystemMessage
 
+from medmis.defenses import CONTEXT_HEADING, SYSTEM_PROMPT, render_user_prompt
 from medmis.defenses.testing import toy_item
 from medmis.experiments import Item
 from medmis.experiments.benchmark import render_prompt
 from medmis.experiments.benchmark._protocols import (
-    CONTEXT_HEADING,
-    SYSTEM_PROMPT,
     build_cases,
     case_keys_for_item,
     cases_for_item,
     plan_cases,
-    render_user_prompt,
     type1_target,
 )
 

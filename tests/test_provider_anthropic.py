@@ -33,7 +33,7 @@ from medmis.agents import (
 )
 from medmis.agents._anthropic import AnthropicChat
 from medmis.defenses import DefenderContext
-from medmis.experiments.benchmark._prompts import PAPER_STRUCTURED_OUTPUT
+from medmis.defenses._prompts import PAPER_STRUCTURED_OUTPUT
 from medmis.tools import tool_schemas
 
 MODEL = "claude-test"

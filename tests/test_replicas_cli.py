@@ -19,7 +19,7 @@ from medmis.experiments import ConfigError as CliError
 from medmis.experiments._cli_flags import base_url_list
 from medmis.experiments.bench._fake_openai import FakeOpenAIServer
 from medmis.experiments.cli import main
-from medmis.experiments.harness import read_records
+from medmis.experiments.records import read_records
 
 SAMPLE = Path(__file__).resolve().parents[1] / "fixtures" / "medmisbench_sample.jsonl"
 

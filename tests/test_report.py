@@ -11,7 +11,7 @@ import pytest
 
 from medmis.experiments import Record
 from medmis.experiments.analysis import METRICS, STRATUM_KINDS, Proportion, compute_metrics
-from medmis.experiments.harness import append_records
+from medmis.experiments.records import append_records
 from medmis.experiments.reporting._report import (
     CSV_COLUMNS,
     fmt_ci,

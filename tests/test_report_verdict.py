@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from medmis.experiments import Record
-from medmis.experiments.harness import append_records
+from medmis.experiments.records import append_records
 from medmis.experiments.reporting import write_report
 
 MODEL = "openai/gpt-test"

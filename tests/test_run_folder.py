@@ -13,9 +13,9 @@ import pytest
 from conftest import interrupt_run
 
 from medmis.experiments.cli import main
-from medmis.experiments.harness import read_records
 from medmis.experiments.harness._fingerprint import compare_fingerprints
 from medmis.experiments.harness._lock import RunLock
+from medmis.experiments.records import read_records
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "fixtures" / "medmisbench_sample.jsonl"

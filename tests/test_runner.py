@@ -15,7 +15,8 @@ from langchain_core.messages import BaseMessage
 
 from medmis.agents import ModelOptions, ScriptedChatModel, TransientModelError, load_model
 from medmis.experiments.bench._fake_openai import FakeOpenAIServer
-from medmis.experiments.harness import DefenderConfig, Harness, RunConfig, read_records, scrub_argv
+from medmis.experiments.harness import DefenderConfig, Harness, RunConfig, scrub_argv
+from medmis.experiments.records import read_records
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from medmis.experiments.cli import build_parser, main
-from medmis.experiments.harness import read_records
+from medmis.experiments.records import read_records
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "fixtures" / "medmisbench_sample.jsonl"

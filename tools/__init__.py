@@ -1,6 +1,11 @@
 """Web tools for defenders: ``search_web`` (Serper, Tavily, local BM25), ``visit_web`` (direct or
 Jina Reader), URL safety and the record/replay store."""
 
+# The folder is the package ``medmis.tools``; imported as ``tools`` from the clone's root it
+# would be a second copy of every class (isinstance checks and registries silently split).
+if __name__ != "medmis.tools":
+    raise ImportError(f"import medmis.tools, not {__name__}: the folder tools/ is installed as medmis.tools (pip install -e .)")
+
 from typing import TYPE_CHECKING
 
 from ._lazy import lazy_exports

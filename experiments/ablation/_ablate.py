@@ -28,7 +28,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from medmis.agents import ModelOptions
-from medmis.defenses import create_defender, load_plugins
+from medmis.defenses import create_defender, get_spec, load_plugins
 from medmis.experiments.analysis import write_plan
 from medmis.experiments.benchmark import Case, Dataset, render_prompt
 from medmis.experiments.harness import (
@@ -72,21 +72,8 @@ __all__ = [
     "run_ablation",
 ]
 
-# Expected calls per case when no earlier records exist to calibrate from: (model calls,
-# tool calls, prompt-growth factor). The growth factor scales the baseline prompt's tokens
-# for multi-turn agents that resend their growing history.
-_HEURISTICS: dict[str, dict[str, tuple[float, float, float]]] = {
-    "none": {"clean": (1, 0, 1), "type1": (1, 0, 1), "type2": (1, 0, 1)},
-    "warning": {"clean": (1, 0, 1.3), "type1": (1, 0, 1.3), "type2": (1, 0, 1.3)},
-    "context_blind": {"clean": (1, 0, 1), "type1": (1, 0, 1), "type2": (1, 0, 1)},
-    "spotlight": {"clean": (1, 0, 1.3), "type1": (1, 0, 1.5), "type2": (1, 0, 1.8)},
-    "search_agent": {"clean": (1, 0, 1), "type1": (4, 3, 6), "type2": (4, 3, 7)},
-    "claim_verify": {"clean": (1, 0, 1), "type1": (3, 2, 4), "type2": (8, 8, 12)},
-    "prior_reconcile": {"clean": (1, 0, 1), "type1": (2.5, 0, 3), "type2": (2.5, 0, 3.5)},
-    "isolate_vote": {"clean": (1, 0, 1), "type1": (2, 0, 2), "type2": (5, 0, 5.5)},
-    "escalate": {"clean": (1, 0, 1), "type1": (3, 1, 4), "type2": (4, 2, 6)},
-}
-_DEFAULT_HEURISTIC = (3.0, 1.0, 4.0)
+# Output tokens per model call when no earlier records exist to calibrate from; the expected
+# calls and prompt growth per case are each defender's cost hint (``DefenderSpec.cost``).
 _OUTPUT_TOKENS_PER_CALL = 350
 
 
@@ -105,7 +92,7 @@ class CellEstimate(BaseModel):
 def _calibration(out: Path) -> dict[tuple[str, str, str], tuple[float, float, float, float]]:
     """Mean (llm calls, tool calls, tokens in, tokens out) per case from earlier records
     (those without an error), summed by DuckDB over the records' columns."""
-    from medmis.experiments.harness import connect, load_records_table
+    from medmis.experiments.records import connect, load_records_table
 
     path = out / "records.jsonl"
     if not path.exists() or path.stat().st_size == 0:
@@ -135,9 +122,9 @@ def estimate(config: AblationConfig, cases: Sequence[Case], out: Path) -> list[C
         for dconf in config.defender_configs():
             defender = create_defender(dconf.name, dconf.options)
             label = defender.label
-            table = dict(_HEURISTICS.get(dconf.name, {}))
-            if getattr(defender.options, "research_clean", False) and "type1" in table:
-                table["clean"] = table["type1"]  # clean questions go through the tool loop too
+            hint = get_spec(dconf.name).cost
+            # clean questions go through the tool loop too
+            research_clean = bool(getattr(defender.options, "research_clean", False))
             totals = [0.0, 0.0, 0.0, 0.0]
             calibrated = 0
             for case in cases:
@@ -146,7 +133,8 @@ def estimate(config: AblationConfig, cases: Sequence[Case], out: Path) -> list[C
                     calibrated += 1
                     calls, tools_n, tin, tout = cal
                 else:
-                    calls, tools_n, growth = table.get(case.protocol, _DEFAULT_HEURISTIC)
+                    protocol = "type1" if research_clean and case.protocol == "clean" else case.protocol
+                    calls, tools_n, growth = hint.per_case(protocol)
                     tin = base_tokens[case.key] * growth
                     tout = calls * _OUTPUT_TOKENS_PER_CALL
                 totals[0] += calls

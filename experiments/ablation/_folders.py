@@ -106,7 +106,8 @@ def nothing_to_do(config: AblationConfig, plans: Sequence[RunPlan]) -> bool:
 def finished_outcome(runs: Sequence[GridRun], notice: Callable[[str], None]) -> int:
     """Say "nothing to do" for a complete grid; the exit status counts the errors left in every
     run folder of it."""
-    from medmis.experiments.harness import describe_outside, error_texts, outcome_of, outside_plan
+    from medmis.experiments.harness import error_texts, outcome_of
+    from medmis.experiments.records import describe_outside, outside_plan
 
     n, errors = 0, []
     for run in runs:

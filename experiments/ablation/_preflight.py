@@ -19,8 +19,8 @@ from medmis.experiments.harness import (
     EXIT_STOPPED,
     Outcome,
     merge_options,
-    read_records,
 )
+from medmis.experiments.records import read_records
 from medmis.tools import ConfigError
 
 from ._config import ROOT, AblationConfig

@@ -10,7 +10,7 @@ follows them too, so the floating-point results are the same to the last bit: a 
 in the order their first unit was inserted into the indicator map, paired units sorted by
 ``repr((item_key, target))`` as :func:`compare_paired` sorts them.
 
-The ``records`` view must have the columns of :data:`medmis.experiments.harness._scan.RECORD_COLUMNS`
+The ``records`` view must have the columns of :data:`medmis.experiments.records.RECORD_COLUMNS`
 (``usage`` flattened to ``input_tokens``/``output_tokens``) plus ``pos`` (file position of the
 record's key) and ``item_key``.
 """
@@ -347,11 +347,10 @@ def metrics_from_view(con: duckdb.DuckDBPyConnection, *, baseline: str = "none",
             results[model][d] = DefenderMetrics(
                 metrics=_full_block(blocks.get((model, d, "all", ""))),
                 strata=_strata(blocks, model, d, order), cost=costs[(model, d)], paired=paired)
-    report = MetricsReport(baseline=baseline, n_boot=n_boot, seed=seed, results=results)
-    report._cells = {(m, d) for m, ds in by_model.items() for d in ds}
-    report._units = _unit_outcomes(con)
-    report._identical = _identical_answers(con, by_model)
-    return report
+    return MetricsReport.with_outcomes(
+        baseline=baseline, n_boot=n_boot, seed=seed, results=results,
+        units=_unit_outcomes(con), identical=_identical_answers(con, by_model),
+    )
 
 
 def _unit_outcomes(con: duckdb.DuckDBPyConnection) -> dict[tuple[str, str, str], UnitOutcomes]:
@@ -390,7 +389,7 @@ def records_into(con: duckdb.DuckDBPyConnection, records: Iterable[Record], name
     """A ``records`` view over in-memory records (for callers that hold ``Record`` objects)."""
     import pyarrow as pa
 
-    from medmis.experiments.harness import RECORD_COLUMNS
+    from medmis.experiments.records import RECORD_COLUMNS
 
     rows = []
     for r in records:
@@ -414,7 +413,7 @@ def compute_run_metrics(run_dir: str | Path, *, baseline: str = "none", n_boot: 
                 seed: int = 0) -> MetricsReport:
     """The metrics of a run folder's ``records.jsonl``, scanned (and compacted) by DuckDB;
     records outside the folder's plan (``plan.json``) are left out."""
-    from medmis.experiments.harness import connect, planned_records_view
+    from medmis.experiments.records import connect, planned_records_view
 
     with tempfile.TemporaryDirectory(prefix="medmis-metrics-") as tmp:
         # a database file, so that intermediate tables can leave memory under the limit

@@ -102,7 +102,7 @@ def compare(run_a: str | Path, run_b: str | Path, *, seed: int = 0) -> list[Comp
     Raises:
         FileNotFoundError: A folder has no ``records.jsonl``.
     """
-    from medmis.experiments.harness import keep_planned, read_records
+    from medmis.experiments.records import keep_planned, read_records
 
     def planned(run_dir: str | Path) -> list[Record]:
         path = Path(run_dir) / "records.jsonl"

@@ -31,10 +31,11 @@ def compare_defenders(report: MetricsReport, model: str, pairs: Sequence[tuple[s
     empty = UnitOutcomes(np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64))
     jobs, names = [], []
     for a, b in pairs:
-        if (model, a) not in report._cells or (model, b) not in report._cells:
-            raise ValueError(f"no per-unit outcomes for {model} x {a} or {b}")
-        ua = report._units.get((model, a, metric), empty)
-        ub = report._units.get((model, b, metric), empty)
+        try:
+            ua = report.unit_outcomes(model, a, metric) or empty
+            ub = report.unit_outcomes(model, b, metric) or empty
+        except ValueError:
+            raise ValueError(f"no per-unit outcomes for {model} x {a} or {b}") from None
         _, ia, ib = np.intersect1d(ua.units, ub.units, assume_unique=True, return_indices=True)
         jobs.append((ua.outcomes[ia], ub.outcomes[ib], list(ua.items[ia])))
         names.append(b)
@@ -63,7 +64,7 @@ def compute_metrics(
     Returns:
         The ``MetricsReport``; ``report.to_json_dict()`` is the ``metrics.json`` content.
     """
-    from medmis.experiments.harness import connect
+    from medmis.experiments.records import connect
 
     con = connect()
     try:

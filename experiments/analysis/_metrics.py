@@ -130,6 +130,36 @@ class MetricsReport(BaseModel):
     _identical: dict[tuple[str, str], dict[str, Proportion]] = PrivateAttr(default_factory=dict)
     _cells: set[tuple[str, str]] = PrivateAttr(default_factory=set)
 
+    @classmethod
+    def with_outcomes(
+        cls,
+        *,
+        baseline: str,
+        n_boot: int,
+        seed: int,
+        results: dict[str, dict[str, DefenderMetrics]],
+        units: dict[tuple[str, str, str], UnitOutcomes],
+        identical: dict[tuple[str, str], dict[str, Proportion]],
+    ) -> MetricsReport:
+        """A report that keeps the per-unit outcomes and identical-answer shares it was
+        computed from (every ``(model, defender)`` of ``results`` is a cell with outcomes)."""
+        report = cls(baseline=baseline, n_boot=n_boot, seed=seed, results=results)
+        report._units = units
+        report._identical = identical
+        report._cells = {(m, d) for m, ds in results.items() for d in ds}
+        return report
+
+    def unit_outcomes(self, model: str, defender: str, metric: str) -> UnitOutcomes | None:
+        """Per-unit outcomes of ``metric`` for one cell (None when the cell has none for it).
+
+        Raises:
+            ValueError: When the report keeps no per-unit outcomes for ``(model, defender)``
+                (it was read from ``metrics.json`` rather than computed from records).
+        """
+        if (model, defender) not in self._cells:
+            raise ValueError(f"no per-unit outcomes for {model} x {defender}")
+        return self._units.get((model, defender, metric))
+
     @property
     def identical_answers(self) -> dict[tuple[str, str], dict[str, Proportion]]:
         """Share of cases with context answered exactly like each control (clustered on items)."""

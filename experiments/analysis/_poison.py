@@ -103,7 +103,7 @@ def exposure(run_dir: str | Path) -> dict[tuple[str, str], dict[str, Proportion]
     block is present; clustered on items. A (model, defender) whose records carry no block
     (a run without poison) gets proportions over zero cases.
     """
-    from medmis.experiments.harness import KEY, connect, planned_records_view
+    from medmis.experiments.records import KEY, connect, planned_records_view
 
     path = Path(run_dir) / "records.jsonl"
     if not path.exists() or path.stat().st_size == 0:

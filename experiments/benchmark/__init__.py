@@ -1,123 +1,68 @@
-"""The benchmark side of the data flow: rows -> ``Item`` -> ``Case``, and the reply -> choice.
+"""The benchmark side of the data flow: rows -> ``Item`` -> ``Case``, and the delivery protocols.
 
-Core types (``Item``, ``Case``, ``Answer``, ``Record`` ...), loading and validating the released
-MedMisBench schema, the delivery protocols (clean / Type 1 / Type 2), the prompt presets
-(``paper``: the reference evaluation's wording; ``toolkit``) and answer extraction. Nothing here imports a model provider, a defender or the harness.
+Dataset types (``Item``, ``Case``, ``Record`` ...), loading and validating the released
+MedMisBench schema and the delivery protocols (clean / Type 1 / Type 2). What a defender is
+given and returns (``CaseView``, ``Answer``), the prompt presets and answer extraction are the
+defender contract's (``medmis.defenses``); they are re-exported here for the experiment
+pipeline, which reads them beside the dataset types. Nothing here imports a model provider,
+a built-in defender or the harness.
 """
 
-from typing import TYPE_CHECKING
+from medmis.agents import Usage
+from medmis.defenses import (
+    CONTEXT_HEADING,
+    DEFAULT_PROMPT,
+    PRESETS,
+    PROMPT_NAMES,
+    SYSTEM_PROMPT,
+    Answer,
+    CaseView,
+    Extraction,
+    PromptMessages,
+    PromptName,
+    PromptPreset,
+    TraceStep,
+    answer_instruction,
+    as_view,
+    extract_answer,
+    prompt_preset,
+    render_context,
+    render_options,
+    render_prompt,
+    render_question,
+    render_user_prompt,
+)
+from medmis.experiments.records import PROTOCOLS, ProtocolName, Record
 
-from medmis.tools import lazy_exports
-
-if TYPE_CHECKING:
-    from ._data import (
-        DataError,
-        Dataset,
-        RowIssue,
-        canonical_content,
-        canonical_provenance,
-        canonical_subset,
-        load_dataset,
-    )
-    from ._extract import Extraction, extract_answer
-    from ._hub import is_hub_address
-    from ._labels import subset_from_path
-    from ._prompts import (
-        PRESETS,
-        PROMPT_NAMES,
-        PromptMessages,
-        PromptName,
-        PromptPreset,
-        prompt_preset,
-        render_prompt,
-    )
-    from ._protocols import (
-        CONTEXT_HEADING,
-        SYSTEM_PROMPT,
-        Type1Targets,
-        answer_instruction,
-        build_cases,
-        cases_for_item,
-        plan_cases,
-        render_context,
-        render_options,
-        render_question,
-        render_user_prompt,
-        stable_rng,
-        type1_target,
-    )
-    from ._readers import files_in, read_file
-    from ._types import (
-        CONTENT_TYPES,
-        DEFAULT_PROMPT,
-        PROTOCOLS,
-        PROVENANCES,
-        SUBSETS,
-        Answer,
-        Case,
-        CaseView,
-        ContextSentence,
-        Item,
-        ProtocolName,
-        Record,
-        TraceStep,
-        Usage,
-        as_view,
-    )
-    from ._validate import validate_command as validate_command  # `medmis validate`
-
-# Loaded on first use: a module that needs one core type (``Record`` for the records file, the
-# columnar scan) does not pay for the prompt presets and LangChain's message types.
-_HOME = {
-    "subset_from_path": "_labels",
-    "read_file": "_readers",
-    "files_in": "_readers",
-    **dict.fromkeys(
-        (
-            "DataError", "Dataset", "RowIssue", "canonical_content", "canonical_provenance",
-            "canonical_subset", "load_dataset"
-        ),
-        "_data",
-    ),
-    **dict.fromkeys(
-        (
-            "Extraction", "extract_answer"
-        ),
-        "_extract",
-    ),
-    **dict.fromkeys(
-        (
-            "PRESETS", "PROMPT_NAMES", "PromptMessages", "PromptName", "PromptPreset",
-            "prompt_preset", "render_prompt"
-        ),
-        "_prompts",
-    ),
-    **dict.fromkeys(
-        (
-            "CONTEXT_HEADING", "SYSTEM_PROMPT", "answer_instruction", "build_cases",
-            "cases_for_item", "render_context", "render_options", "render_question",
-            "render_user_prompt", "stable_rng", "type1_target"
-        ),
-        "_protocols",
-    ),
-    **dict.fromkeys(
-        (
-            "Answer", "CONTENT_TYPES", "Case", "CaseView", "ContextSentence", "DEFAULT_PROMPT",
-            "Item", "PROTOCOLS", "PROVENANCES", "ProtocolName", "Record", "SUBSETS", "TraceStep",
-            "Usage", "as_view"
-        ),
-        "_types",
-    ),
-    **dict.fromkeys(
-        (
-            "validate_command",
-        ),
-        "_validate",
-    ),
-    **dict.fromkeys(("is_hub_address",), "_hub"),
-    **dict.fromkeys(("Type1Targets", "plan_cases"), "_protocols"),
-}
-__getattr__ = lazy_exports(__name__, _HOME, globals())
+from ._data import (
+    DataError,
+    Dataset,
+    RowIssue,
+    canonical_content,
+    canonical_provenance,
+    canonical_subset,
+    load_dataset,
+)
+from ._hub import is_hub_address
+from ._labels import subset_from_path
+from ._protocols import (
+    Type1Targets,
+    build_cases,
+    cases_for_item,
+    plan_cases,
+    stable_rng,
+    type1_target,
+)
+from ._readers import files_in, read_file
+from ._types import (
+    CONTENT_TYPES,
+    PROVENANCES,
+    SUBSETS,
+    Case,
+    ContextSentence,
+    Item,
+)
+from ._validate import validate_command as validate_command  # `medmis validate`; not in __all__
 
 __all__ = [
     "CONTENT_TYPES",

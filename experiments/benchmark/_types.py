@@ -1,25 +1,21 @@
-"""Typed data that crosses every boundary: items, cases, answers, traces and records.
+"""The dataset's typed data: items and cases (``Record``, a graded case, is the records package's).
 
 Data flows one way: rows -> ``Item`` -> ``Case`` -> defender -> ``Answer`` -> ``Record``.
-A defender never sees the ``Case``: it is handed a ``CaseView``, the text a deployed system
-would receive, while the harness keeps the case for grading.
+A defender never sees the ``Case``: it is handed a ``CaseView`` (``Case.view()``), the text a
+deployed system would receive, while the harness keeps the case for grading. ``CaseView`` and
+``Answer`` are the defender contract's (``medmis.defenses``).
 Everything that is serialised is a pydantic model so that files written by one version of
 the toolkit are validated when read by another.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
-from types import MappingProxyType
-from typing import Any, Literal, NoReturn
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
+from pydantic import BaseModel, ConfigDict, Field
 
-from medmis.tools import PoisonExposure
-
-ProtocolName = Literal["clean", "type1", "type2"]
-PROTOCOLS: tuple[ProtocolName, ...] = ("clean", "type1", "type2")
+from medmis.defenses import DEFAULT_PROMPT, CaseView
+from medmis.experiments.records import ProtocolName, item_key
 
 SUBSETS: tuple[str, ...] = (
     "MEDMISQA",
@@ -37,8 +33,6 @@ CONTENT_TYPES: tuple[str, ...] = (
     "Exception Poisoning",
 )
 
-DEFAULT_PROMPT = "paper"
-"""The prompt preset a case is put in unless a run says otherwise (see ``_prompts``)."""
 
 RELEASED_STEM_PRESETS = frozenset({"paper"})
 """Prompt presets that show a question's stem as released, options embedded in it included
@@ -49,11 +43,6 @@ PROVENANCES: tuple[str, ...] = (
     "Patient Self-Diagnosis / Belief / Claim",
     "Authority (Guideline / Discharge Note / SOP)",
 )
-
-
-def item_key(subset: str, item_id: str) -> str:
-    """The namespaced identity of an item (the released id is unique only within a subset)."""
-    return f"{subset}/{item_id}"
 
 
 class Item(BaseModel):
@@ -143,178 +132,11 @@ class Case(BaseModel):
         return [c.text for c in self.context]
 
     def view(self) -> CaseView:
-        """What a defender is given for this case: :meth:`CaseView.of`."""
-        return CaseView.of(self)
-
-
-# Names a defender written against the full case may still reach for; the view answers them
-# with an explanation instead of a bare AttributeError.
-_WITHHELD = {
-    "item": "use .question and .options",
-    "gold": "a deployed system does not know the answer",
-    "target": "a deployed system does not know which option the context argues for",
-    "protocol": "a deployed system does not know how the context was made",
-    "seed": "the run's seed is the harness's business",
-    "key": "item ids are withheld (some encode the answer)",
-}
-
-
-@dataclass(frozen=True, slots=True)
-class CaseView:
-    """What a defender receives for one case: the question as a deployed system would see it.
-
-    ``question``, ``options`` (key -> text, display order), ``context`` (the added sentences
-    as plain text, in delivery order; empty on clean cases) and ``prompt`` (the run's prompt
-    preset name, so ``render_prompt(view)`` words it as the run does). Nothing else: no gold
-    key, no type1 target, no per-sentence option or truth label, no protocol name and no item
-    id. The view is built from copies into immutable containers and keeps no reference to the
-    :class:`Case` or :class:`Item` it came from, so no attribute path leads back to them.
-    """
-
-    question: str
-    options: Mapping[str, str]
-    context: tuple[str, ...] = ()
-    prompt: str = DEFAULT_PROMPT
-
-    def __post_init__(self) -> None:
-        # copy, then freeze: a caller's dict or list must neither be shared nor mutable here
-        options = {str(k): str(v) for k, v in dict(self.options).items()}
-        if not options:
-            raise ValueError("a case view needs at least one option")
-        if isinstance(self.context, str):
-            raise ValueError("context must be a sequence of sentences, not one string")
-        object.__setattr__(self, "question", str(self.question))
-        object.__setattr__(self, "options", MappingProxyType(options))
-        object.__setattr__(self, "context", tuple(str(s) for s in self.context))
-        object.__setattr__(self, "prompt", str(self.prompt))
-
-    @classmethod
-    def of(cls, case: Case) -> CaseView:
-        """The view of ``case``: its item's question and options, its sentences' text."""
-        return cls(
-            question=case.item.question_for(case.prompt),
-            options=case.item.options,
-            context=tuple(c.text for c in case.context),
-            prompt=case.prompt,
+        """What a defender is given for this case: its item's question (as the run's prompt
+        preset shows it) and options, its sentences' text."""
+        return CaseView(
+            question=self.item.question_for(self.prompt),
+            options=self.item.options,
+            context=tuple(c.text for c in self.context),
+            prompt=self.prompt,
         )
-
-    @property
-    def keys(self) -> list[str]:
-        """The option keys in display order."""
-        return list(self.options)
-
-    @property
-    def context_texts(self) -> list[str]:
-        """The context sentences as a list (the name :class:`Case` uses)."""
-        return list(self.context)
-
-    def __getattr__(self, name: str) -> NoReturn:
-        hint = _WITHHELD.get(name)
-        if hint is None:
-            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-        raise AttributeError(
-            f"a defender is given a CaseView, which has no {name!r}: {hint} "
-            "(fields: question, options, context, prompt)"
-        )
-
-
-def as_view(case: Case | CaseView) -> CaseView:
-    """``case`` as a :class:`CaseView` (a view is returned as it is).
-
-    Lets harness-side helpers (prompt rendering, answer extraction) take either; a defender
-    only ever holds the view.
-    """
-    return case if isinstance(case, CaseView) else CaseView.of(case)
-
-
-class Usage(BaseModel):
-    input_tokens: int = 0
-    output_tokens: int = 0
-
-    def add(self, other: Usage) -> None:
-        self.input_tokens += other.input_tokens
-        self.output_tokens += other.output_tokens
-
-
-TraceKind = Literal["model", "tool", "extract", "node", "note"]
-
-
-class TraceStep(BaseModel):
-    """One step of a defender's work, kept so that a case can be audited afterwards.
-
-    For ``model`` steps ``input`` holds the exact messages sent and ``output`` the raw reply;
-    for ``tool`` steps the arguments and the result (or the model-visible error).
-    ``cache_hit`` is None when no record/replay store was consulted.
-    """
-
-    kind: TraceKind
-    name: str
-    input: Any = None
-    output: Any = None
-    error: str | None = None
-    cache_hit: bool | None = None
-    usage: Usage | None = None
-    latency_s: float = 0.0
-
-
-class Answer(BaseModel):
-    """What a defender returns for a case. ``choice`` is None when nothing could be parsed;
-    ``error`` is set when the case could not be completed (it is then never graded)."""
-
-    choice: str | None = None
-    raw: str = ""
-    method: str = "none"
-    error: str | None = None
-    usage: Usage = Field(default_factory=Usage)
-    llm_calls: int = 0
-    tool_calls: int = 0
-    trace: list[TraceStep] = Field(default_factory=list)
-    extra: dict[str, Any] = Field(default_factory=dict)
-
-
-class Record(BaseModel):
-    """One line of ``records.jsonl``: a graded (model, defender, protocol, item, target)."""
-
-    model: str
-    defender: str
-    protocol: ProtocolName
-    item_id: str
-    subset: str
-    target: str | None = None
-    gold: str
-    choice: str | None = None
-    correct: bool | None = None
-    content_type: str | None = None
-    provenance: str | None = None
-    error: str | None = None
-    usage: Usage = Field(default_factory=Usage)
-    llm_calls: int = 0
-    tool_calls: int = 0
-    latency_s: float = 0.0
-    seed: int = 0
-    method: str = "none"
-    prompt: str | None = None
-    prompt_version: str | None = None
-    defender_options: dict[str, Any] = Field(default_factory=dict)
-    extra: dict[str, Any] = Field(default_factory=dict)
-    trace_file: str | None = None
-    poison: PoisonExposure | None = None
-    """What the case saw of a poisoned web (``--poison``); None, and left out of the line,
-    for a run without one (its records read as before the field existed)."""
-
-    @model_serializer(mode="wrap")
-    def _without_null_poison(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        data: dict[str, Any] = handler(self)
-        if data.get("poison", 0) is None:
-            del data["poison"]
-        return data
-
-    @property
-    def item_key(self) -> str:
-        """``"SUBSET/item_id"``, the same identity as ``Item.key``."""
-        return item_key(self.subset, self.item_id)
-
-    @property
-    def key(self) -> tuple[str, str, str, str, str | None]:
-        """The resume key: ``(model, defender, protocol, item_key, target)``."""
-        return (self.model, self.defender, self.protocol, self.item_key, self.target)

@@ -45,7 +45,7 @@ def export_parquet(run_dir: str | Path, out: str | Path | None = None, *, licens
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from medmis.experiments.harness import connect, planned_records_view
+    from medmis.experiments.records import connect, planned_records_view
     from medmis.experiments.reporting import metric_rows
 
     from ._run import read_run
@@ -322,7 +322,7 @@ class Coverage:
     @classmethod
     def of(cls, run: Any) -> Coverage:
         """The coverage of ``run`` (its ``plan.json``; without one, the manifest's protocols)."""
-        from medmis.experiments.harness import load_plan
+        from medmis.experiments.records import load_plan
 
         done = Counter((r.model, r.defender, r.protocol) for r in run.records)
         plan = load_plan(run.dir)

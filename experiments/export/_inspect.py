@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from medmis.tools import ConfigError
 
 if TYPE_CHECKING:
-    from medmis.experiments.benchmark._types import Record
+    from medmis.experiments.records import Record
 
 __all__ = ["HEADLINE", "INSTALL_HINT", "SCORERS", "export_inspect"]
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from medmis.tools import ConfigError, json_file, json_value
 
 if TYPE_CHECKING:
-    from medmis.experiments.benchmark._types import Record
+    from medmis.experiments.records import Record
 
 __all__ = ["RunFolder", "read_run"]
 
@@ -74,7 +74,7 @@ def read_run(run_dir: str | Path) -> RunFolder:
     Raises:
         ConfigError: No ``records.jsonl`` (or no record) in the folder.
     """
-    from medmis.experiments.harness import keep_planned, read_records
+    from medmis.experiments.records import keep_planned, read_records
 
     d = Path(run_dir)
     if not (d / "records.jsonl").is_file():

@@ -26,7 +26,7 @@ from medmis.tools import ConfigError
 
 
 def _load(run: Path) -> list[Record]:
-    from medmis.experiments.harness import describe_outside, keep_planned, read_records
+    from medmis.experiments.records import describe_outside, keep_planned, read_records
 
     path = run / "records.jsonl" if run.is_dir() else run
     if not path.exists():

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from medmis.experiments.harness import repair_torn_tail
+from medmis.experiments.records import repair_torn_tail
 from medmis.tools import ConfigError, json_file, json_lines, redact_json, scrub_url
 
 from . import _prompts as P

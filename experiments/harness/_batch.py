@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 from medmis.agents import ModelOptions, RetryPolicy, parse_spec, retry_async
 from medmis.defenses import Defender, DefenderContext
 from medmis.experiments.benchmark import Case, Dataset, ProtocolName
+from medmis.experiments.records import repair_torn_tail
 from medmis.tools import bulk_transfers, redact
 
 from ._batch_model import BatchChat, BatchRequest, RequestCollected
@@ -36,7 +37,6 @@ from ._batch_providers import BatchDriver, JobStatus, driver_for
 from ._batch_store import BATCHES_FILE, BatchBook, BatchJob, CaseKey
 from ._caseloop import CaseLoop
 from ._config import RunResult, RunSetupError
-from ._io import repair_torn_tail
 from ._models import ModelPool
 from ._outcome import RunInterrupted
 from ._prepare import ClaimedFolder, write_invalid_rows

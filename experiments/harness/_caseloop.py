@@ -15,9 +15,9 @@ from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from medmis.experiments.records import WriteFailed, repair_torn_tail, scrub_lines
 from medmis.tools import configured_secrets
 
-from ._io import WriteFailed, repair_torn_tail, scrub_lines
 from ._resume import CaseJob
 
 if TYPE_CHECKING:  # the runner imports this module

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from medmis.experiments.records import read_records
+
 from ._config import RunSetupError
-from ._io import read_records
 
 __all__ = ["check_baseline"]
 

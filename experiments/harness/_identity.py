@@ -131,7 +131,7 @@ def defender_code(name: str) -> dict[str, Any]:
 
 @functools.cache
 def _code_of(factory: Any, options: type) -> dict[str, Any]:
-    from medmis.graphs import DefenderOptions
+    from medmis.defenses import DefenderOptions
 
     modules = [getattr(factory, "__module__", None)]
     if options is not DefenderOptions:  # the shared base class is no defender's own code

@@ -8,21 +8,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ._plan import Outside, Plan, has_plan, restrict_view
-from ._scan import (
+from medmis.experiments.records import (
     KEY,
     PARQUET_NAME,
-    _fresh,
+    Outside,
+    Plan,
     connect,
+    has_plan,
     load_records_table,
+    parquet_is_fresh,
     records_view,
+    restrict_view,
 )
 
 if TYPE_CHECKING:
     import duckdb
 
     from medmis.defenses._base import Defender
-    from medmis.experiments.benchmark._types import Case, Item, ProtocolName
+    from medmis.experiments.benchmark._types import Case, Item
+    from medmis.experiments.records import ProtocolName
 
     from ._config import RunConfig
 
@@ -118,7 +122,7 @@ def resume_state(path: str | Path, plan: CasePlan, *, retry_errors: bool = False
     try:
         parquet = p.with_name(PARQUET_NAME)
         name = "records" if keep is None else "records__all"
-        if _fresh(con, parquet, p):
+        if parquet_is_fresh(con, parquet, p):
             con.execute("SET memory_limit='512MB'")  # scans and one join: no table to hold
             records_view(con, parquet, name)
         else:
@@ -218,7 +222,7 @@ def error_texts(path: str | Path) -> tuple[int, list[str]]:
         parquet = p.with_name(PARQUET_NAME)
         keep = p.parent if has_plan(p.parent) else None  # records outside the plan are no case of the run
         name = "records" if keep is None else "records__all"
-        if _fresh(con, parquet, p):
+        if parquet_is_fresh(con, parquet, p):
             records_view(con, parquet, name)
         else:
             load_records_table(con, p, table=name, columns=(*KEY, "error"))

@@ -40,6 +40,14 @@ from medmis.experiments.benchmark import (
     plan_cases,
     prompt_preset,
 )
+from medmis.experiments.records import (
+    PLAN_FILE,
+    WriteFailed,
+    describe_outside,
+    has_plan,
+    repair_torn_tail,
+    write_plan,
+)
 from medmis.tools import CaseTools, noting_signals, redact
 
 from ._ambient import check_ambient
@@ -56,12 +64,10 @@ from ._config import (
     VisitBackendName,
 )
 from ._fingerprint import Fingerprint, FingerprintDiff, run_fingerprint
-from ._io import WriteFailed, repair_torn_tail
 from ._lock import LOCK_FILE, OWNER_FILE
 from ._manifest import is_simulated, mark_outcome, package_versions, scrub_argv, write_manifest
 from ._models import ModelPool
 from ._outcome import Outcome, RunInterrupted, record_outcome
-from ._plan import PLAN_FILE, describe_outside, has_plan, write_plan
 from ._poison import RunPoison, check_pages
 from ._prepare import (
     ClaimedFolder,

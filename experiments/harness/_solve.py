@@ -28,8 +28,8 @@ from collections.abc import Coroutine
 from contextvars import ContextVar
 from typing import Any, TypeVar
 
+from medmis.defenses import DefenderContext
 from medmis.experiments.benchmark import Answer, CaseView
-from medmis.graphs import DefenderContext
 from medmis.tools import Toolset, routed, signals_seen
 
 from ._config import DEFAULT_CASE_TIMEOUT_S

@@ -221,7 +221,7 @@ def sample_items(run_dir: Path, max_items: int) -> tuple[list[str], int] | None:
     Reads ``records.jsonl`` through DuckDB (None when the run has none): a case is flipped
     when an injected case is answered wrongly by a (model, defender) that was right on clean.
     """
-    from medmis.experiments.harness import connect, planned_records_view
+    from medmis.experiments.records import connect, planned_records_view
 
     records = run_dir / "records.jsonl"
     if not records.exists() or records.stat().st_size == 0:

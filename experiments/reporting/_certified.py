@@ -35,7 +35,7 @@ _PROTOCOL_ORDER = {"clean": 0, "type1": 1, "type2": 2}
 
 
 def _certifying(run_dir: Path) -> list[Record]:
-    from medmis.experiments.harness import read_records
+    from medmis.experiments.records import read_records
 
     path = run_dir / "records.jsonl"
     try:

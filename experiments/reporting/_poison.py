@@ -211,10 +211,8 @@ def _with_type2(report: MetricsReport, main: MetricsReport | None) -> tuple[Metr
             results[model][d] = dm
     if not lent:
         return report, set()
-    out = report.model_copy(update={"results": results})
-    # the private per-unit outcomes and identical-answer shares stay the share run's own
-    out._units, out._identical, out._cells = report._units, report._identical, report._cells
-    return out, lent
+    # a copy keeps the per-unit outcomes and identical-answer shares: the share run's own
+    return report.model_copy(update={"results": results}), lent
 
 
 def _uses_tools(name: str, tool_calls: int) -> bool:

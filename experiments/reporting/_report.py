@@ -96,7 +96,7 @@ def write_report(
     """
     run = load_run_data(run_dir)
     if run.facts.outside.count and notice is not None:
-        from medmis.experiments.harness import describe_outside
+        from medmis.experiments.records import describe_outside
 
         notice(describe_outside(run.run_dir / "records.jsonl", run.facts.outside))
     report = compute_run_metrics(run.run_dir, baseline=baseline, seed=seed)

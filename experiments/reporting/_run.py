@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from medmis.experiments.benchmark import Record
-from medmis.experiments.harness import Outside, read_records
+from medmis.experiments.records import Outside, read_records
 from medmis.tools import json_file
 
 from ._simulated import SIMULATED_PREFIX
@@ -31,7 +31,7 @@ class RecordFacts:
 
 def record_facts(records_path: Path) -> RecordFacts:
     """Record count, models (first-seen order) and prompt presets, by a columnar scan."""
-    from medmis.experiments.harness import connect, planned_records_view
+    from medmis.experiments.records import connect, planned_records_view
 
     if records_path.stat().st_size == 0:
         return RecordFacts()
@@ -52,7 +52,7 @@ def record_facts(records_path: Path) -> RecordFacts:
 
 
 def _prompts(con: Any, records_path: Path) -> tuple[tuple[str, str | None], ...]:
-    from medmis.experiments.harness import scan_jsonl
+    from medmis.experiments.records import scan_jsonl
 
     # prompt fields are not in the compacted columns: a two-column scan of the JSON lines
     with scan_jsonl(records_path, {"prompt": "VARCHAR", "prompt_version": "VARCHAR"}) as source:

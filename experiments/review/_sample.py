@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from medmis.experiments.benchmark import Record
-from medmis.experiments.harness import read_records
+from medmis.experiments.records import read_records
 from medmis.experiments.reporting import SIMULATED_STATEMENT, is_simulated
 from medmis.tools import json_file
 
@@ -191,7 +191,7 @@ def sample_pack(
         records = read_records(run / "records.jsonl")
     except ValueError as exc:
         raise ReviewError(str(exc)) from exc
-    from medmis.experiments.harness import describe_outside, keep_planned
+    from medmis.experiments.records import describe_outside, keep_planned
 
     records, outside = keep_planned(run, records)  # a case the run never planned is not reviewed
     if outside.count:

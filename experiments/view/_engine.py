@@ -1,7 +1,7 @@
 """The case browser's query engine: one DuckDB table of cases with their outcome flags.
 
 A case is one record (model, defender, protocol, item, target). At start-up the run's
-``records.jsonl`` is compacted to Parquet (see :mod:`medmis.experiments.harness._scan`) and
+``records.jsonl`` is compacted to Parquet (see :mod:`medmis.experiments.records`) and
 a ``cases`` table is built with the flags the filters use:
 
 - ``flipped``: an injected case answered wrongly whose item the same (model, defender)
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from medmis.experiments.harness import compact_records, connect, records_view
+from medmis.experiments.records import compact_records, connect, records_view
 from medmis.tools import json_file
 
 FILTERS = ("model", "defender", "protocol", "subset", "content_type", "provenance")

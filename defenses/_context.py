@@ -3,8 +3,8 @@
 Everything a defender does with a model or a tool goes through :class:`DefenderContext`,
 which traces the exact messages sent, the raw output, usage, timing and cache hits, applies
 the run's retry policy to model calls, and turns tool failures into :class:`ToolError` that
-the defender can show to its model. It lives here, below both the graphs and the defender
-registry, so that the graphs never import ``medmis.defenses`` (which imports the graphs).
+the defender can show to its model. It is part of the defender contract
+(``medmis.defenses``), below the built-in defenders in ``medmis.graphs``.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from medmis.agents import (
     ModelConfigError,
     RetryPolicy,
     StructuredOutput,
+    Usage,
     accepts_call_settings,
     accepts_logprobs,
     accepts_structured_output,
@@ -35,16 +36,6 @@ from medmis.agents import (
     provider_family,
     reply_logprobs,
     retry_async,
-)
-from medmis.experiments.benchmark import (
-    Answer,
-    Case,
-    CaseView,
-    PromptMessages,
-    TraceStep,
-    Usage,
-    as_view,
-    extract_answer,
 )
 from medmis.tools import (
     Page,
@@ -57,6 +48,10 @@ from medmis.tools import (
     locale_hints,
     redact,
 )
+
+from ._case import Answer, CaseView, TraceStep, Viewable, as_view
+from ._extract import extract_answer
+from ._prompts import PromptMessages
 
 
 def message_to_dict(message: BaseMessage) -> dict[str, Any]:
@@ -312,7 +307,7 @@ SolveFn = Callable[[CaseView, DefenderContext], Awaitable[Answer]]
 
 
 def answer_from_text(
-    text: str, case: CaseView | Case, ctx: DefenderContext, *, parsed: Any = None, **extra: Any
+    text: str, case: CaseView | Viewable, ctx: DefenderContext, *, parsed: Any = None, **extra: Any
 ) -> Answer:
     """Extract the chosen option from ``text`` (or from a provider's ``parsed`` structured
     reply, when it names one) and note how it was found in the trace."""
@@ -324,7 +319,7 @@ def answer_from_text(
 
 
 def answer_from_reply(
-    reply: AIMessage, case: CaseView | Case, ctx: DefenderContext, **extra: Any
+    reply: AIMessage, case: CaseView | Viewable, ctx: DefenderContext, **extra: Any
 ) -> Answer:
     """:func:`answer_from_text` on a model reply, its structured parse included."""
     parsed = reply.additional_kwargs.get("parsed")

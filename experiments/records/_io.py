@@ -12,7 +12,6 @@ from typing import Any, BinaryIO
 
 from pydantic import ValidationError
 
-from medmis.experiments.benchmark import Record
 from medmis.tools import (
     InputError,
     MedmisError,
@@ -23,6 +22,8 @@ from medmis.tools import (
     redact_obj,
     validation_line,
 )
+
+from ._record import Record
 
 
 def scrub_lines(record: Record, trace: dict[str, Any],

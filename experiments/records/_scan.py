@@ -247,7 +247,7 @@ def compact_records(path: str | Path, *, con: duckdb.DuckDBPyConnection | None =
     con = con or connect()
     meta = f"KV_METADATA {{medmis: {_sql_str(stamp)}}}"
     try:
-        if _fresh(con, dest, src):
+        if parquet_is_fresh(con, dest, src):
             return dest
         tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
         final = tmp
@@ -327,7 +327,8 @@ def records_view(con: duckdb.DuckDBPyConnection, parquet: Path, name: str = "rec
                 "file_row_number=true)")
 
 
-def _fresh(con: duckdb.DuckDBPyConnection, parquet: Path, src: Path) -> bool:
+def parquet_is_fresh(con: duckdb.DuckDBPyConnection, parquet: Path, src: Path) -> bool:
+    """Whether ``parquet`` is the compacted copy of ``src`` as it is now (its fingerprint matches)."""
     if not parquet.exists():
         return False
     try:

@@ -26,7 +26,7 @@ from medmis.tools import json_file
 if TYPE_CHECKING:
     import duckdb
 
-    from medmis.experiments.benchmark._types import Record
+    from ._record import Record
 
 __all__ = ["PLAN_FILE", "Outside", "Plan", "describe_outside", "has_plan", "keep_planned", "load_plan",
            "outside_plan", "planned_records_view", "restrict_view", "write_plan"]

@@ -1,0 +1,70 @@
+"""One line of ``records.jsonl``: a graded (model, defender, protocol, item, target).
+
+Kept free of LangChain and of the defender layers so that every reader of a run folder
+(report, view, export, review) loads it without the model stack.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_serializer
+
+from medmis.agents import Usage
+from medmis.tools import PoisonExposure
+
+ProtocolName = Literal["clean", "type1", "type2"]
+PROTOCOLS: tuple[ProtocolName, ...] = ("clean", "type1", "type2")
+
+
+def item_key(subset: str, item_id: str) -> str:
+    """The namespaced identity of an item (the released id is unique only within a subset)."""
+    return f"{subset}/{item_id}"
+
+
+class Record(BaseModel):
+    """One line of ``records.jsonl``: a graded (model, defender, protocol, item, target)."""
+
+    model: str
+    defender: str
+    protocol: ProtocolName
+    item_id: str
+    subset: str
+    target: str | None = None
+    gold: str
+    choice: str | None = None
+    correct: bool | None = None
+    content_type: str | None = None
+    provenance: str | None = None
+    error: str | None = None
+    usage: Usage = Field(default_factory=Usage)
+    llm_calls: int = 0
+    tool_calls: int = 0
+    latency_s: float = 0.0
+    seed: int = 0
+    method: str = "none"
+    prompt: str | None = None
+    prompt_version: str | None = None
+    defender_options: dict[str, Any] = Field(default_factory=dict)
+    extra: dict[str, Any] = Field(default_factory=dict)
+    trace_file: str | None = None
+    poison: PoisonExposure | None = None
+    """What the case saw of a poisoned web (``--poison``); None, and left out of the line,
+    for a run without one (its records read as before the field existed)."""
+
+    @model_serializer(mode="wrap")
+    def _without_null_poison(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if data.get("poison", 0) is None:
+            del data["poison"]
+        return data
+
+    @property
+    def item_key(self) -> str:
+        """``"SUBSET/item_id"``, the same identity as ``Item.key``."""
+        return item_key(self.subset, self.item_id)
+
+    @property
+    def key(self) -> tuple[str, str, str, str, str | None]:
+        """The resume key: ``(model, defender, protocol, item_key, target)``."""
+        return (self.model, self.defender, self.protocol, self.item_key, self.target)
