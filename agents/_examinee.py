@@ -385,8 +385,14 @@ def build(model_id: str, opts: ModelOptions) -> BaseChatModel:
 
         return MockGenerator(seed=int(opts.extra.get("seed", _first_set(opts.seed, opts.run_seed, 0))),
                              reject_rate=float(opts.extra.get("reject_rate", 0.0)))
+    if model_id.startswith("judge"):  # the simulated rubric judges (``medmis grade``)
+        from ._mock_judge import THRESHOLDS, build_judge
+
+        if model_id not in THRESHOLDS:
+            raise ValueError(f"unknown simulated judge mock/{model_id} (known: {', '.join(THRESHOLDS)})")
+        return build_judge(model_id)
     if model_id not in POLICIES:
-        raise ValueError(f"unknown mock model {model_id!r} (known: {', '.join(POLICIES)}, generator)")
+        raise ValueError(f"unknown mock model {model_id!r} (known: {', '.join(POLICIES)}, generator, judge)")
     unknown = sorted(set(opts.extra) - EXTRA_KEYS)
     if unknown:
         raise ValueError(

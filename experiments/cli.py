@@ -137,6 +137,10 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--seed", type=int, default=0, help="seed of the paired bootstrap")
     rep.add_argument("--paper-tables", action="store_true", help="also DIR/paper_tables.csv and .md")
 
+    from medmis.experiments.grading import add_parser as add_grade_parser
+
+    add_grade_parser(sub)
+
     abl = sub.add_parser("ablate", help="run an ablation grid from a TOML config")
     abl.add_argument("config", help="ablation config (TOML), e.g. experiments/configs/demo.toml")
     abl.add_argument("--out", default=None, help="run folder (default: the config's out, else runs/ablation)")
@@ -387,6 +391,10 @@ def _dispatch(args: argparse.Namespace, argv: Sequence[str]) -> int:
         return run_generate(args, argv) if args.command == "generate" else run_compare(args)
     if args.command == "tools":
         return _cmd_tools(args)
+    if args.command == "grade":
+        from medmis.experiments.grading import run_grade
+
+        return run_grade(args)
     if args.command == "review":
         from medmis.experiments.review import run_review
 

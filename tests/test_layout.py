@@ -330,7 +330,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # parsers build on; it names the harness's acceptable fingerprint changes
     ("medmis.experiments._errors", "medmis.experiments._argtypes", "medmis.experiments._cli_flags",
      "medmis.experiments.cli_args"),
-    ("medmis.experiments.analysis",),
+    ("medmis.experiments.analysis", "medmis.experiments.grading"),
     ("medmis.experiments.reporting",),
     ("medmis.experiments.view", "medmis.experiments.export", "medmis.experiments.review"),
     ("medmis.experiments.generate", "medmis.experiments.ablation", "medmis.experiments.bench"),
