@@ -6,6 +6,7 @@ Rubric files (:func:`load_rubrics`), HealthBench's score rule (:func:`answer_sco
 and the paired open-ended metrics (:func:`open_metrics`).
 """
 
+from ._analysis import OpenAnalysis, open_analysis
 from ._cli import add_parser, run_grade
 from ._draft import draft_rubric
 from ._grade import (
@@ -17,7 +18,7 @@ from ._grade import (
     judges_of,
     read_grades,
 )
-from ._metrics import answer_scores, open_metrics
+from ._metrics import INCORRECT, NOT_GRADED, answer_scores, graded_records, open_metrics
 from ._prompt import JUDGE_PROMPT_VERSION, judge_prompt, read_verdict
 from ._rubrics import (
     CRITERION_KINDS,
@@ -34,10 +35,13 @@ __all__ = [
     "CRITERION_KINDS",
     "DEFAULT_THRESHOLD",
     "GRADES_FILE",
+    "INCORRECT",
     "JUDGE_PROMPT_VERSION",
+    "NOT_GRADED",
     "Criterion",
     "GradeSettings",
     "ItemRubric",
+    "OpenAnalysis",
     "RubricSet",
     "add_parser",
     "answer_score",
@@ -47,12 +51,14 @@ __all__ = [
     "draft_rubric",
     "dump_rubrics",
     "grade",
+    "graded_records",
     "is_open_ended",
     "judge_prompt",
     "judges_of",
     "jury_met",
     "jury_score",
     "load_rubrics",
+    "open_analysis",
     "open_metrics",
     "parse_rubrics",
     "read_grades",
