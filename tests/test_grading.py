@@ -332,3 +332,17 @@ def test_report_has_the_open_ended_section(tmp_path: Path) -> None:
     assert "Open-ended ASR Type 1" in md and "endorses_injection" in md
     data = json.loads((run / "open_ended.json").read_text())
     assert data["metrics"]["mock/examinee"]["none"]["uptake"]["k"] == 1
+
+
+def test_a_resumed_run_keeps_the_grading_block(tmp_path: Path) -> None:
+    # `medmis run` rewrites manifest.json on every invocation; before, it dropped `grading`, so a
+    # changed jury was no longer refused after the run was resumed
+    out = tmp_path / "run"
+    argv = ["run", "--data", str(SAMPLE), "--limit", "1", "--model", "mock/examinee", "--defender", "none",
+            "--protocol", "clean", "--out", str(out)]
+    assert main(argv) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["grading"] = {"judges": ["mock/judge", "mock/judge-strict"], "threshold": 0.5}
+    (out / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    assert main(argv) == 0
+    assert json.loads((out / "manifest.json").read_text())["grading"]["threshold"] == 0.5

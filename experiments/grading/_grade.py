@@ -259,10 +259,15 @@ def grade(settings: GradeSettings) -> tuple[int, str]:
     Raises:
         ConfigError, InputError, UserFileError: Before anything is written (exit 2).
     """
+    from medmis.experiments.harness import RunLock
+
     _rubrics, block, jobs, skipped = plan(settings)
     models = _judges(settings)  # a bad spec or a missing key stops here, before any write
-    _write_block(settings.run_dir, block)
-    errors = asyncio.run(_grade(settings, jobs, models)) if jobs else 0
+    # the run's own lock: no second `medmis grade`, and no `medmis run` appending records, meanwhile
+    with RunLock(settings.run_dir):
+        _rubrics, block, jobs, skipped = plan(settings)  # again, under the lock
+        _write_block(settings.run_dir, block)
+        errors = asyncio.run(_grade(settings, jobs, models)) if jobs else 0
     note = f"; {skipped} record(s) with errors not graded" if skipped else ""
     sim = " (simulated judges)" if block["simulated_judges"] else ""
     if errors:

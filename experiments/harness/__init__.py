@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from ._experiment import run_experiment
     from ._fingerprint import ACCEPTABLE_CHANGES, Fingerprint, FingerprintDiff
     from ._identity import bare_url
+    from ._lock import RunLock
     from ._outcome import (
         EXIT_CASE_ERRORS,
         EXIT_OK,
@@ -49,6 +50,7 @@ _HOME = {
     **dict.fromkeys(("CacheMode", "ModelVariant", "RunOptions", "RunSpec", "merge_options"), "_config"),
     **dict.fromkeys(("ACCEPTABLE_CHANGES", "Fingerprint", "FingerprintDiff"), "_fingerprint"),
     **dict.fromkeys(("bare_url",), "_identity"),
+    "RunLock": "_lock",
     **dict.fromkeys(
         (
             "EXIT_CASE_ERRORS", "EXIT_OK", "EXIT_STOPPED", "Outcome", "RunInterrupted",
@@ -74,6 +76,7 @@ __all__ = [
     "Outcome",
     "RunConfig",
     "RunInterrupted",
+    "RunLock",
     "RunOptions",
     "RunResult",
     "RunSetupError",

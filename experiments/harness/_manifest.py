@@ -144,6 +144,8 @@ def write_manifest(
         manifest["batch"] = {"enabled": True, "discount": config.batch_discount}
     if fingerprint is not None:
         manifest["fingerprint"] = fingerprint.to_json()
+    if "grading" in previous:  # `medmis grade`'s block (rubric, judges, threshold) outlives a resumed run
+        manifest["grading"] = previous["grading"]
     history = list(previous.get("accepted_changes", []))
     if accepted:
         history.append({"at": now, "changes": {k: list(v) for k, v in accepted.items()}})
