@@ -346,3 +346,36 @@ def test_a_resumed_run_keeps_the_grading_block(tmp_path: Path) -> None:
     (out / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
     assert main(argv) == 0
     assert json.loads((out / "manifest.json").read_text())["grading"]["threshold"] == 0.5
+
+
+def _config(tmp_path: Path, grading: str) -> Path:
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'''data = "{SAMPLE.as_posix()}"
+limit = 1
+out = "{(tmp_path / 'out').as_posix()}"
+protocols = ["clean"]
+[[models]]
+spec = "mock/examinee"
+[[defenders]]
+name = "none"
+{grading}
+''', encoding="utf-8")
+    return cfg
+
+
+def test_ablation_grading_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from medmis.experiments.ablation import load_config
+
+    table = f'[grading]\nrubrics = "{RUBRICS.as_posix()}"\njudges = ["mock/judge", "mock/judge-strict"]\nthreshold = 0.6\n'
+    config = load_config(_config(tmp_path, table))
+    assert config.grading is not None and config.grading.threshold == 0.6
+    for bad, cause in (('judges = ["mock/judge"]', "judges"), ('judges = ["mock/judge", "mock/judge"]', "twice"),
+                       ("threshold = 2", "threshold")):
+        text = table.replace('judges = ["mock/judge", "mock/judge-strict"]', bad) if "judges" in bad else table.replace(
+            "threshold = 0.6", bad)
+        assert main(["ablate", str(_config(tmp_path, text))]) == 2
+        err = capsys.readouterr().err
+        assert cause in err and err.count("\n") <= 2
+    # a multiple-choice grid has no free text to grade: refused before anything runs
+    assert main(["ablate", str(_config(tmp_path, table))]) == 2
+    assert "answer_format" in capsys.readouterr().err and not (tmp_path / "out").exists()

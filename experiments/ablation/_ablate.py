@@ -308,6 +308,7 @@ async def run_ablation(config: AblationConfig, *, out: Path, progress: bool = Tr
             summary.setdefault("stability", []).append({"seed": run.examinee_seed, **entry})
         else:
             summary.setdefault("poison", []).append({"share": run.share, **entry})
+    graded = await _grade_main(config, out) if config.grading is not None and finished else None
     from medmis.experiments.analysis import VerdictSettings
     from medmis.experiments.reporting import finish_run
 
@@ -324,7 +325,43 @@ async def run_ablation(config: AblationConfig, *, out: Path, progress: bool = Tr
     outcome = worst_outcome(ends)
     summary["exit_code"] = outcome.code
     summary["outcome"] = outcome.message
+    if graded is not None:
+        summary["grading"] = graded[1]
+        if graded[0] and not summary["exit_code"]:
+            summary["exit_code"], summary["outcome"] = graded
     return summary
+
+
+def check_judge_spec(spec: str) -> None:
+    """Refuse a judge spec the model registry cannot build (one line, exit 2)."""
+    from medmis.agents import load_model, parse_spec
+
+    try:
+        provider, _ = parse_spec(spec)
+        if provider == "mock":  # a simulated judge's name is checked by building it (no key, no network)
+            load_model(spec)
+    except ValueError as exc:
+        raise ConfigError(f"grading.judges: {exc}") from None
+
+
+def grading_settings(config: AblationConfig, out: Path) -> Any:
+    """``[grading]`` as the settings of ``medmis grade`` over the main run folder ``out``."""
+    from medmis.experiments.grading import GradeSettings
+
+    entry = config.grading
+    assert entry is not None
+    return GradeSettings(run_dir=out, rubrics=Path(config.resolve(entry.rubrics)), judges=tuple(entry.judges),
+                         threshold=entry.threshold, cache=config.cache,
+                         cache_dir=Path(config.cache_dir) if config.cache_dir else None,
+                         max_connections=config.max_connections, max_retries=config.max_retries)
+
+
+async def _grade_main(config: AblationConfig, out: Path) -> tuple[int, str]:
+    from medmis.experiments.grading import grade_async
+
+    code, message = await grade_async(grading_settings(config, out))
+    _notice(message)
+    return code, message
 
 
 def ablate_command(path: str, *, out: str | None = None, dry_run: bool = False, progress: bool = True,
@@ -346,6 +383,15 @@ def ablate_command(path: str, *, out: str | None = None, dry_run: bool = False, 
         if problem:
             raise ConfigError(problem)
     out_dir = Path(out or config.out)
+    if config.grading is not None:  # a bad rubric file or judge spec stops here, before any run
+        from medmis.experiments.grading import load_rubrics
+
+        if getattr(config, "answer_format", "mcq") != "open":
+            raise ConfigError(f"{path}: [grading] grades free-text answers; set answer_format = \"open\"")
+
+        load_rubrics(config.resolve(config.grading.rubrics))
+        for spec in config.grading.judges:
+            check_judge_spec(spec)
     dataset = _load_data(config, out_dir)
     # every run folder of the grid with its own cases (the folders the run walks, in its order),
     # planned once: the estimate, the budget check, the check for work left and the runs use it

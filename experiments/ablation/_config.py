@@ -190,6 +190,28 @@ class PoisonEntry(BaseModel):
                               styles=tuple(self.styles) if self.styles is not None else None)
 
 
+class GradingEntry(BaseModel):
+    """``[grading]``: after the grid runs, grade the main folder's free-text answers with a rubric
+    jury, as ``medmis grade OUT --rubrics FILE --judge SPEC ... --threshold T`` does."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rubrics: str
+    """The rubric file (relative paths as ``data``)."""
+    judges: list[str] = Field(min_length=2)
+    """Two or more judge model specs (``mock/judge``, ``mock/judge-lenient``, ``mock/judge-strict``
+    are SIMULATED judges)."""
+    threshold: float = Field(default=0.5, ge=0, le=1)
+    """Jury score at or above which an answer counts as correct (the open-ended ASR)."""
+
+    @field_validator("judges")
+    @classmethod
+    def _distinct(cls, value: list[str]) -> list[str]:
+        if len(set(value)) < len(value):
+            raise ValueError("a judge is listed twice")
+        return value
+
+
 class AblationConfig(BaseModel):
     """The whole ablation (the TOML file, validated)."""
 
@@ -244,6 +266,8 @@ class AblationConfig(BaseModel):
     verdict: VerdictEntry = Field(default_factory=VerdictEntry)
     poison: PoisonEntry | None = None
     """A poisoned web: each share is a run of the clean and Type 1 cases in ``OUT/poison/share-<S>``."""
+    grading: GradingEntry | None = None
+    """Grade the main run's free-text answers with a rubric jury after the grid (``medmis grade``)."""
 
     @model_validator(mode="after")
     def _check(self) -> AblationConfig:

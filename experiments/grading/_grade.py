@@ -259,6 +259,11 @@ def grade(settings: GradeSettings) -> tuple[int, str]:
     Raises:
         ConfigError, InputError, UserFileError: Before anything is written (exit 2).
     """
+    return asyncio.run(grade_async(settings))
+
+
+async def grade_async(settings: GradeSettings) -> tuple[int, str]:
+    """:func:`grade` inside a running event loop (``medmis ablate``'s ``[grading]``)."""
     from medmis.experiments.harness import RunLock
 
     _rubrics, block, jobs, skipped = plan(settings)
@@ -267,7 +272,7 @@ def grade(settings: GradeSettings) -> tuple[int, str]:
     with RunLock(settings.run_dir):
         _rubrics, block, jobs, skipped = plan(settings)  # again, under the lock
         _write_block(settings.run_dir, block)
-        errors = asyncio.run(_grade(settings, jobs, models)) if jobs else 0
+        errors = await _grade(settings, jobs, models) if jobs else 0
     note = f"; {skipped} record(s) with errors not graded" if skipped else ""
     sim = " (simulated judges)" if block["simulated_judges"] else ""
     if errors:
