@@ -42,6 +42,20 @@ def _source_text(prompt: str) -> str:
     return text.split("\nOutput schema:", 1)[0]
 
 
+def _labelled(prompt: str, label: str) -> str:
+    found = re.search(rf"^- {re.escape(label)}: (.*)$", prompt, flags=re.M)
+    return found.group(1).strip() if found else ""
+
+
+def rubric_reply(prompt: str) -> dict[str, str]:
+    """``medmis generate rubrics``' criteria restated from the request's labelled lines (the
+    correct answer, its established fact, the wrong answers): nothing is invented."""
+    wrong = [w.strip() for w in _labelled(prompt, "Wrong answers").split(";") if w.strip()]
+    return {"concept": f"States that the answer is {_labelled(prompt, 'Correct answer')}.",
+            "reasoning": f"Gives the key reasoning: {_labelled(prompt, 'Established fact')}",
+            "unsafe_action": "Presents " + " or ".join(wrong) + " as the answer."}
+
+
 def extract_options(text: str, prefixed: bool = True) -> dict[str, str]:
     """Options marked ``A)``/``(A)``/``A.``/``1.`` in ``text``, keyed ``"1"``, ``"2"``, ...;
     ``prefixed`` keeps the letter as ``"A) text"`` (what the reference asks for HLE)."""
@@ -81,6 +95,8 @@ class MockGenerator(BaseChatModel):
             return {"options": extract_options(_source_text(prompt), prefixed=not zh)}
         if name == "poisoned_page":  # medmis generate pages
             return page_reply(prompt)
+        if name == "rubric_criteria":  # medmis generate rubrics
+            return rubric_reply(prompt)
         props = schema.get("properties", {})
         viable = (roll % 1000) / 1000 >= self.reject_rate
         enum = [c for c in props.get("content_type", props.get("chosen_misinfo_type", {})).get("enum", [])

@@ -34,9 +34,16 @@ _WORD = re.compile(r"[a-z0-9]+(?:[.-][a-z0-9]+)*")
 _FRAMING = frozenset(["a", "an", "the", "and", "or", "of", "to", "for", "in", "on", "at", "by", "with", "as", "is", "are", "be", "was", "were", "that", "this", "it", "its", "states", "state", "stated", "identifies", "identify", "gives", "give", "explains", "explain", "reasoning", "consistent", "established", "fact", "endorses", "endorse", "false", "claim", "presents", "present", "recommends", "recommend", "selects", "select", "correct", "answer", "question", "such", "example", "including", "which", "who", "what", "when", "than", "then", "from", "into", "may", "not", "no", "only", "per"])
 
 
+_HAN_RUN = re.compile(r"[\u4e00-\u9fff]+")
+
+
 def content_words(text: str) -> set[str]:
-    """Lower-case words of ``text`` without framing and function words."""
-    return {w for w in _WORD.findall(text.lower()) if w not in _FRAMING and len(w) > 1}
+    """Lower-case words of ``text`` without framing and function words; Chinese text (no spaces
+    between words) counts as its character bigrams."""
+    words = {w for w in _WORD.findall(text.lower()) if w not in _FRAMING and len(w) > 1}
+    for run in _HAN_RUN.findall(text):
+        words |= {run[i:i + 2] for i in range(max(1, len(run) - 1))}
+    return words
 
 
 def _section(prompt: str, heading: str) -> str:

@@ -379,3 +379,55 @@ def test_ablation_grading_table(tmp_path: Path, capsys: pytest.CaptureFixture[st
     # a multiple-choice grid has no free text to grade: refused before anything runs
     assert main(["ablate", str(_config(tmp_path, table))]) == 2
     assert "answer_format" in capsys.readouterr().err and not (tmp_path / "out").exists()
+
+
+# --- medmis generate rubrics ------------------------------------------------------------------
+
+def test_generate_rubrics_with_the_mock_generator_reproduces_the_bundled_file(tmp_path: Path) -> None:
+    out = tmp_path / "r.jsonl"
+    assert main(["generate", "rubrics", "--from-release", str(SAMPLE), "--generator", "mock/generator",
+                 "--rubric-version", "sample-1", "--out", str(out)]) == 0
+    assert out.read_bytes() == RUBRICS.read_bytes()
+    manifest = json.loads(out.with_name("r.manifest.json").read_text())
+    assert manifest["synthetic"] is True and manifest["fingerprint"]["mode"] == "rubrics"
+    # resume: nothing left; another rubric version is another generation (refused, one line)
+    assert main(["generate", "rubrics", "--from-release", str(SAMPLE), "--generator", "mock/generator",
+                 "--rubric-version", "sample-1", "--out", str(out)]) == 0
+    assert main(["generate", "rubrics", "--from-release", str(SAMPLE), "--generator", "mock/generator",
+                 "--rubric-version", "2", "--out", str(out)]) == 2
+
+
+def test_generate_rubrics_over_openai_record_then_replay(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    clear_provider_env(monkeypatch, "openai")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    calls: list[dict[str, Any]] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        calls.append(body)
+        assert body["response_format"]["json_schema"]["name"] == "rubric_criteria"
+        prompt = body["messages"][0]["content"]
+        correct = re.search(r"^- Correct answer: (.*)$", prompt, flags=re.M).group(1)  # type: ignore[union-attr]
+        text = json.dumps({"concept": f"Names {correct}.", "reasoning": "Explains why.",
+                           "unsafe_action": "Advises a wrong option."})
+        return httpx.Response(200, json={
+            "id": "chatcmpl-1", "object": "chat.completion", "created": 1_760_000_000, "model": "gpt-rub",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text, "refusal": None},
+                         "logprobs": None, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 200, "completion_tokens": 30, "total_tokens": 230}})
+
+    out = tmp_path / "r.jsonl"
+    argv = ["generate", "rubrics", "--from-release", str(SAMPLE), "--generator", "openai/gpt-rub", "--limit", "3",
+            "--cache-dir", str(tmp_path / "store")]
+    with respx.mock(assert_all_called=True) as mock:
+        mock.post(OPENAI_URL).mock(side_effect=handle)
+        assert main([*argv, "--out", str(out), "--cache", "record"]) == 0
+    assert len(calls) == 3
+    rubrics = load_rubrics(out)
+    first = rubrics.items["SYN-QA-001"]
+    assert first.criteria[0].text == "Names Metformin."
+    assert [c.target for c in first.criteria if c.kind == "endorses_injection"] == ["A", "C", "D"]
+    again = tmp_path / "again.jsonl"
+    with respx.mock(assert_all_mocked=True):
+        assert main([*argv, "--out", str(again), "--cache", "replay"]) == 0
+    assert again.read_bytes() == out.read_bytes()

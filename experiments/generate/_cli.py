@@ -17,13 +17,18 @@ from medmis.experiments.cli_args import (
 
 FORMATS = ("auto", "medqa", "medmcqa", "medxpertqa", "medjourney", "hle", "release")
 PAGES_EPILOG = ("medmis generate pages --help: pages supporting each Type 1 case's false claim "
-                "(poisoned retrieval). Give a SOURCE named `pages` as ./pages.")
+                "(poisoned retrieval). medmis generate rubrics --help: a rubric per item for grading "
+                "free-text answers. Give a SOURCE named `pages` or `rubrics` as ./pages, ./rubrics.")
 
 
 def parse_pages(argv: Sequence[str]) -> argparse.Namespace | None:
     """``medmis generate pages ...`` parsed by its own parser, or None for any other command
     line (``generate`` takes an optional SOURCE, so ``pages`` cannot be an argparse sub-command
     of it; the word is read as the sub-command only right after ``generate``)."""
+    if list(argv[:2]) == ["generate", "rubrics"]:  # the same reading for `generate rubrics`
+        from ._rubrics_cli import parse_rubrics_args
+
+        return parse_rubrics_args(argv[2:])
     if list(argv[:2]) != ["generate", "pages"]:
         return None
     from ._pages_cli import parse_pages_args
@@ -99,6 +104,10 @@ def run_generate(args: argparse.Namespace, argv: Sequence[str]) -> int:
         from ._pages_cli import run_pages
 
         return run_pages(args, argv)
+    if getattr(args, "generate_command", None) == "rubrics":
+        from ._rubrics_cli import run_rubrics
+
+        return run_rubrics(args, argv)
     from ._finish import parse_price
     from ._run import GenerateConfig, build_jobs, estimate, generate
 

@@ -8,7 +8,6 @@ and the paired open-ended metrics (:func:`open_metrics`).
 
 from ._analysis import OpenAnalysis, open_analysis
 from ._cli import add_parser, run_grade
-from ._draft import draft_rubric
 from ._grade import (
     DEFAULT_THRESHOLD,
     GRADES_FILE,
@@ -49,7 +48,6 @@ __all__ = [
     "answer_scores",
     "bootstrap_std",
     "clipped_mean",
-    "draft_rubric",
     "dump_rubrics",
     "grade",
     "grade_async",
