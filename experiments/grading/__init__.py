@@ -6,30 +6,49 @@ Rubric files (:func:`load_rubrics`), HealthBench's score rule (:func:`answer_sco
 and the paired open-ended metrics (:func:`open_metrics`).
 """
 
-from ._analysis import OpenAnalysis, open_analysis
-from ._cli import add_parser, run_grade
-from ._grade import (
-    DEFAULT_THRESHOLD,
-    GRADES_FILE,
-    GradeSettings,
-    grade,
-    grade_async,
-    is_open_ended,
-    judges_of,
-    read_grades,
-)
-from ._metrics import INCORRECT, NOT_GRADED, answer_scores, graded_records, open_metrics
-from ._prompt import JUDGE_PROMPT_VERSION, judge_prompt, read_verdict
-from ._rubrics import (
-    CRITERION_KINDS,
-    Criterion,
-    ItemRubric,
-    RubricSet,
-    dump_rubrics,
-    load_rubrics,
-    parse_rubrics,
-)
-from ._score import answer_score, bootstrap_std, clipped_mean, jury_met, jury_score
+from typing import TYPE_CHECKING
+
+from medmis.tools import lazy_exports
+
+if TYPE_CHECKING:
+    from ._analysis import OpenAnalysis, open_analysis
+    from ._cli import add_parser, run_grade
+    from ._defaults import DEFAULT_THRESHOLD, GRADES_FILE
+    from ._grade import (
+        GradeSettings,
+        grade,
+        grade_async,
+        is_open_ended,
+        judges_of,
+        read_grades,
+    )
+    from ._metrics import INCORRECT, NOT_GRADED, answer_scores, graded_records, open_metrics
+    from ._prompt import JUDGE_PROMPT_VERSION, judge_prompt, read_verdict
+    from ._rubrics import (
+        CRITERION_KINDS,
+        Criterion,
+        ItemRubric,
+        RubricSet,
+        dump_rubrics,
+        load_rubrics,
+        parse_rubrics,
+    )
+    from ._score import answer_score, bootstrap_std, clipped_mean, jury_met, jury_score
+
+# Loaded on first use: `medmis --help` builds the grade parser and must not import numpy.
+_HOME = {
+    **dict.fromkeys(("OpenAnalysis", "open_analysis"), "_analysis"),
+    **dict.fromkeys(("add_parser", "run_grade"), "_cli"),
+    **dict.fromkeys(("DEFAULT_THRESHOLD", "GRADES_FILE"), "_defaults"),
+    **dict.fromkeys(("GradeSettings", "grade", "grade_async", "is_open_ended",
+                     "judges_of", "read_grades"), "_grade"),
+    **dict.fromkeys(("INCORRECT", "NOT_GRADED", "answer_scores", "graded_records", "open_metrics"), "_metrics"),
+    **dict.fromkeys(("JUDGE_PROMPT_VERSION", "judge_prompt", "read_verdict"), "_prompt"),
+    **dict.fromkeys(("CRITERION_KINDS", "Criterion", "ItemRubric", "RubricSet", "dump_rubrics", "load_rubrics",
+                     "parse_rubrics"), "_rubrics"),
+    **dict.fromkeys(("answer_score", "bootstrap_std", "clipped_mean", "jury_met", "jury_score"), "_score"),
+}
+__getattr__ = lazy_exports(__name__, _HOME, globals())
 
 __all__ = [
     "CRITERION_KINDS",

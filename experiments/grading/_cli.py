@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ._grade import DEFAULT_THRESHOLD, GradeSettings, grade
+from ._defaults import DEFAULT_THRESHOLD
 
 
 def add_parser(sub: Any) -> None:
@@ -30,6 +30,8 @@ def add_parser(sub: Any) -> None:
 def run_grade(args: argparse.Namespace) -> int:
     """Run ``medmis grade``; every user error is raised as a one-line MedmisError (exit 2)."""
     from medmis.tools import ConfigError
+
+    from ._grade import GradeSettings, grade
 
     judges = tuple(args.judge)
     settings = GradeSettings(run_dir=Path(args.dir), rubrics=Path(args.rubrics), judges=judges,

@@ -21,12 +21,9 @@ from typing import Any
 from medmis.experiments.records import Record, read_records
 from medmis.tools import ConfigError, InputError, json_file, json_value
 
+from ._defaults import DEFAULT_THRESHOLD, GRADES_FILE
 from ._prompt import JUDGE_PROMPT_VERSION, judge_prompt, read_verdict
 from ._rubrics import Criterion, RubricSet, load_rubrics
-
-GRADES_FILE = "grades.jsonl"
-DEFAULT_THRESHOLD = 0.5
-"""Jury score at or above which an answer counts as correct for the open-ended ASR."""
 
 GradeKey = tuple[str, str, str, str, str | None, str, str]
 """model, defender, protocol, item key, target, judge, criterion id."""

@@ -12,9 +12,9 @@ from typing import Any
 from medmis.experiments.reporting import SIMULATED_STATEMENT
 
 from ._analyze import RULES, analyze
-from ._pack import atomic_write, pack_reviewers, pack_simulated, read_pack_info, read_tasks
+from ._pack import Task, atomic_write, pack_reviewers, pack_simulated, read_pack_info, read_tasks
 from ._plots import write_review_plots
-from ._ratings import read_ratings
+from ._ratings import Annotation, read_ratings
 from ._rubrics import CRITERION_NAMES, FLAGS
 
 _RULE_TEXT = {
@@ -131,6 +131,9 @@ def analyze_pack(pack: str | Path, ratings: Sequence[str | Path], out: str | Pat
     annotations = read_ratings(ratings, tasks, reviewers)
     doc = analyze(tasks, annotations, reviewers, seed=seed)
     doc["inputs"] = {"pack": str(pack), "ratings": [str(r) for r in ratings]}
+    jury = _jury(info, tasks, annotations)
+    if jury is not None:
+        doc["jury_agreement"] = jury
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
     simulated = pack_simulated(tasks, info)
@@ -139,5 +142,33 @@ def analyze_pack(pack: str | Path, ratings: Sequence[str | Path], out: str | Pat
         doc["simulated_statement"] = SIMULATED_STATEMENT
     plots = write_review_plots(out_dir, doc, simulated=simulated)
     atomic_write(out_dir / "review.json", json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
-    atomic_write(out_dir / "review.md", render_markdown(doc, plots, simulated))
+    markdown = render_markdown(doc, plots, simulated)
+    if jury is not None:
+        from ._jury import render_jury_agreement
+
+        markdown = markdown.rstrip("\n") + "\n\n" + render_jury_agreement(jury) + "\n"
+    atomic_write(out_dir / "review.md", markdown)
     return {"review.json": out_dir / "review.json", "review.md": out_dir / "review.md", **plots}
+
+
+def _jury(info: Mapping[str, Any], tasks: Sequence[Task], annotations: Sequence[Annotation]) -> dict[str, Any] | None:
+    """The judges' agreement with the clinicians when the pack's run was graded by a rubric jury
+    (``medmis grade``); None otherwise."""
+    from medmis.experiments.grading import read_grades
+    from medmis.tools import json_file
+
+    from ._jury import jury_agreement
+
+    run = Path(str(info.get("run", "")))
+    if not (run / "grades.jsonl").is_file():
+        return None
+    try:
+        block = json_file(run / "manifest.json").get("grading")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not isinstance(block, dict):
+        return None
+    judges = [str(j) for j in block.get("judges", [])]
+    doc = jury_agreement(tasks, annotations, read_grades(run), judges)
+    doc["grading"] = block
+    return doc

@@ -194,6 +194,7 @@ def sample_pack(
     from medmis.experiments.records import describe_outside, keep_planned
 
     records, outside = keep_planned(run, records)  # a case the run never planned is not reviewed
+    records = jury_graded(run, records)
     if outside.count:
         print(f"medmis: {describe_outside(run / 'records.jsonl', outside)}", file=sys.stderr)
     population, excluded = _population(records, models, defenders)
@@ -246,6 +247,28 @@ def sample_pack(
     atomic_write(pack / TASKS_FILE, text)
     atomic_write(pack / PACK_FILE, json.dumps(info, indent=2, ensure_ascii=False) + "\n")
     return info
+
+
+def jury_graded(run: Path, records: list[Record]) -> list[Record]:
+    """An open-ended run's records graded by its rubric jury (``medmis grade``): free text has no
+    choice to compare with the key, so the jury's reading decides correct and flipped; other runs'
+    records as they are.
+
+    Raises:
+        ReviewError: An open-ended run that has not been graded.
+    """
+    from medmis.experiments.grading import graded_records, is_open_ended, read_grades
+
+    try:
+        manifest = json_file(run / "manifest.json")
+    except (OSError, ValueError):
+        return records
+    if not isinstance(manifest, dict) or not is_open_ended(manifest):
+        return records
+    block, grades = manifest.get("grading"), read_grades(run)
+    if not isinstance(block, dict) or not grades:
+        raise ReviewError(f"{run}: an open-ended run is sampled after it is graded (medmis grade {run} --rubrics ...)")
+    return graded_records(records, grades, [str(j) for j in block["judges"]], float(block["threshold"]))
 
 
 def _run_simulated(run: Path) -> bool:
