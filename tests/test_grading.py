@@ -431,3 +431,25 @@ def test_generate_rubrics_over_openai_record_then_replay(tmp_path: Path, monkeyp
     with respx.mock(assert_all_mocked=True):
         assert main([*argv, "--out", str(again), "--cache", "replay"]) == 0
     assert again.read_bytes() == out.read_bytes()
+
+
+def test_a_failing_judge_is_recorded_never_graded_and_regraded_on_resume(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    clear_provider_env(monkeypatch, "openai")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    run = make_run(tmp_path)
+    jury = ["--judge", "openai/gpt-judge", "--judge", "mock/judge", "--max-retries", "0"]
+    with respx.mock() as mock:
+        mock.post(OPENAI_URL).mock(return_value=httpx.Response(400, json={"error": {"message": "bad request"}}))
+        assert main(["grade", str(run), "--rubrics", str(RUBRICS), *jury]) == 1
+    assert "10 failed" in capsys.readouterr().err
+    failed = [g for g in read_grades(run) if g["judge"] == "openai/gpt-judge"]
+    assert len(failed) == 10 and all(g["met"] is None and g["error"] for g in failed)
+    assert open_metrics(read_grades(run), ["openai/gpt-judge", "mock/judge"], 0.5)["mock/examinee"]["none"].get(
+        "score_clean") is None  # an answer a judge could not grade has no jury score
+    calls: list[dict[str, Any]] = []
+    with respx.mock() as mock:
+        mock.post(OPENAI_URL).mock(side_effect=openai_handler(calls))
+        assert main(["grade", str(run), "--rubrics", str(RUBRICS), *jury]) == 0
+    assert len(calls) == 10  # only the failed verdicts again
+    assert all(g["met"] is not None for g in read_grades(run))

@@ -210,10 +210,11 @@ def _judges(settings: GradeSettings) -> dict[str, Any]:
 async def _grade(settings: GradeSettings, jobs: Sequence[_Job], models: dict[str, Any]) -> int:
     from langchain_core.messages import HumanMessage
 
-    from medmis.agents import ModelError, RetryPolicy, content_text, retry_async
+    from medmis.agents import AdaptiveLimiter, RetryPolicy, content_text, retry_async
 
     policy = RetryPolicy(max_retries=settings.max_retries)
-    sem = asyncio.Semaphore(max(1, settings.max_connections))
+    # the harness's limiter: at most --max-connections judge calls in flight, fewer after 429s
+    limiter = AdaptiveLimiter(max(1, settings.max_connections))
     errors = 0
     path = settings.run_dir / GRADES_FILE
 
@@ -221,12 +222,14 @@ async def _grade(settings: GradeSettings, jobs: Sequence[_Job], models: dict[str
         nonlocal errors
         prompt = judge_prompt(job.question, job.answer, job.criterion.text, job.criterion.points)
         model = models[job.judge]
-        async with sem:
-            try:
-                message = await retry_async(lambda: model.ainvoke([HumanMessage(prompt)]), policy)
-                reply, error = content_text(message.content), None
-            except ModelError as exc:
-                reply, error = "", f"{type(exc).__name__}: {exc}"
+        usage: dict[str, int] = {}
+        try:
+            message = await retry_async(lambda: limiter.run(lambda: model.ainvoke([HumanMessage(prompt)])), policy)
+            reply, error = content_text(message.content), None
+            meta = getattr(message, "usage_metadata", None) or {}
+            usage = {"input_tokens": int(meta.get("input_tokens", 0)), "output_tokens": int(meta.get("output_tokens", 0))}
+        except Exception as exc:  # provider and SDK failures after the retry policy gave up: on the line, never a verdict
+            reply, error = "", f"{type(exc).__name__}: {exc}"[:300]
         verdict = read_verdict(reply) if error is None else None
         r = job.record
         line = {"model": r.model, "defender": r.defender, "protocol": r.protocol, "item_id": r.item_id,
@@ -235,7 +238,7 @@ async def _grade(settings: GradeSettings, jobs: Sequence[_Job], models: dict[str
                 "met": verdict.met if verdict else None,
                 "explanation": verdict.explanation if verdict else "",
                 "reply": reply, "error": error or (verdict.error if verdict else None),
-                "judge_prompt": JUDGE_PROMPT_VERSION}
+                "judge_prompt": JUDGE_PROMPT_VERSION, "usage": usage}
         errors += line["error"] is not None
         fh.write(json.dumps(line, ensure_ascii=False) + "\n")
         fh.flush()
