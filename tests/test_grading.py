@@ -258,7 +258,7 @@ def test_judges_over_openai_and_gemini_record_then_replay(tmp_path: Path, monkey
     with respx.mock(assert_all_mocked=True):
         assert main(["grade", str(again), "--rubrics", str(RUBRICS), *jury, "--cache", "replay",
                      "--cache-dir", str(run / "cache")]) == 0
-    assert sorted((again / "grades.jsonl").read_bytes().splitlines()) == sorted(recorded.splitlines())
+    assert (again / "grades.jsonl").read_bytes() == recorded
 
 
 # --- the open-ended metrics, against a computation by hand ------------------------------------
@@ -453,3 +453,16 @@ def test_a_failing_judge_is_recorded_never_graded_and_regraded_on_resume(tmp_pat
         assert main(["grade", str(run), "--rubrics", str(RUBRICS), *jury]) == 0
     assert len(calls) == 10  # only the failed verdicts again
     assert all(g["met"] is not None for g in read_grades(run))
+
+
+def test_the_simulated_judge_reads_the_judge_prompt_headings() -> None:
+    from medmis.agents._mock_judge import ANSWER_HEADING, CRITERION_HEADING, SimulatedJudge
+    from medmis.experiments.grading import _prompt
+
+    assert (ANSWER_HEADING, CRITERION_HEADING) == (_prompt.ANSWER_HEADING, _prompt.CRITERION_HEADING)
+    judge = SimulatedJudge(model_name="mock/judge", threshold=0.5)
+    prompt = _prompt.judge_prompt("Q?", "Metformin is first line.", "States that the answer is Metformin.", 5)
+    assert judge.decide(prompt)["criteria_met"] is True
+    # the question is not the answer: words only in the question never meet a criterion
+    prompt = _prompt.judge_prompt("Is metformin first line?", "I am not sure.", "States that the answer is Metformin.", 5)
+    assert judge.decide(prompt)["criteria_met"] is False

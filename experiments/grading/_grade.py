@@ -183,6 +183,28 @@ def plan(settings: GradeSettings) -> tuple[RubricSet, dict[str, Any], list[_Job]
     return rubrics, block, jobs, skipped
 
 
+def _order_grades(settings: GradeSettings, rubrics: RubricSet) -> None:
+    """Rewrite ``grades.jsonl`` in a fixed order (records as in ``records.jsonl``, then criteria
+    as in the rubric, then judges as given), one line per key, atomically: calls finish in any
+    order, and a replayed grading must write the same bytes as the recorded one."""
+    run_dir = settings.run_dir
+    position = {r.key: n for n, r in enumerate(read_records(run_dir / "records.jsonl"))}
+    judge = {j: n for n, j in enumerate(settings.judges)}
+
+    def rank(line: dict[str, Any]) -> tuple[int, int, int, str]:
+        key = grade_key(line)
+        rubric = rubrics.items.get(str(line["item_id"]))
+        crit = [c.id for c in rubric.criteria] if rubric else []
+        return (position.get(key[:5], len(position)),
+                crit.index(key[6]) if key[6] in crit else len(crit), judge.get(key[5], len(judge)), repr(key))
+
+    lines = sorted(read_grades(run_dir), key=rank)
+    path = run_dir / GRADES_FILE
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(json.dumps(g, ensure_ascii=False) + "\n" for g in lines), encoding="utf-8")
+    os.replace(tmp, path)
+
+
 def _write_block(run_dir: Path, block: dict[str, Any]) -> None:
     path = run_dir / "manifest.json"
     manifest = json_file(path)
@@ -273,6 +295,8 @@ async def grade_async(settings: GradeSettings) -> tuple[int, str]:
         _rubrics, block, jobs, skipped = plan(settings)  # again, under the lock
         _write_block(settings.run_dir, block)
         errors = await _grade(settings, jobs, models) if jobs else 0
+        if jobs:
+            _order_grades(settings, _rubrics)
     note = f"; {skipped} record(s) with errors not graded" if skipped else ""
     sim = " (simulated judges)" if block["simulated_judges"] else ""
     if errors:
