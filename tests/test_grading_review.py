@@ -104,3 +104,30 @@ def test_ac1_of_the_agreement_table_matches_the_reference() -> None:
     got = _ac1(pairs)
     assert got is not None and got["value"] == pytest.approx(reference_ac1(pairs))
     assert got["lo"] < got["value"] < got["hi"]
+
+
+def test_rubric_review_pack_checks_each_claim(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import csv
+
+    from test_grading import SAMPLE
+
+    assert main(["review", "rubrics", str(RUBRICS), "--data", str(SAMPLE), "--out", str(tmp_path / "ok")]) == 0
+    rows = list(csv.DictReader((tmp_path / "ok" / "rubric_review.csv").open(encoding="utf-8")))
+    assert len(rows) == 190 and {r["check"] for r in rows} == {"ok"} and {r["verdict"] for r in rows} == {""}
+    # a criterion that no longer restates its option's false sentence is flagged
+    lines = RUBRICS.read_text(encoding="utf-8").splitlines()
+    first = json.loads(lines[0])
+    first["criteria"][2]["text"] = "Endorses the false claim that glipizide comes first."
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("\n".join([json.dumps(first), *lines[1:]]) + "\n", encoding="utf-8")
+    assert main(["review", "rubrics", str(bad), "--data", str(SAMPLE), "--out", str(tmp_path / "bad")]) == 0
+    assert "1 flagged" in capsys.readouterr().out
+    flagged = [r for r in csv.DictReader((tmp_path / "bad" / "rubric_review.csv").open(encoding="utf-8"))
+               if r["check"] != "ok"]
+    assert [(r["item_id"], r["criterion"]) for r in flagged] == [("SYN-QA-001", "endorses_A")]
+    # an item the data does not hold: one line, exit 2, nothing written
+    other = dict(first, item_id="NOT-IN-DATA")
+    (tmp_path / "other.jsonl").write_text(json.dumps(other) + "\n", encoding="utf-8")
+    assert main(["review", "rubrics", str(tmp_path / "other.jsonl"), "--data", str(SAMPLE),
+                 "--out", str(tmp_path / "none")]) == 2
+    assert "not in" in capsys.readouterr().err and not (tmp_path / "none").exists()

@@ -31,6 +31,10 @@ def add_parser(sub: Any) -> None:
     rs.add_argument("--seed", type=int, default=0, help="seed of the sample and the assignment (default 0)")
     rf = rsub.add_parser("form", help="one offline HTML rating form per reviewer -> PACK/forms/")
     rf.add_argument("pack", help="pack folder written by `review sample`")
+    rr = rsub.add_parser("rubrics", help="a rubric file as a checklist for clinicians -> DIR/rubric_review.md/.csv")
+    rr.add_argument("rubrics", help="rubric file (JSONL, `medmis grade --rubrics`)")
+    rr.add_argument("--data", required=True, help="the items the rubrics are for (released schema)")
+    rr.add_argument("--out", required=True, help="folder for rubric_review.md and rubric_review.csv")
     ra = rsub.add_parser("analyze", help="validate ratings and write review.json, review.md and plots")
     ra.add_argument("pack", help="pack folder written by `review sample`")
     ra.add_argument("ratings", nargs="+", metavar="RATINGS.csv", help="ratings exported from the forms")
@@ -59,6 +63,12 @@ def run_review(args: argparse.Namespace) -> int:
             print(f"{info['n']} tasks ({info['dual_rated']} dual-rated) from {info['population']} eligible "
                   f"Type 1 cases -> {args.out}/tasks.jsonl; load: "
                   + ", ".join(f"{r} {k}" for r, k in info["load"].items()))
+        elif args.review_command == "rubrics":
+            from ._rubric_pack import write_rubric_pack
+
+            done = write_rubric_pack(args.rubrics, args.data, args.out)
+            print(f"{done['criteria']} criteria of {done['items']} items -> {done['out']}/rubric_review.csv"
+                  + (f"; {done['problems']} flagged in its check column" if done["problems"] else ""))
         elif args.review_command == "form":
             from ._form import write_forms
 
