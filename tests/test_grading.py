@@ -466,3 +466,21 @@ def test_the_simulated_judge_reads_the_judge_prompt_headings() -> None:
     # the question is not the answer: words only in the question never meet a criterion
     prompt = _prompt.judge_prompt("Is metformin first line?", "I am not sure.", "States that the answer is Metformin.", 5)
     assert judge.decide(prompt)["criteria_met"] is False
+
+
+def test_a_judge_at_another_server_is_refused_on_resume(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    clear_provider_env(monkeypatch, "openai")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    run = make_run(tmp_path)
+    jury = ["--judge", "openai/gpt-judge", "--judge", "mock/judge"]
+    calls: list[dict[str, Any]] = []
+    with respx.mock() as mock:
+        mock.post(OPENAI_URL).mock(side_effect=openai_handler(calls))
+        assert main(["grade", str(run), "--rubrics", str(RUBRICS), *jury]) == 0
+    endpoints = json.loads((run / "manifest.json").read_text())["grading"]["endpoints"]
+    assert endpoints == {"openai/gpt-judge": None, "mock/judge": None}  # None: the provider's default server
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://user:pw@127.0.0.1:8000/v1")
+    assert main(["grade", str(run), "--rubrics", str(RUBRICS), *jury]) == 2
+    err = capsys.readouterr().err
+    assert "judge endpoints" in err and "pw" not in err

@@ -44,10 +44,20 @@ class GradeSettings:
     judge_base_urls: dict[str, str] = field(default_factory=dict)
 
 
+def judge_endpoints(settings: GradeSettings) -> dict[str, str | None]:
+    """Each judge's server (flag or environment; credentials, query and fragment stripped), as
+    the run fingerprint records a model's: the same spec at another server is another judge."""
+    from medmis.agents import ModelOptions, effective_base_url
+    from medmis.experiments.harness import bare_url
+
+    return {spec: bare_url(effective_base_url(spec, ModelOptions(base_url=settings.judge_base_urls.get(spec))))
+            for spec in settings.judges}
+
+
 def grading_block(settings: GradeSettings, rubrics: RubricSet) -> dict[str, Any]:
     """The manifest's ``grading`` block: what a resume must match."""
     return {"rubrics": {"file": Path(settings.rubrics).name, "sha256": rubrics.sha256},
-            "judges": list(settings.judges), "threshold": settings.threshold,
+            "judges": list(settings.judges), "endpoints": judge_endpoints(settings), "threshold": settings.threshold,
             "judge_prompt": JUDGE_PROMPT_VERSION,
             "simulated_judges": [j for j in settings.judges if j.startswith("mock/")]}
 
@@ -55,6 +65,8 @@ def grading_block(settings: GradeSettings, rubrics: RubricSet) -> dict[str, Any]
 def _differs(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     checks = {"rubric file": (old.get("rubrics", {}).get("sha256"), new["rubrics"]["sha256"]),
               "judges": (old.get("judges"), new["judges"]), "threshold": (old.get("threshold"), new["threshold"]),
+              # a block written before endpoints were recorded is not compared on them
+              "judge endpoints": (old.get("endpoints", new["endpoints"]), new["endpoints"]),
               "judge prompt": (old.get("judge_prompt"), new["judge_prompt"])}
     return [name for name, (a, b) in checks.items() if a != b]
 
