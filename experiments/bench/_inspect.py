@@ -29,8 +29,8 @@ TASK = Path(__file__).with_name("_inspect_task.py")
 def inspect_argv(data: Path, base_url: str, connections: int, log_dir: Path) -> list[str]:
     """The ``inspect eval`` command of the workload (run from :data:`TASK`'s folder: Inspect
     takes a task file by a relative path)."""
-    # Inspect's own console script, installed beside this interpreter
-    return [str(Path(sys.executable).with_name("inspect")), "eval", f"{TASK.name}@throughput",
+    # ``python -m inspect_ai`` is the ``inspect`` command, from this interpreter whatever bin/ holds it
+    return [sys.executable, "-m", "inspect_ai", "eval", f"{TASK.name}@throughput",
             "-T", f"data={data}", "--model", "openai/bench", "--model-base-url", base_url,
             "-M", "responses_api=false", "--max-connections", str(connections), "--max-retries", "0",
             "--display", "none", "--log-format", "json", "--log-dir", str(log_dir)]

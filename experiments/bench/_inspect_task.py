@@ -4,7 +4,7 @@ The same chat completions the ``throughput`` section's lean client sends (three 
 question alone, with one passage, with two), as a plain ``generate()`` task with no scorer,
 so ``inspect eval`` and ``medmis run`` make the same number of calls against the same server::
 
-    inspect eval <this file> -T data=items.jsonl --model openai/bench \\
+    python -m inspect_ai eval _inspect_task.py@throughput -T data=items.jsonl --model openai/bench \\
         --model-base-url http://127.0.0.1:PORT/v1 -M responses_api=false \\
         --max-connections 32 --max-retries 0 --display none --log-format json --log-dir logs
 
