@@ -38,7 +38,7 @@ from medmis.experiments.reporting import write_report
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "fixtures" / "medmisbench_sample.jsonl"
-OPEN_DEFENDERS = ["none", "warning", "spotlight", "sandwich", "context_blind"]
+OPEN_DEFENDERS = ["none", "warning", "spotlight", "sandwich", "context_blind"]  # one call, no tools
 
 
 def _case(item: Item, protocol: str, target: str | None = None, *, prompt: str = "paper") -> Case:
@@ -100,7 +100,7 @@ def test_the_same_cases_either_way() -> None:
 def test_each_builtin_declares_whether_it_works_without_options() -> None:
     specs = {s.name: s for s in list_defenders()}
     works = sorted(n for n, s in specs.items() if s.works_with("open"))
-    assert works == sorted(OPEN_DEFENDERS)
+    assert works == sorted([*OPEN_DEFENDERS, "claim_verify"])
     assert all(s.works_with("mcq") for s in specs.values())
     assert mcq_only(["none", "isolate_vote[margin=2]", "robustrag", "calibrate", "warning"], "open") == [
         "isolate_vote[margin=2]", "robustrag", "calibrate"]
@@ -161,7 +161,7 @@ name = "robustrag"
     assert ablate_command(str(config), out=str(tmp_path / "grid"), dry_run=True, overrides=["limit=2"]) == 0
     err = [line for line in capsys.readouterr().err.splitlines() if "skipping" in line]
     assert err == ["medmis: answer_format open: skipping isolate_vote, robustrag "
-                   "(multiple choice only: they need the options)"]
+                   "(multiple choice only; an open-ended case shows no options)"]
 
 
 # --- a run: records, report, metrics, fingerprint, resume, replay ----------------------------

@@ -343,7 +343,7 @@ def ablate_command(path: str, *, out: str | None = None, dry_run: bool = False, 
     check_config(config)  # an unknown provider, defender or baseline never gets an estimate
     if skipped := config.skipped():  # one line, then the grid runs without them
         _notice(f"answer_format {config.answer_format}: skipping {', '.join(skipped)} "
-                "(multiple choice only: they need the options)")
+                "(multiple choice only; an open-ended case shows no options)")
     if not dry_run:
         # before loading data: the HLE config reads the hub, which a keyless user may not reach
         problem = _check_keys(config)
