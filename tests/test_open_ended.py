@@ -336,3 +336,13 @@ async def test_an_unknown_question_gets_no_invented_answer() -> None:
     model = SimulatedExaminee(items=synthetic_items(3))  # knows other questions only
     [raw] = await _answers(model, [_case(item, "clean")])
     assert not raw.startswith("Answer:") and "do not recognise" in raw
+
+
+@pytest.mark.parametrize("prompt", ["paper", "toolkit"])
+def test_the_examinee_reads_an_open_prompt_of_either_preset(prompt: str) -> None:
+    from medmis.agents._reading import read
+
+    item = toy_item()
+    view = read(render_prompt(_case(item, "type1", "A", prompt=prompt).view()))
+    assert view.question == item.question and view.options == {}
+    assert [s.text for s in view.context] == [item.contexts["A"]]
