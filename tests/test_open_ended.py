@@ -225,6 +225,10 @@ def test_changing_the_answer_format_on_resume_is_refused(tmp_path: Path, capsys:
     assert main(args) == 2  # multiple choice into the open folder
     err = capsys.readouterr().err
     assert "answer_format" in err and len(err.strip().splitlines()) == 1
+    assert "never share a folder" in err
+    # no --accept-change mixes graded and free-text records
+    assert main([*args, "--accept-change", "answer_format,prompt"]) == 2
+    assert "unknown field(s) answer_format" in capsys.readouterr().err
     assert main([*args, "--answer-format", "open"]) == 0  # the same run resumes: nothing to do
     assert (tmp_path / "run" / "records.jsonl").read_bytes() == before
 

@@ -63,7 +63,12 @@ _DEFAULT_WHEN_ABSENT = {"answer_format": "mcq"}
 """Fields an older manifest did not record but whose value it implies: every run before open-ended
 answers existed asked multiple choice, so an open run is refused in its folder and back."""
 
-ACCEPTABLE_CHANGES = (*ITEM_FIELDS, *MODEL_FIELDS, "defenders", "defender_code")
+NEVER_MIXED = ("answer_format",)
+"""Fields no ``--accept-change`` lets differ: graded choices and ungraded free text in one folder
+would make every reader of it (metrics, report, grading) wrong about half of its records."""
+
+ACCEPTABLE_CHANGES = tuple(f for f in (*ITEM_FIELDS, *MODEL_FIELDS, "defenders", "defender_code")
+                           if f not in NEVER_MIXED)
 
 # Options that change how a request is sent, never what it asks for. Replicas serve the same
 # model: the first URL (``base_url``) names the server, the list may change between runs.
