@@ -60,6 +60,7 @@ import threading
 import time
 import weakref
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar, Literal, cast
 
@@ -93,7 +94,7 @@ from ._lexical import judge_claim
 from ._mock import message_text, with_usage
 from ._reading import Prompt, read
 from ._registry import ModelOptions
-from ._replies import claims, digest, mcq_text, queries, tool_call
+from ._replies import claims, digest, mcq_text, open_text, queries, tool_call
 
 ExamineePolicy = Literal["examinee", "oracle", "random"]
 POLICIES: tuple[ExamineePolicy, ...] = ("examinee", "oracle", "random")
@@ -295,12 +296,27 @@ class SimulatedExaminee(BaseChatModel):
         if task == "claims":
             return AIMessage(content=json.dumps(claims(view)))
         if not view.options:
-            return AIMessage(content="I cannot tell.")
+            return AIMessage(content=self._open(view, canonical) if view.question else "I cannot tell.")
         decision = self._decide(view, canonical)
         reply = AIMessage(content=mcq_text(view, decision))
         if logprobs:
             reply.response_metadata["logprobs"] = self._logprobs(view, decision, message_text(reply))
         return reply
+
+    def _open(self, view: Prompt, canonical: str) -> str:
+        """The reply to a question asked without options (``_replies.open_text``).
+
+        The answers it can think of are the options it has seen with this question in its
+        knowledge (looked up by the question text alone), keyed A, B, ... as if they had been
+        listed: the same belief, the same draws and the same pull of the context (each sentence
+        is attributed to the answer it names) as a multiple-choice prompt of those options.
+        Nothing of the case's gold or target is read; the prompt does not carry them.
+        """
+        known = self.knowledge().lookup(view.question, [])
+        if known is None:
+            return open_text(view, None, {})
+        answers = {chr(ord("A") + i): text for i, text in enumerate(known.options)}
+        return open_text(view, self._decide(replace(view, options=answers), canonical), answers)
 
     def _screen(self, view: Prompt, canonical: str) -> str:
         """The reply to a sanitizer's detection prompt (``_calibration.screen``)."""

@@ -125,7 +125,7 @@ class OpenAIChat(ChatOpenAI):
             payload["response_format"] = response_format(structured, self.openai_api_base)
         if settings:
             apply_openai_settings(payload, settings, openai_host=self._completion_tokens())
-        return payload
+        return _format_in_extra_body(payload)
 
     @property
     def _identifying_params(self) -> dict[str, Any]:
@@ -167,6 +167,26 @@ class OpenAIChat(ChatOpenAI):
         """
         with _mapped_errors():
             return _checked(self._create_chat_result(completion))
+
+
+def _format_in_extra_body(payload: dict[str, Any]) -> dict[str, Any]:
+    """The payload with a JSON ``response_format`` sent through the SDK's ``extra_body``.
+
+    ``ChatOpenAI`` sends every payload that holds a ``response_format`` through the SDK's
+    ``chat.completions.parse`` helper, which exists to turn the reply into a pydantic class
+    given as the format. A format given as JSON (ours always is) gives it nothing to parse,
+    but it still type-walks the whole body against both the streaming and the non-streaming
+    parameter types and builds a ``ParsedChatCompletion``: about twice ``create()``'s request
+    work on every structured call. In ``extra_body`` the same key and value go out in the same
+    JSON body through ``create()`` (the SDK merges ``extra_body`` into the body as it is;
+    a ``response_format`` the user put in ``extra`` still wins, as it did before).
+    """
+    fmt = payload.get("response_format")
+    if not isinstance(fmt, dict):
+        return payload  # absent, or a pydantic class LangChain's parse path is for
+    payload = dict(payload)
+    payload["extra_body"] = {"response_format": payload.pop("response_format"), **(payload.get("extra_body") or {})}
+    return payload
 
 
 @contextlib.contextmanager

@@ -7,7 +7,8 @@ Everything here works on the text of the messages, whatever the prompt preset (`
   and the ``KEY: text`` lines after it. A prompt sent as a JSON object holding a
   ``"question"`` (the paper's search harness) is unwrapped first. Without a ``Question:``
   heading, the question is the text just before the ``Options:`` heading, back to a blank line
-  or to an opening ``[`` (a question quoted inline, as TrustRAG's prompts quote it).
+  or to an opening ``[`` (a question quoted inline, as TrustRAG's prompts quote it). A question
+  asked without options (open-ended) ends at its first blank line, where the instruction starts.
 * *Context*: the block just before the (last) question whose first line is a heading alone on its
   line (``Additional Clinical Context:``, or any heading a defender chose), one sentence per
   line, in delivery order. Lines wholly in parentheses are notes, bullet lists are not
@@ -361,6 +362,10 @@ def read(messages: Sequence[BaseMessage]) -> Prompt:
     block = _QUESTION_BLOCK.search(last_user) or _QUESTION_BLOCK.search(view.text)
     view.question = block.group(1).strip() if block else _inline_question(last_user)
     view.options = _parse_options(last_user) or _parse_options(view.text)
+    if block and not view.options:
+        # a question asked without options (open-ended): its block ends at the first blank
+        # line, where the prompt's instruction begins
+        view.question = re.split(r"\n[ \t]*\n", view.question, maxsplit=1)[0].strip()
     _read_context(view)
     view.abstain_offer = abstain_offer(view.task + "\n" + view.closing, view.options) if view.options else ""
     view.statements = _read_statements(last_user)

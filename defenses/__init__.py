@@ -33,9 +33,19 @@ from ._base import (
     get_spec,
     is_control,
     list_defenders,
+    mcq_only,
     quiet_broken_plugins,
 )
-from ._case import DEFAULT_PROMPT, Answer, CaseView, TraceStep, Viewable, as_view
+from ._case import (
+    ANSWER_FORMATS,
+    DEFAULT_PROMPT,
+    Answer,
+    AnswerFormat,
+    CaseView,
+    TraceStep,
+    Viewable,
+    as_view,
+)
 from ._context import (
     DefenderContext,
     DefenderOptions,
@@ -48,6 +58,7 @@ from ._extract import Extraction, extract_answer
 from ._plugins import load_plugins
 from ._prompts import (
     CONTEXT_HEADING,
+    OPEN_INSTRUCTION,
     PRESETS,
     PROMPT_NAMES,
     SYSTEM_PROMPT,
@@ -65,15 +76,18 @@ from ._prompts import (
 )
 
 __all__ = [
+    "ANSWER_FORMATS",
     "BUILTINS_PACKAGE",
     "CONTEXT_HEADING",
     "DEFAULT_COST",
     "DEFAULT_PROMPT",
     "ENTRY_POINT_GROUP",
+    "OPEN_INSTRUCTION",
     "PRESETS",
     "PROMPT_NAMES",
     "SYSTEM_PROMPT",
     "Answer",
+    "AnswerFormat",
     "CaseView",
     "CostHint",
     "Defender",
@@ -103,6 +117,7 @@ __all__ = [
     "is_control",
     "list_defenders",
     "load_plugins",
+    "mcq_only",
     "message_to_dict",
     "prompt_preset",
     "quiet_broken_plugins",

@@ -24,7 +24,7 @@ from __future__ import annotations
 import importlib
 import re
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any, Literal, NamedTuple
@@ -33,7 +33,7 @@ from pydantic import ValidationError
 
 from medmis.tools import ConfigError, noting_signals, signals_seen
 
-from ._case import Answer, CaseView, Viewable, as_view
+from ._case import ANSWER_FORMATS, Answer, AnswerFormat, CaseView, Viewable, as_view
 from ._context import DefenderContext, DefenderOptions, SolveFn
 
 ENTRY_POINT_GROUP = "medmis.defenders"
@@ -104,6 +104,9 @@ class DefenderSpec:
         source: Where the method comes from (``"Author et al. YEAR, arXiv ..."``), or None
             for the toolkit's own; shown by ``medmis defenders``.
         cost: Expected work per case, for cost estimates before any record exists.
+        answer_formats: The answer formats it can work in: ``mcq`` (options shown, one
+            chosen) and/or ``open`` (no options, a free-text answer). A defender that votes on,
+            compares or checks option choices is ``("mcq",)``; an open-ended run skips it.
     """
 
     name: str
@@ -117,6 +120,11 @@ class DefenderSpec:
     source: str | None = None
     cost: CostHint = DEFAULT_COST
     requires: Callable[[], str | None] | None = None  # why it cannot run here (an extra), or None
+    answer_formats: tuple[AnswerFormat, ...] = ("mcq",)
+
+    def works_with(self, answer_format: str) -> bool:
+        """Whether it can answer cases asked in ``answer_format`` (``mcq`` or ``open``)."""
+        return answer_format in self.answer_formats
 
 
 @dataclass(frozen=True)
@@ -160,6 +168,7 @@ def defender(
     source: str | None = None,
     cost: CostHint | Mapping[str, tuple[float, float, float]] | None = None,
     requires: Callable[[], str | None] | None = None,
+    answer_formats: tuple[AnswerFormat, ...] = ("mcq",),
 ) -> Callable[[Factory], Factory]:
     """Register a defender factory ``factory(options) -> solve``.
 
@@ -172,6 +181,10 @@ def defender(
     :data:`DEFAULT_COST` when absent.
     ``requires=fn`` declares an optional dependency: ``fn()`` says in one line why the defender
     cannot run on this installation (None when it can); see :func:`defender_unavailable`.
+    ``answer_formats`` declares whether it works on open-ended cases (no options, a free-text
+    answer): ``("mcq",)`` by default, so a defender written for options is never handed a case
+    without them; ``("mcq", "open")`` when its work does not depend on the options (it renders
+    the case with :func:`render_prompt` and reads the answer with ``answer_from_reply``).
 
     Example::
 
@@ -186,6 +199,9 @@ def defender(
     if not re.fullmatch(r"[a-z][a-z0-9_]*", name):
         raise ValueError(f"defender names are lower_snake_case, got {name!r}")
     hint = DEFAULT_COST if cost is None else cost if isinstance(cost, CostHint) else CostHint.of(cost)
+    formats = tuple(answer_formats)
+    if not formats or any(f not in ANSWER_FORMATS for f in formats):
+        raise ValueError(f"answer_formats must be a non-empty subset of {ANSWER_FORMATS}, got {formats!r}")
 
     def register(factory: Factory) -> Factory:
         text = description or ((factory.__doc__ or "").strip().splitlines() or [""])[0]
@@ -196,7 +212,7 @@ def defender(
             raise DefenderConfigError(f"defender {name!r} is already registered")
         _REGISTRY[name] = DefenderSpec(
             name, factory, options, text, uses_tools, control, single_call, prompts, source, hint,
-            requires,
+            requires, formats,
         )
         return factory
 
@@ -286,6 +302,21 @@ def defender_unavailable(name: str) -> str | None:
     if spec is None or spec.requires is None:
         return None
     return spec.requires()
+
+
+def mcq_only(names: Sequence[str], answer_format: str) -> list[str]:
+    """The defenders of ``names`` (registry names or labels) that cannot work in
+    ``answer_format``, in order (empty for ``mcq`` runs; unknown names are left to the lookup
+    that reports them)."""
+    out = []
+    for label in names:
+        try:
+            spec = get_spec(label.split("[", 1)[0])
+        except DefenderConfigError:
+            continue
+        if not spec.works_with(answer_format):
+            out.append(label)
+    return out
 
 
 def is_control(label: str) -> bool:

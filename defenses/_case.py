@@ -20,6 +20,12 @@ from medmis.agents import Usage
 DEFAULT_PROMPT = "paper"
 """The prompt preset a case is put in unless a run says otherwise (see ``_prompts``)."""
 
+AnswerFormat = Literal["mcq", "open"]
+"""How a case is asked: ``mcq`` shows the options and asks for one; ``open`` shows the question
+without its options and asks for a free-text answer with its explanation (graded afterwards,
+by ``medmis grade``, never by the harness)."""
+ANSWER_FORMATS: tuple[AnswerFormat, ...] = ("mcq", "open")
+
 
 # Names a defender written against the full case may still reach for; the view answers them
 # with an explanation instead of a bare AttributeError.
@@ -38,8 +44,10 @@ class CaseView:
     """What a defender receives for one case: the question as a deployed system would see it.
 
     ``question``, ``options`` (key -> text, display order), ``context`` (the added sentences
-    as plain text, in delivery order; empty on clean cases) and ``prompt`` (the run's prompt
-    preset name, so ``render_prompt(view)`` words it as the run does). Nothing else: no gold
+    as plain text, in delivery order; empty on clean cases), ``prompt`` (the run's prompt
+    preset name, so ``render_prompt(view)`` words it as the run does) and ``answer_format``
+    (``mcq``, or ``open``: the options are withheld, ``options`` is empty, and the answer is
+    free text). Nothing else: no gold
     key, no type1 target, no per-sentence option or truth label, no protocol name and no item
     id. The view is built from copies into immutable containers and keeps no reference to the
     :class:`Case` or :class:`Item` it came from, so no attribute path leads back to them.
@@ -49,11 +57,16 @@ class CaseView:
     options: Mapping[str, str]
     context: tuple[str, ...] = ()
     prompt: str = DEFAULT_PROMPT
+    answer_format: AnswerFormat = "mcq"
 
     def __post_init__(self) -> None:
         # copy, then freeze: a caller's dict or list must neither be shared nor mutable here
         options = {str(k): str(v) for k, v in dict(self.options).items()}
-        if not options:
+        if self.answer_format not in ANSWER_FORMATS:
+            raise ValueError(f"unknown answer format {self.answer_format!r} (known: {', '.join(ANSWER_FORMATS)})")
+        if self.answer_format == "open" and options:
+            raise ValueError("an open-ended case view shows no options")
+        if self.answer_format == "mcq" and not options:
             raise ValueError("a case view needs at least one option")
         if isinstance(self.context, str):
             raise ValueError("context must be a sequence of sentences, not one string")
@@ -61,6 +74,11 @@ class CaseView:
         object.__setattr__(self, "options", MappingProxyType(options))
         object.__setattr__(self, "context", tuple(str(s) for s in self.context))
         object.__setattr__(self, "prompt", str(self.prompt))
+
+    @property
+    def is_open(self) -> bool:
+        """Whether the case is asked without options, for a free-text answer."""
+        return self.answer_format == "open"
 
     @property
     def keys(self) -> list[str]:
@@ -78,7 +96,7 @@ class CaseView:
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         raise AttributeError(
             f"a defender is given a CaseView, which has no {name!r}: {hint} "
-            "(fields: question, options, context, prompt)"
+            "(fields: question, options, context, prompt, answer_format)"
         )
 
 
@@ -104,7 +122,8 @@ class TraceStep(BaseModel):
 
 
 class Answer(BaseModel):
-    """What a defender returns for a case. ``choice`` is None when nothing could be parsed;
+    """What a defender returns for a case. ``choice`` is None when nothing could be parsed
+    (and always on an open-ended case, whose answer is ``raw``, the free text);
     ``error`` is set when the case could not be completed (it is then never graded)."""
 
     choice: str | None = None

@@ -310,8 +310,17 @@ def answer_from_text(
     text: str, case: CaseView | Viewable, ctx: DefenderContext, *, parsed: Any = None, **extra: Any
 ) -> Answer:
     """Extract the chosen option from ``text`` (or from a provider's ``parsed`` structured
-    reply, when it names one) and note how it was found in the trace."""
-    found = extract_answer(text, as_view(case).options, parsed=parsed)
+    reply, when it names one) and note how it was found in the trace.
+
+    An open-ended case has no option to extract: its answer is ``text`` itself, with no
+    choice (``method="open"``); it is graded afterwards (``medmis grade``), never here.
+    """
+    view = as_view(case)
+    if view.is_open:
+        ctx.trace.append(TraceStep(kind="extract", name="open_answer", input=None,
+                                   output={"choice": None, "method": "open"}))
+        return Answer(choice=None, raw=text, method="open", extra=dict(extra))
+    found = extract_answer(text, view.options, parsed=parsed)
     ctx.trace.append(
         TraceStep(kind="extract", name="extract_answer", input=None, output={"choice": found.choice, "method": found.method})
     )

@@ -477,8 +477,10 @@ async def check_defender(
     Every case must end in a parsed, traced Answer whose call and token counts match its
     trace, with working tools, with tools that always fail, and with no tools; a provider
     error must stop the case instead of becoming an answer; a defender declared
-    ``single_call`` must make exactly one model call and no tool call. The defender is given each
-    case's :class:`CaseView`, as in a run.
+    ``single_call`` must make exactly one model call and no tool call. A defender declared
+    open-capable (``answer_formats``) must also answer each case asked without its options with
+    free text and no choice. The defender is given
+    each case's :class:`CaseView`, as in a run.
     """
     item = item or toy_item()
     toolsets: dict[str, Any] = {
@@ -505,6 +507,18 @@ async def check_defender(
                 assert (answer.llm_calls, answer.tool_calls) == (1, 0), f"{where}: declared single_call"
             json.loads(answer.model_dump_json())
             answers.append(answer)
+    if get_spec(name).works_with("open"):  # declared open-capable: the same cases without options
+        for protocol in protocols:
+            model = ScriptedChatModel(outputs=FakeExaminee(item, tool_turns=2))
+            with routed(FakeToolset()) as tools:
+                ctx = DefenderContext(model=model, model_spec="mock/fake", tools=tools)
+                where = f"{name} on open-ended {protocol}"
+                view = toy_case(item, protocol).model_copy(update={"answer_format": "open"}).view()
+                answer = await create_defender(name, options)(view, ctx)
+            assert answer.error is None, f"{where}: error {answer.error}"
+            assert answer.choice is None and answer.method == "open", f"{where}: graded a free-text answer"
+            assert answer.raw.strip(), f"{where}: no free text kept"
+            assert answer.llm_calls == len(model.calls) > 0, f"{where}: model calls not counted"
     blocked = ScriptedChatModel(outputs=lambda m, t: BlockedResponseError("safety block"))
     ctx = DefenderContext(model=blocked, model_spec="mock/fake", tools=FakeToolset())
     try:

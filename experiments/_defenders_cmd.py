@@ -111,6 +111,9 @@ def run(plugins: Sequence[str] = ()) -> int:
             print(f"    {spec.description}")
         if spec.source:
             print(f"    source: {spec.source}")
+        # what `medmis run --answer-format open` accepts (DefenderSpec.answer_formats)
+        print("    answers: " + ("multiple choice and open-ended" if spec.works_with("open")
+                                   else "multiple choice only (needs the options)"))
         for opt in describe_options(spec.options):
             print(f"    --defender-option {spec.name}.{opt.name}=<{opt.type}>  (default {opt.default})")
             if opt.description:

@@ -98,6 +98,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--type1-targets", choices=["sampled", "all"], default="sampled",
                      help="type1 wrong options per item: sampled (one, seeded; default) or all")
     run.add_argument("--shuffle-type2", action="store_true", help="seeded shuffle of type2 sentence order")
+    run.add_argument("--answer-format", choices=["mcq", "open"], default="mcq",
+                     help="mcq (options shown, one chosen; default) or open (the question without its "
+                          "options, a free-text answer recorded ungraded: grade it with `medmis grade`)")
     run.add_argument("--prompt", choices=["paper", "toolkit"], default="paper",
                      help="prompt preset: paper (the reference evaluation's wording and JSON "
                           "answer; default) or toolkit (board-exam prompt, 'Final answer: X')")
@@ -243,6 +246,7 @@ def _run_command(args: argparse.Namespace, argv: Sequence[str]) -> int:
         type1_targets=args.type1_targets,
         shuffle_type2=args.shuffle_type2,
         prompt=args.prompt,
+        answer_format=args.answer_format,
         seed=args.seed,
         out=args.out,
         max_connections=args.max_connections,

@@ -478,6 +478,9 @@ def claim_verify_prompts(opts: ClaimVerifyOptions) -> dict[str, str]:
 @defender(
     "claim_verify",
     options=ClaimVerifyOptions,
+    # claims are split from the context, checked against the web and shown as annotations in
+    # the run's prompt: no step reads the options (the credibility rules only weigh sources)
+    answer_formats=("mcq", "open"),
     description="Splits the context into atomic claims, verifies each against the web in parallel, answers from the annotated context.",
     uses_tools=True,
     prompts=claim_verify_prompts,

@@ -22,6 +22,7 @@ COST_HINT = {"clean": (1, 0, 1), "type1": (1, 0, 1), "type2": (1, 0, 1)}
 
 @defender(
     "context_blind",
+    answer_formats=("mcq", "open"),  # renders the case and reads the reply: no option needed
     control=True,
     single_call=True,
     description="Control: withholds all added context. Near-zero ASR while learning nothing; shows why ASR alone misleads.",

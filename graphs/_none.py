@@ -19,6 +19,7 @@ COST_HINT = {"clean": (1, 0, 1), "type1": (1, 0, 1), "type2": (1, 0, 1)}
 
 @defender(
     "none",
+    answer_formats=("mcq", "open"),  # renders the case and reads the reply: no option needed
     single_call=True,
     description="Baseline: the paper's prompt, context shown as given.",
     source=SOURCE,

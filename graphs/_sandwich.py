@@ -99,6 +99,7 @@ def sandwich_solver(opts: SandwichOptions) -> SolveFn:
 
 @defender(
     "sandwich",
+    answer_formats=("mcq", "open"),  # renders the case and reads the reply: no option needed
     options=SandwichOptions,
     single_call=True,
     description="Sandwich: repeats the task (question, options, instruction) after the untrusted context, "

@@ -41,6 +41,7 @@ class WarningOptions(DefenderOptions):
 
 @defender(
     "warning",
+    answer_formats=("mcq", "open"),  # renders the case and reads the reply: no option needed
     options=WarningOptions,
     single_call=True,
     description="Defensive prompt: warns that added context may be false, outdated, irrelevant or misleading.",

@@ -241,7 +241,7 @@ def test_the_view_holds_the_question_options_sentences_and_preset_and_nothing_el
     for case in build_cases([item], type1_targets="all", prompt="toolkit"):
         view = case.view()
         assert type(view) is CaseView and not hasattr(view, "__dict__")
-        assert set(view.__slots__) == {"question", "options", "context", "prompt"}
+        assert set(view.__slots__) == {"question", "options", "context", "prompt", "answer_format"}
         assert view.question == item.question and dict(view.options) == item.options
         assert list(view.options) == list(item.options)  # display order kept
         assert view.context == tuple(c.text for c in case.context)  # delivery order kept

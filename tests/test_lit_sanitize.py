@@ -62,7 +62,7 @@ def test_registered_with_sources_and_prompts() -> None:
     for name, source in (("sanitize", "arXiv 2507.15219"), ("sandwich", "arXiv 2406.13352"),
                          ("calibrate", "arXiv 2404.10198")):
         spec = get_spec(name)
-        assert spec.description.endswith(f"{source}).")
+        assert spec.source is not None and spec.source.endswith(source)
         assert spec.prompts is not None
     assert defender_prompts("sanitize", {"prompt": "paper"}) == {"detection": PAPER_DETECTION_PROMPT}
     assert get_spec("sandwich").single_call

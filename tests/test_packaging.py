@@ -1,4 +1,7 @@
-"""Packaging and layout: one import name, imports that run one way, modules of readable size.
+"""Packaging: one import name, and a wheel that works installed away from the checkout.
+
+The source tree's import rules (no circle, every import down the layers) are
+``tests/test_layout.py``'s.
 
 The wheel test builds the real distribution and installs it into a fresh virtual environment,
 so it checks what a user gets from ``pip install .``, not what the editable install happens to
@@ -15,7 +18,6 @@ import sys
 import sysconfig
 import venv
 import zipfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -110,130 +112,3 @@ def test_installed_wheel_imports_from_outside_the_checkout(wheel: Path, tmp_path
         [str(python), "-c", "import agents"], cwd=outside, capture_output=True, text=True, timeout=60,
     )
     assert failed.returncode != 0 and "ModuleNotFoundError" in failed.stderr
-
-
-# --- the source tree ------------------------------------------------------------------------
-
-
-def _modules() -> Iterator[tuple[str, Path]]:
-    for folder in FOLDERS:
-        for path in sorted((ROOT / folder).rglob("*.py")):
-            rel = path.relative_to(ROOT).with_suffix("")
-            parts = list(rel.parts)
-            if parts[-1] == "__init__":
-                parts.pop()
-            yield "medmis." + ".".join(parts), path
-
-
-def _imports(module: str, path: Path, known: set[str]) -> set[str]:
-    """The project modules ``module`` imports, resolved to module names (packages included)."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
-    found: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            targets = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")
-                base = base[: len(base) - node.level + 1]
-                head = ".".join(base + ([node.module] if node.module else []))
-            else:
-                head = node.module or ""
-            targets = [head] + [f"{head}.{a.name}" for a in node.names]
-        else:
-            continue
-        for name in targets:
-            # the longest known module that prefixes the name (``from pkg import name``)
-            while name and name not in known:
-                name = name.rpartition(".")[0]
-            if name and name != module:
-                found.add(name)
-    return found
-
-
-def _folder(module: str) -> str:
-    return module.split(".")[1]
-
-
-def test_no_import_circle_between_files_of_different_folders() -> None:
-    modules = dict(_modules())
-    known = set(modules)
-    graph = {m: _imports(m, p, known) for m, p in modules.items()}
-
-    # Tarjan's strongly connected components over the file-level import graph
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    components: list[list[str]] = []
-
-    def visit(v: str) -> None:
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        on_stack.add(v)
-        for w in graph[v]:
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on_stack:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            comp = []
-            while True:
-                w = stack.pop()
-                on_stack.discard(w)
-                comp.append(w)
-                if w == v:
-                    break
-            components.append(comp)
-
-    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
-    for v in graph:
-        if v not in index:
-            visit(v)
-    crossing = [sorted(c) for c in components if len({_folder(m) for m in c}) > 1]
-    assert crossing == [], f"import circles across folders: {crossing}"
-
-
-def test_graphs_never_import_the_defender_registry() -> None:
-    modules = dict(_modules())
-    known = set(modules)
-    for module, path in modules.items():
-        if _folder(module) == "graphs":
-            bad = {m for m in _imports(module, path, known) if _folder(m) == "defenses"}
-            assert not bad, f"{module} imports {bad}"
-
-
-# the Layout page (docs/layout.md): tools <- agents <- core types <- graphs <- defenses <- harness <- analysis/reporting
-# <- cli. A layer imports only layers before it (and itself); the tops of experiments/
-# (ablation, generate, review, view, the CLI, the bench) sit above everything.
-LAYERS = (
-    ("medmis.tools",),
-    ("medmis.agents",),
-    ("medmis.experiments.benchmark", "medmis.experiments._errors"),
-    ("medmis.graphs",),
-    ("medmis.defenses",),
-    ("medmis.experiments.harness",),
-    ("medmis.experiments.analysis",),
-    ("medmis.experiments.reporting",),
-)
-
-
-def _layer(module: str) -> int:
-    for rank, prefixes in enumerate(LAYERS):
-        if any(module == p or module.startswith(p + ".") for p in prefixes):
-            return rank
-    return len(LAYERS)  # the tops: ablation, generate, review, view, cli, bench
-
-
-def test_imports_run_one_way_through_the_layers() -> None:
-    modules = dict(_modules())
-    known = set(modules)
-    upward = sorted(
-        f"{module} -> {target}"
-        for module, path in modules.items()
-        for target in _imports(module, path, known)
-        if _layer(target) > _layer(module) and target != "medmis.experiments"
-    )
-    assert upward == [], "imports against the layering:\n" + "\n".join(upward)

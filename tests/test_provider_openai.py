@@ -113,6 +113,30 @@ async def test_request_body(respx_mock: respx.MockRouter) -> None:
     assert "reasoning_effort" not in body  # only sent when set
 
 
+async def test_structured_request_body(respx_mock: respx.MockRouter) -> None:
+    # the format goes out at the body's top level with the rest, exactly once; a format the
+    # user put in ``extra`` still wins; the model's own extra_body is left as it was
+    from medmis.agents._capabilities import STRUCTURED_OUTPUT_KWARG
+
+    route = respx_mock.post(URL).mock(return_value=httpx.Response(200, json=text_body('{"answer_letter": "B"}')))
+    schema = {"name": "answer", "schema": {"type": "object", "properties": {"a": {"type": "string"}}}, "strict": True}
+    model = chat(extra={"top_k": 20})
+    for _ in range(2):
+        reply = await model.ainvoke(QUESTION, **{STRUCTURED_OUTPUT_KWARG: schema})
+        assert reply.content == '{"answer_letter": "B"}'
+        body = sent(route)
+        assert body["response_format"] == {"type": "json_schema", "json_schema": schema}
+        assert (body["top_k"], body["stream"], body["messages"][1]) == (20, False, {"role": "user", "content": "Scurvy?"})
+        assert "extra_body" not in body
+    assert model.extra_body == {"top_k": 20}
+    await model.ainvoke(QUESTION)
+    assert "response_format" not in sent(route)  # an unstructured call sends none
+
+    override = {"type": "json_object"}
+    await chat(extra={"response_format": override}).ainvoke(QUESTION, **{STRUCTURED_OUTPUT_KWARG: schema})
+    assert sent(route)["response_format"] == override
+
+
 @pytest.mark.parametrize("effort", ["none", "minimal", "low", "medium", "high", "xhigh"])
 async def test_reasoning_effort_is_sent_when_set(respx_mock: respx.MockRouter, effort: str) -> None:
     # "none" is the paper's GPT-5.4 setting: it must reach the API, not read as "unset"

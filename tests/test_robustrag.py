@@ -241,7 +241,7 @@ async def test_a_failed_search_adds_no_passage_but_a_replay_miss_stops_the_case(
 
 def test_registration_prompts_and_options() -> None:
     spec = get_spec("robustrag")
-    assert "arXiv 2405.15556" in spec.description and spec.uses_tools
+    assert spec.source is not None and "arXiv 2405.15556" in spec.source and spec.uses_tools
     shown = defender_prompts("robustrag")
     assert shown["isolated"] == isolated_instruction(["A", "B", "C", "D"])
     assert "Output an answer from A, B, C, or D only when there is clear evidence" in shown["isolated"]

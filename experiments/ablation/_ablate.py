@@ -221,6 +221,7 @@ def _run_config(config: AblationConfig, out: Path, *, progress: bool, shuffled: 
         type1_targets=config.type1_targets,
         shuffle_type2=shuffled,
         prompt=config.prompt,
+        answer_format=config.answer_format,
         seed=config.seed,
         out=str(out),
         max_connections=config.max_connections,
@@ -377,6 +378,9 @@ def ablate_command(path: str, *, out: str | None = None, dry_run: bool = False, 
     config.plugins += [p for p in plugins if p not in config.plugins]
     load_plugins(config.plugins)
     check_config(config)  # an unknown provider, defender or baseline never gets an estimate
+    if skipped := config.skipped():  # one line, then the grid runs without them
+        _notice(f"answer_format {config.answer_format}: skipping {', '.join(skipped)} "
+                "(multiple choice only; an open-ended case shows no options)")
     if not dry_run:
         # before loading data: the HLE config reads the hub, which a keyless user may not reach
         problem = _check_keys(config)
@@ -407,6 +411,7 @@ def ablate_command(path: str, *, out: str | None = None, dry_run: bool = False, 
     print(f"ablation {config.name!r}: {len(dataset.items)} items, {len(config.models)} model(s) x "
           f"{len(config.defender_configs())} defender(s), protocols {', '.join(config.protocols)}, "
           f"type1 targets {config.type1_targets}, prompt {config.prompt}"
+          + (f", answer format {config.answer_format}" if config.answer_format != "mcq" else "")
           + (" (+ shuffled type2 pass)" if any(plan.run.shuffled for plan in plans) else "")
           + (f" (+ {len(config.examinee_seeds())} stability re-runs, examinee seeds "
              f"{', '.join(map(str, config.examinee_seeds()))})" if config.examinee_seeds() else ""))

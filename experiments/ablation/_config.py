@@ -22,6 +22,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from medmis.agents import ModelOptions
+from medmis.defenses import AnswerFormat, mcq_only
 from medmis.experiments.benchmark import (
     PROTOCOLS,
     PromptName,
@@ -227,6 +228,11 @@ class AblationConfig(BaseModel):
     protocols: list[ProtocolName] = Field(default_factory=lambda: list(PROTOCOLS))
     type1_targets: Type1Targets = "sampled"
     prompt: PromptName = "paper"
+    answer_format: AnswerFormat = "mcq"
+    """As ``medmis run --answer-format``: ``open`` asks every case without its options for a
+    free-text answer; defenders that need the options are skipped, in one line (``skipped``)."""
+    # [grading] (rubrics, judges, threshold for `medmis grade` after an open run): read by the
+    # grading step's own config code, added beside this field when it lands.
     decoding: Literal["paper", "reference"] = "paper"
     """Decoding preset of every model (``medmis run --decoding``); ``model_options`` override it."""
     seed: int = 0
@@ -300,7 +306,16 @@ class AblationConfig(BaseModel):
         return self.hub_repo if is_hub_address(self.data) else None
 
     def defender_configs(self) -> list[DefenderConfig]:
-        return [d for entry in self.defenders for d in entry.expand()]
+        """The grid's defenders, expanded; without those the answer format rules out
+        (:meth:`skipped`)."""
+        skip = set(self.skipped())
+        return [d for entry in self.defenders for d in entry.expand() if d.name not in skip]
+
+    def skipped(self) -> list[str]:
+        """Defender names of the grid that cannot work in its ``answer_format`` (MCQ-only
+        defenders of an open-ended grid), in order; they are left out of every run."""
+        names = list(dict.fromkeys(d.name for entry in self.defenders for d in entry.expand()))
+        return mcq_only(names, self.answer_format) if self.answer_format != "mcq" else []
 
     def resolve(self, path: str) -> str:
         """Relative data/corpus paths are taken from the repository root when not found here."""

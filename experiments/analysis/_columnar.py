@@ -412,9 +412,15 @@ def records_into(con: duckdb.DuckDBPyConnection, records: Iterable[Record], name
 def compute_run_metrics(run_dir: str | Path, *, baseline: str = "none", n_boot: int = 2000,
                 seed: int = 0) -> MetricsReport:
     """The metrics of a run folder's ``records.jsonl``, scanned (and compacted) by DuckDB;
-    records outside the folder's plan (``plan.json``) are left out."""
-    from medmis.experiments.records import connect, planned_records_view
+    records outside the folder's plan (``plan.json``) are left out.
 
+    Raises:
+        UngradedRunError: An open-ended run (``answer_format`` open): its records have no
+            choice and no ``correct``; counted here they would all be wrong and unparsed.
+    """
+    from medmis.experiments.records import connect, planned_records_view, refuse_open
+
+    refuse_open(run_dir)
     with tempfile.TemporaryDirectory(prefix="medmis-metrics-") as tmp:
         # a database file, so that intermediate tables can leave memory under the limit
         con = connect(memory_limit="900MB", database=str(Path(tmp) / "metrics.duckdb"))

@@ -101,6 +101,7 @@ def compare(run_a: str | Path, run_b: str | Path, *, seed: int = 0) -> list[Comp
 
     Raises:
         FileNotFoundError: A folder has no ``records.jsonl``.
+        UngradedRunError: A folder is an open-ended run (ungraded free text).
     """
     from medmis.experiments.records import keep_planned, read_records
 

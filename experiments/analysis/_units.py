@@ -154,7 +154,17 @@ MetricBlock = dict[str, Proportion]
 
 
 def is_correct(record: Record) -> bool:
-    """Whether a graded record is correct; an unset ``correct`` falls back to ``choice == gold``."""
+    """Whether a graded record is correct; an unset ``correct`` falls back to ``choice == gold``.
+
+    Raises:
+        UngradedRunError: An open-ended record (free text, graded by ``medmis grade``): it is
+            neither correct nor wrong here, and counting it as wrong would be false.
+    """
+    if record.is_open:
+        from medmis.experiments.records import GRADE_HINT, UngradedRunError
+
+        raise UngradedRunError(f"{record.item_key} ({record.defender}, {record.protocol}) is an open-ended "
+                               f"answer: not graded here; {GRADE_HINT}")
     if record.correct is not None:
         return record.correct
     return record.choice is not None and record.choice == record.gold

@@ -149,7 +149,14 @@ def serve_in_processes(n: int, latency: float, *, capacity: int | None = None,
         for p in procs:
             p.send_signal(signal.SIGINT)
         for p in procs:
-            tail = p.communicate(timeout=10)[0].strip().splitlines()
+            try:
+                tail = p.communicate(timeout=30)[0].strip().splitlines()
+            except subprocess.TimeoutExpired:
+                # a server slow to stop (a loaded machine) must not hide the bench's own
+                # outcome or error: it is ended and its figures are left out
+                p.kill()
+                p.communicate()
+                tail = []
             figures = {k: int(v) for k, v in (kv.split("=") for kv in tail[-1].split())} if tail else {}
             if stats is not None:
                 stats.append(figures)

@@ -9,6 +9,9 @@ Sections (each with its target):
 - ``throughput``: a whole ``medmis run`` process (start-up, run, report) against a lean async
   httpx client on the same work, 1,224 calls at 32 connections to a local server with 100 ms
   latency (target <= 1.3 x the lean client's wall), see :mod:`._throughput`;
+- ``inspect``: the whole ``medmis run`` of the throughput workload against Inspect AI's
+  ``inspect eval`` of the same 1,224 calls as a plain ``generate()`` task (target: medmis
+  >= 3x faster; needs the ``inspect`` extra; not in the default set), see :mod:`._inspect`;
 - ``store_lookup``: warm record/replay store lookup latency (target p50 <= 1 ms);
 - ``extraction``: trafilatura main-text extraction on a ~200 KB page;
 - ``scale``: ``medmis report`` (cold and warm), a resume with nothing to do and ``medmis view``
@@ -215,8 +218,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m medmis.experiments.bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", action="append", default=None,
-                        choices=["harness_overhead", "concurrency", "throughput", "store_lookup", "extraction",
-                                 "scale", "replicas", "timings"])
+                        choices=["harness_overhead", "concurrency", "throughput", "inspect", "store_lookup",
+                                 "extraction", "scale", "replicas", "timings"])
     parser.add_argument("--quick", action="store_true", help="smaller sizes (smoke run, not the targets)")
     parser.add_argument("--scale-run", type=Path, default=None,
                         help="reuse a run folder from medmis.experiments.bench._scale_run.generate_run for 'scale'")
@@ -238,6 +241,10 @@ def main(argv: list[str] | None = None) -> int:
         from ._throughput import bench_throughput
 
         out["throughput"] = bench_throughput(123 if args.quick else 1224, repeats=1 if args.quick else 3)
+    if "inspect" in wanted:
+        from ._inspect import bench_inspect
+
+        out["inspect"] = bench_inspect(123 if args.quick else 1224, repeats=1 if args.quick else 2)
     if "store_lookup" in wanted:
         out["store_lookup"] = asyncio.run(bench_store(200 if args.quick else 2000))
     if "extraction" in wanted:

@@ -58,11 +58,11 @@ print(json.dumps({"calls": calls, "in_process_s": round(time.perf_counter() - st
 """
 
 
-def _timed(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, float, str]:
+def _timed(argv: list[str], env: dict[str, str] | None = None, cwd: Path | None = None) -> tuple[float, float, str]:
     """Wall and CPU seconds (user + system) of one child process, and its stdout."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    done = subprocess.run(argv, capture_output=True, text=True, check=False, env=env)
+    done = subprocess.run(argv, capture_output=True, text=True, check=False, env=env, cwd=cwd)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode:
@@ -83,6 +83,14 @@ def _compile_package() -> None:
     for name in ("agents", "tools", "graphs", "defenses", "experiments"):
         for path in importlib.import_module(f"medmis.{name}").__path__:
             compileall.compile_dir(path, quiet=1)
+
+
+def medmis_run_argv(data: Path, base_url: str, connections: int, out: Path) -> list[str]:
+    """The ``medmis run`` command of the workload: one case per call, no retries, no progress."""
+    return [sys.executable, "-m", "medmis.experiments.cli", "run", "--data", str(data),
+            "--model", "openai/bench", "--model-base-url", base_url, "--defender", "none",
+            "--max-connections", str(connections), "--max-retries", "0", "--no-progress",
+            "--out", str(out)]
 
 
 SMALL_CALLS = 36
@@ -118,11 +126,7 @@ def bench_throughput(calls: int = 1224, connections: int = 32, latency: float = 
                 wall, cpu, _ = _timed([sys.executable, "-c", _LEAN, base_url, str(data[n]), str(connections)])
                 runs.setdefault(("lean", n), []).append((wall, cpu))
                 folder = Path(tmp) / f"run{turn}_{n}"
-                run_argv = [sys.executable, "-m", "medmis.experiments.cli", "run", "--data", str(data[n]),
-                            "--model", "openai/bench", "--model-base-url", base_url, "--defender", "none",
-                            "--max-connections", str(connections), "--max-retries", "0", "--no-progress",
-                            "--out", str(folder)]
-                wall, cpu, _ = _timed(run_argv, env)
+                wall, cpu, _ = _timed(medmis_run_argv(data[n], base_url, connections, folder), env)
                 runs.setdefault(("medmis", n), []).append((wall, cpu))
                 if n == calls:
                     records.append(sum(1 for _ in (folder / "records.jsonl").open(encoding="utf-8")))

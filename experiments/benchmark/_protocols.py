@@ -15,7 +15,7 @@ import random
 from collections.abc import Iterable, Sequence
 from typing import Literal
 
-from medmis.defenses import DEFAULT_PROMPT
+from medmis.defenses import DEFAULT_PROMPT, AnswerFormat
 from medmis.experiments.records import ProtocolName
 
 from ._types import Case, ContextSentence, Item
@@ -89,10 +89,13 @@ def cases_for_item(
     type1_targets: Type1Targets = "sampled",
     shuffle_type2: bool = False,
     prompt: str = DEFAULT_PROMPT,
+    answer_format: AnswerFormat = "mcq",
 ) -> list[Case]:
     """Build the cases for one item, clean first so that pairing is available early.
 
-    ``prompt`` names the preset the cases are to be put in (see ``_prompts``).
+    ``prompt`` names the preset the cases are to be put in (see ``_prompts``);
+    ``answer_format`` whether they are asked with their options (``mcq``) or without (``open``):
+    the same cases either way (protocols, targets and context sentences).
 
     Raises:
         ValueError: a protocol the item cannot be delivered under (no false sentence for
@@ -101,17 +104,18 @@ def cases_for_item(
     out: list[Case] = []
     for protocol, target in case_keys_for_item(item, protocols, seed=seed, type1_targets=type1_targets):
         if protocol == "clean":
-            out.append(Case(item=item, protocol="clean", seed=seed, prompt=prompt))
+            out.append(Case(item=item, protocol="clean", seed=seed, prompt=prompt, answer_format=answer_format))
         elif protocol == "type1":
             assert target is not None
             out.append(Case(item=item, protocol="type1", target=target, seed=seed,
-                            context=(_sentence(item, target),), prompt=prompt))
+                            context=(_sentence(item, target),), prompt=prompt, answer_format=answer_format))
         else:
             keys = [k for k in item.options if item.contexts.get(k)]
             if shuffle_type2:
                 stable_rng("type2", seed, item.key).shuffle(keys)
             out.append(Case(item=item, protocol="type2", seed=seed,
-                            context=tuple(_sentence(item, k) for k in keys), prompt=prompt))
+                            context=tuple(_sentence(item, k) for k in keys), prompt=prompt,
+                            answer_format=answer_format))
     return out
 
 
@@ -147,6 +151,7 @@ def build_cases(
     type1_targets: Type1Targets = "sampled",
     shuffle_type2: bool = False,
     prompt: str = DEFAULT_PROMPT,
+    answer_format: AnswerFormat = "mcq",
 ) -> list[Case]:
     """All cases for a dataset, ordered clean -> type1 -> type2 across items."""
     order = {"clean": 0, "type1": 1, "type2": 2}
@@ -155,7 +160,7 @@ def build_cases(
         for item in items
         for c in cases_for_item(
             item, protocols, seed=seed, type1_targets=type1_targets,
-            shuffle_type2=shuffle_type2, prompt=prompt,
+            shuffle_type2=shuffle_type2, prompt=prompt, answer_format=answer_format,
         )
     ]
     return sorted(cases, key=lambda c: order[c.protocol])  # stable: item order kept

@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from medmis.defenses import DEFAULT_PROMPT, CaseView
+from medmis.defenses import DEFAULT_PROMPT, AnswerFormat, CaseView
 from medmis.experiments.records import ProtocolName, item_key
 
 SUBSETS: tuple[str, ...] = (
@@ -121,6 +121,9 @@ class Case(BaseModel):
     seed: int = 0
     context: tuple[ContextSentence, ...] = ()
     prompt: str = DEFAULT_PROMPT
+    answer_format: AnswerFormat = "mcq"
+    """``open``: asked without the item's options, for a free-text answer (the view withholds
+    them; the harness does not grade the answer)."""
 
     @property
     def key(self) -> tuple[str, str, str | None]:
@@ -134,9 +137,11 @@ class Case(BaseModel):
     def view(self) -> CaseView:
         """What a defender is given for this case: its item's question (as the run's prompt
         preset shows it) and options, its sentences' text."""
+        # an open case shows the stem without the options a released stem may embed
         return CaseView(
-            question=self.item.question_for(self.prompt),
-            options=self.item.options,
+            question=self.item.question if self.answer_format == "open" else self.item.question_for(self.prompt),
+            options={} if self.answer_format == "open" else self.item.options,
             context=tuple(c.text for c in self.context),
             prompt=self.prompt,
+            answer_format=self.answer_format,
         )

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal, Self
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from medmis.agents import ModelOptions
+from medmis.defenses import AnswerFormat
 from medmis.experiments.benchmark import PROTOCOLS, PromptName, ProtocolName, Record, Type1Targets
 from medmis.tools import ConfigError, PoisonSettings
 
@@ -104,6 +105,10 @@ class RunSpec(BaseModel):
     type1_targets: Type1Targets = "sampled"
     shuffle_type2: bool = False
     prompt: PromptName = "paper"
+    answer_format: AnswerFormat = "mcq"
+    """``open``: every case is asked without its options, for a free-text answer that the run
+    records (``Record.raw``) and does not grade (``medmis grade`` does); defenders that need the
+    options are refused (``DefenderSpec.answer_formats``)."""
     seed: int = 0
     search: SearchBackendName = "local"
     visit: VisitBackendName = "direct"
@@ -206,6 +211,7 @@ class RunStats:
 
     done: int = 0
     errors: int = 0
+    answered: int = 0  # open-ended answers (ungraded)
     graded: dict[str, list[int]] = field(default_factory=lambda: {p: [0, 0] for p in PROTOCOLS})
     flips: list[int] = field(default_factory=lambda: [0, 0])  # [type1 flips, type1 paired]
     input_tokens: int = 0
@@ -232,6 +238,9 @@ class RunStats:
         if record.error:
             self.errors += 1
             return
+        if record.is_open:  # free text, graded by `medmis grade`: neither right nor wrong here
+            self.answered += 1
+            return
         g = self.graded[record.protocol]
         g[0] += int(bool(record.correct))
         g[1] += 1
@@ -257,6 +266,8 @@ class RunStats:
             k, n = self.graded[proto]
             if n:
                 parts.append(f"{proto} acc {100 * k / n:.0f}%")
+        if self.answered:
+            parts.append(f"{self.answered} open answers (ungraded)")
         if self.flips[1]:
             parts.append(f"T1 ASR {100 * self.flips[0] / self.flips[1]:.0f}%")
         if self.errors:

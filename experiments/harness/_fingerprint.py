@@ -41,7 +41,8 @@ __all__ = ["ACCEPTABLE_CHANGES", "ITEM_FIELDS", "MODEL_FIELDS", "DefenderPrint",
 
 ITEM_FIELDS = (
     "data_sha256", "subset", "limit", "on_invalid", "seed", "protocols", "type1_targets",
-    "shuffle_type2", "prompt", "model_options", "decoding", "web_tools", "poison", "search_ambient",
+    "shuffle_type2", "prompt", "answer_format", "model_options", "decoding", "web_tools", "poison",
+    "search_ambient",
 )
 """Fingerprint fields that must match to resume. ``--accept-change`` takes these names,
 ``endpoints`` and ``examinee`` (a recorded model with another server or other simulated
@@ -58,7 +59,16 @@ _NONE_WHEN_ABSENT = ("poison", "search_ambient")
 """Recorded only when set: a folder without it ran without (a poisoned run, or one with ambient
 misinformation, is refused there, and the other way round)."""
 
-ACCEPTABLE_CHANGES = (*ITEM_FIELDS, *MODEL_FIELDS, "defenders", "defender_code")
+_DEFAULT_WHEN_ABSENT = {"answer_format": "mcq"}
+"""Fields an older manifest did not record but whose value it implies: every run before open-ended
+answers existed asked multiple choice, so an open run is refused in its folder and back."""
+
+NEVER_MIXED = ("answer_format",)
+"""Fields no ``--accept-change`` lets differ: graded choices and ungraded free text in one folder
+would make every reader of it (metrics, report, grading) wrong about half of its records."""
+
+ACCEPTABLE_CHANGES = tuple(f for f in (*ITEM_FIELDS, *MODEL_FIELDS, "defenders", "defender_code")
+                           if f not in NEVER_MIXED)
 
 # Options that change how a request is sent, never what it asks for. Replicas serve the same
 # model: the first URL (``base_url``) names the server, the list may change between runs.
@@ -98,6 +108,8 @@ class Fingerprint(BaseModel):
     shuffle_type2: bool | None = None
     prompt: str | None = None
     """``name@version`` of the prompt preset."""
+    answer_format: str | None = None
+    """``mcq`` or ``open`` (``RunSpec.answer_format``); absent in older manifests: ``mcq``."""
     model_options: dict[str, Any] = Field(default_factory=dict)
     """The run's model options without the transport options and the decoding preset."""
     decoding: dict[str, Any] | None = None
@@ -158,11 +170,13 @@ class Fingerprint(BaseModel):
     def _item_changes(self, new: Fingerprint) -> dict[str, tuple[Any, Any]]:
         changed: dict[str, tuple[Any, Any]] = {}
         for name in ITEM_FIELDS:
-            if not self.recorded(name) and name not in _NONE_WHEN_ABSENT:
+            if not self.recorded(name) and name not in _NONE_WHEN_ABSENT and name not in _DEFAULT_WHEN_ABSENT:
                 continue  # recorded by an older version that did not know this field
             if name in _BOTH_OR_NEITHER and not new.recorded(name):
                 continue
             old_v, new_v = getattr(self, name), getattr(new, name)
+            if name in _DEFAULT_WHEN_ABSENT:
+                old_v, new_v = old_v or _DEFAULT_WHEN_ABSENT[name], new_v or _DEFAULT_WHEN_ABSENT[name]
             if name == "model_options" and self.recorded("endpoints") and new.recorded("endpoints"):
                 # the server each model talks to is compared as `endpoints` (flag or environment)
                 old_v, new_v = _without(old_v, "base_url"), _without(new_v, "base_url")
@@ -276,7 +290,8 @@ def run_fingerprint(config: RunSpec, defenders: Sequence[Any], dataset: Dataset 
         "protocols": sorted(config.protocols),
         "type1_targets": config.type1_targets,
         "shuffle_type2": config.shuffle_type2,
-        "prompt": f"{preset.name}@{preset.version}",
+        "prompt": f"{preset.name}@{preset.version_for(config.answer_format)}",
+        "answer_format": config.answer_format,
         "model_options": options,
         # the preset and the values it resolved to (models may be added: the per-model table
         # is recorded, the preset and the user's overrides are what must match)

@@ -113,6 +113,7 @@ def write_manifest(
             for d in defenders
         ],
         "protocols": list(config.protocols),
+        "answer_format": config.answer_format,
         "prompt": _prompt_facts(config),
         "decoding": decoding_record(config.seeded(config.model_options),
                                     {m: (config.spec_of(m), config.options_of(m)) for m in config.models}),
@@ -160,7 +161,7 @@ def _prompt_facts(config: RunConfig) -> dict[str, Any]:
     preset = prompt_preset(config.prompt)
     return {
         "name": preset.name,
-        "version": preset.version,
+        "version": preset.version_for(config.answer_format),
         "source": preset.source,
         "temperature": config.model_options.temperature,  # the option; per model: "decoding"
     }

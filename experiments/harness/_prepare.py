@@ -106,6 +106,9 @@ def check_fingerprint(out: Path, fingerprint: Fingerprint,
         return None, None
     diff = recorded.compare(fingerprint)
     blocking = diff.blocking(accept_changes)
+    if "answer_format" in blocking:  # never mixed (NEVER_MIXED): no --accept-change to offer
+        raise RunSetupError(f"{out} holds a different run ({diff.describe(blocking)}); an open-ended and a "
+                            "multiple-choice run never share a folder: choose a new --out")
     if blocking:
         names = ",".join(dict.fromkeys(accept_name(k) for k in blocking))
         raise RunSetupError(

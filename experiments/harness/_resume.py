@@ -251,7 +251,8 @@ def jobs_for_missing(config: RunConfig, defenders: Sequence[Defender], missing: 
         if by_key is None:
             by_key = built[i] = {(c.protocol, c.target): c for c in cases_for_item(
                 items[i], config.protocols, seed=config.seed, type1_targets=config.type1_targets,
-                shuffle_type2=config.shuffle_type2, prompt=config.prompt)}
+                shuffle_type2=config.shuffle_type2, prompt=config.prompt,
+                answer_format=config.answer_format)}
         todo[0 if protocol == "clean" else 1].append(
             CaseJob(config.models[mi], defenders[di], by_key[(protocol, target)]))
     return todo

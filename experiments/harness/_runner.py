@@ -29,6 +29,7 @@ from medmis.defenses import (
     DefenderContext,
     create_defender,
     load_plugins,
+    mcq_only,
 )
 from medmis.experiments.benchmark import (
     Answer,
@@ -144,6 +145,13 @@ class Harness:
         load_plugins(config.plugins)  # the run's local plug-in files (--plugin) register their defenders
         self.poison = RunPoison.of(config)  # the pages of --poison (None without it)
         self.ambient = check_ambient(config)  # --search-ambient, checked before any folder exists
+        if config.answer_format != "mcq" and (need := mcq_only([d.name for d in config.defenders],
+                                                                config.answer_format)):
+            # before anything is made: an MCQ-only defender handed a case without options would
+            # vote on, compare or check options it is not shown
+            raise RunSetupError(
+                f"--answer-format {config.answer_format}: defender(s) {', '.join(need)} need the options "
+                "(multiple choice only; `medmis defenders` lists what each works with)")
         self.defenders: list[Defender] = [
             create_defender(d.name, d.options, label=d.label) for d in config.defenders
         ]
@@ -335,8 +343,11 @@ class Harness:
             subset=item.subset,
             target=case.target,
             gold=item.gold,
-            choice=None if answer.error else answer.choice,
-            correct=None if answer.error else answer.choice == item.gold,
+            # an open-ended answer is free text: no choice, and not graded here (`medmis grade`)
+            choice=None if answer.error or case.answer_format == "open" else answer.choice,
+            correct=None if answer.error or case.answer_format == "open" else answer.choice == item.gold,
+            answer_format=case.answer_format,
+            raw=answer.raw if case.answer_format == "open" and not answer.error else None,
             content_type=item.content_type,
             provenance=item.provenance,
             error=answer.error,
@@ -347,7 +358,7 @@ class Harness:
             seed=case.seed,
             method=answer.method,
             prompt=case.prompt,
-            prompt_version=prompt_preset(case.prompt).version,
+            prompt_version=prompt_preset(case.prompt).version_for(case.answer_format),
             defender_options=defender.options.model_dump(mode="json"),
             extra=answer.extra,
             trace_file=self._trace_file(spec, defender.label),

@@ -5,6 +5,7 @@ harness writes through it, and analysis, reporting, view, export, review and gen
 run folders through it without importing the model stack.
 """
 
+from ._format import GRADE_HINT, UngradedRunError, answer_format_of, refuse_open
 from ._io import (
     RecordsFileError,
     WriteFailed,
@@ -44,6 +45,7 @@ from ._scan import (
 )
 
 __all__ = [
+    "GRADE_HINT",
     "KEY",
     "PARQUET_NAME",
     "PLAN_FILE",
@@ -54,7 +56,9 @@ __all__ = [
     "ProtocolName",
     "Record",
     "RecordsFileError",
+    "UngradedRunError",
     "WriteFailed",
+    "answer_format_of",
     "append_records",
     "compact_records",
     "complete_length",
@@ -71,6 +75,7 @@ __all__ = [
     "planned_records_view",
     "read_records",
     "records_view",
+    "refuse_open",
     "repair_torn_tail",
     "restrict_view",
     "scan_jsonl",

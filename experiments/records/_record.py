@@ -51,13 +51,30 @@ class Record(BaseModel):
     poison: PoisonExposure | None = None
     """What the case saw of a poisoned web (``--poison``); None, and left out of the line,
     for a run without one (its records read as before the field existed)."""
+    answer_format: Literal["mcq", "open"] = "mcq"
+    """``open``: asked without options (``medmis run --answer-format open``); ``choice`` and
+    ``correct`` are then None and ``raw`` holds the answer. Left out of the line for ``mcq``."""
+    raw: str | None = None
+    """The free-text answer of an open-ended case (None otherwise, and left out of the line):
+    what ``medmis grade`` grades."""
 
     @model_serializer(mode="wrap")
-    def _without_null_poison(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+    def _without_defaults(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # fields that only some runs have stay out of the others' lines, which therefore read
+        # as before those fields existed
         data: dict[str, Any] = handler(self)
         if data.get("poison", 0) is None:
             del data["poison"]
+        if data.get("answer_format") == "mcq":
+            del data["answer_format"]
+        if data.get("raw", 0) is None:
+            del data["raw"]
         return data
+
+    @property
+    def is_open(self) -> bool:
+        """Whether the record is an open-ended answer (ungraded by the harness)."""
+        return self.answer_format == "open"
 
     @property
     def item_key(self) -> str:

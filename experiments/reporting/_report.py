@@ -95,6 +95,12 @@ def write_report(
         ``"report.md"`` and, with figures, ``"report.html"`` and ``"plots/<name>.png"``.
     """
     run = load_run_data(run_dir)
+    from medmis.experiments.records import answer_format_of
+
+    if answer_format_of(run.run_dir) == "open":  # free text: no graded figure to compute
+        from ._open import write_open_report
+
+        return write_open_report(run, figures=figures, write_text=_write_text)
     if run.facts.outside.count and notice is not None:
         from medmis.experiments.records import describe_outside
 

@@ -199,6 +199,7 @@ def _model_lines(mv: ModelVerdict, report: MetricsReport, verdict: Verdict) -> s
     notes = [*_order_notes(mv), *_model_notes(mv, verdict.settings), *_family_note(mv, base_name)]
     for f in mv.findings.values():
         notes += _finding_notes(f, mv, defenders, base_name, verdict.settings)
+    notes += _too_few_notes(mv, defenders, base_name, verdict.settings)
     notes += _unresolved_note(mv, base_name)
     return "\n".join([head, *(f"  - {n}" for n in notes)])
 
@@ -302,6 +303,31 @@ def _guard_text(g: Guard, base_name: str) -> str:
             f"`{base_name}` (p {_p(g.p_value)})")
 
 
+def _too_few_notes(mv: ModelVerdict, defenders: Mapping[str, Any], base_name: str,
+                   settings: VerdictSettings) -> list[str]:
+    """One line per distinct "too few cases" finding: the defenders it holds for share it (with
+    a dozen defenders on a small sample the same Type 2 recovery count would repeat per row)."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for f in mv.findings.values():
+        if not (f.too_few and f.answered and not f.control):
+            continue
+        few_parts = []
+        for m in f.too_few:
+            c = defenders[f.defender].paired.get(m)
+            few_parts.append(f"{_NAMES.get(m, m)} ({c.n if c is not None else 0} paired units)")
+        groups.setdefault((_and(few_parts), ",".join(f.too_few)), []).append(f"`{f.defender}`")
+    notes = []
+    for (parts, metrics), names in groups.items():
+        one = len(names) == 1
+        named = "type1_asr" in metrics.split(",")
+        consequence = (("so it is not named" if one else "so they are not named") if named
+                       else "so that guard is not judged" if "," not in metrics else "so those guards are not judged")
+        whose = "its" if one else "their"
+        notes.append(f"{_and(names)}: too few cases to tell {whose} {parts} against `{base_name}` "
+                     f"(fewer than {settings.min_units}), {consequence}.")
+    return notes
+
+
 def _finding_notes(f: Finding, mv: ModelVerdict, defenders: Mapping[str, Any], base_name: str,
                    settings: VerdictSettings) -> list[str]:
     d = f"`{f.defender}`"
@@ -325,15 +351,6 @@ def _finding_notes(f: Finding, mv: ModelVerdict, defenders: Mapping[str, Any], b
             f"{d}: cannot tell it from `{lc.control}`: identical answers on {_pct(lc.share)} of cases "
             f"with context ({lc.k}/{lc.n}) [{100 * lc.lo:.1f}, {100 * lc.hi:.1f}]; {few}, so it is "
             "not named better.")
-    if f.too_few and f.answered and not f.control:
-        few_parts = []
-        for m in f.too_few:
-            c = defenders[f.defender].paired.get(m)
-            few_parts.append(f"{_NAMES.get(m, m)} ({c.n if c is not None else 0} paired units)")
-        consequence = ("so it is not named" if "type1_asr" in f.too_few
-                       else "so that guard is not judged" if len(f.too_few) == 1 else "so those guards are not judged")
-        notes.append(f"{d}: too few cases to tell its {_and(few_parts)} against `{base_name}` "
-                     f"(fewer than {settings.min_units}), {consequence}.")
     if f.interval_below and not f.better and f.p_adjusted is not None and not f.control:
         notes.append(f"{d}: its Type 1 ΔASR interval {fmt_delta(t1).split(' ', 1)[1]} lies below "
                      f"zero, but the paired {_TESTS.get(t1.test, t1.test) if t1 else ''} test's p "
