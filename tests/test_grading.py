@@ -139,11 +139,11 @@ def make_run(tmp_path: Path, answer_format: str = "open") -> Path:
     (run / "manifest.json").write_text(json.dumps({"fingerprint": {"answer_format": answer_format}}), encoding="utf-8")
     records = [
         Record(model="mock/examinee", defender="none", protocol="clean", item_id="SYN-QA-001", subset="MEDMISQA",
-               gold="B", extra={"raw": ANSWERS["clean"]}),
+               gold="B", answer_format="open", raw=ANSWERS["clean"]),
         Record(model="mock/examinee", defender="none", protocol="type1", item_id="SYN-QA-001", subset="MEDMISQA",
-               target="A", gold="B", extra={"raw": ANSWERS["type1"]}),
+               target="A", gold="B", answer_format="open", raw=ANSWERS["type1"]),
         Record(model="mock/examinee", defender="none", protocol="type2", item_id="SYN-QA-001", subset="MEDMISQA",
-               gold="B", error="TransientModelError: boom"),
+               gold="B", answer_format="open", error="TransientModelError: boom"),
     ]
     (run / "records.jsonl").write_text("".join(r.model_dump_json() + "\n" for r in records), encoding="utf-8")
     return run
@@ -484,3 +484,45 @@ def test_a_judge_at_another_server_is_refused_on_resume(tmp_path: Path, monkeypa
     assert main(["grade", str(run), "--rubrics", str(RUBRICS), *jury]) == 2
     err = capsys.readouterr().err
     assert "judge endpoints" in err and "pw" not in err
+
+
+def test_an_open_ended_grid_is_graded_and_reported(tmp_path: Path) -> None:
+    # the whole path: `medmis ablate` runs the sample without options (simulated examinee), its
+    # [grading] table grades the answers with two simulated judges, and the report shows them
+    table = f'[grading]\nrubrics = "{RUBRICS.as_posix()}"\njudges = ["mock/judge-lenient", "mock/judge-strict"]\n'
+    cfg = _config(tmp_path, table)
+    text = cfg.read_text(encoding="utf-8").replace('protocols = ["clean"]',
+                                                   'protocols = ["clean", "type1"]\nanswer_format = "open"')
+    cfg.write_text(text.replace("limit = 1", "limit = 4"), encoding="utf-8")
+    assert main(["ablate", str(cfg)]) == 0
+    out = tmp_path / "out"
+    grades = read_grades(out)
+    records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    assert records and all(r["answer_format"] == "open" and r["raw"] for r in records)
+    assert {(g["item_id"], g["protocol"]) for g in grades} == {(r["item_id"], r["protocol"]) for r in records}
+    md = (out / "report.md").read_text(encoding="utf-8")
+    assert "## Open-ended answers graded by a rubric jury" in md and "SIMULATED JUDGES" in md
+    assert json.loads((out / "open_ended.json").read_text())["grading"]["judges"] == [
+        "mock/judge-lenient", "mock/judge-strict"]
+    # a second ablate of the same grid resumes: nothing left to run or grade
+    before = (out / "grades.jsonl").read_bytes()
+    assert main(["ablate", str(cfg)]) == 0
+    assert (out / "grades.jsonl").read_bytes() == before
+
+
+def test_a_finished_grid_with_a_failed_judge_is_graded_again_by_ablate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    clear_provider_env(monkeypatch, "openai")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    table = (f'[grading]\nrubrics = "{RUBRICS.as_posix()}"\njudges = ["openai/gpt-judge", "mock/judge"]\n')
+    cfg = _config(tmp_path, table)
+    cfg.write_text(cfg.read_text(encoding="utf-8").replace('protocols = ["clean"]',
+                   'protocols = ["clean"]\nanswer_format = "open"\nmax_retries = 0'), encoding="utf-8")
+    with respx.mock() as mock:
+        mock.post(OPENAI_URL).mock(return_value=httpx.Response(400, json={"error": {"message": "bad"}}))
+        assert main(["ablate", str(cfg)]) == 1
+    calls: list[dict[str, Any]] = []
+    with respx.mock() as mock:
+        mock.post(OPENAI_URL).mock(side_effect=openai_handler(calls))
+        assert main(["ablate", str(cfg)]) == 0  # nothing left to run; the failed verdicts are graded
+    assert calls and all(g["met"] is not None for g in read_grades(tmp_path / "out"))
+    assert "## Open-ended answers graded by a rubric jury" in (tmp_path / "out" / "report.md").read_text()

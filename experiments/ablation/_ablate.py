@@ -407,7 +407,15 @@ def ablate_command(path: str, *, out: str | None = None, dry_run: bool = False, 
     # which records it
     if not dry_run and not _check_folders(config, plans, dataset, accept_changes) \
             and nothing_to_do(config, plans):
-        return finished_outcome(grid_runs(config, out_dir), _notice)
+        code = finished_outcome(grid_runs(config, out_dir), _notice)
+        if config.grading is not None:  # the runs are complete; the grading may not be (a judge failed)
+            graded, _ = asyncio.run(_grade_main(config, out_dir))
+            if graded:
+                from medmis.experiments.reporting import write_report
+
+                write_report(out_dir, baseline=config.baseline)
+            code = max(code, graded)
+        return code
     print(f"ablation {config.name!r}: {len(dataset.items)} items, {len(config.models)} model(s) x "
           f"{len(config.defender_configs())} defender(s), protocols {', '.join(config.protocols)}, "
           f"type1 targets {config.type1_targets}, prompt {config.prompt}"

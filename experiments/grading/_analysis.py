@@ -7,7 +7,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from medmis.experiments.analysis import MetricsReport, Verdict, compute_metrics, decide
+from medmis.experiments.analysis import (
+    MetricsReport,
+    Verdict,
+    VerdictSettings,
+    compute_metrics,
+    decide,
+)
 from medmis.experiments.records import read_records
 from medmis.tools import json_file
 
@@ -29,8 +35,8 @@ class OpenAnalysis:
     """The verdict rules over ``report``."""
 
 
-def open_analysis(run_dir: str | Path, *, baseline: str = "none", seed: int = 0,
-                  simulated: bool = False) -> OpenAnalysis | None:
+def open_analysis(run_dir: str | Path, *, baseline: str = "none", seed: int = 0, simulated: bool = False,
+                  settings: VerdictSettings | None = None) -> OpenAnalysis | None:
     """The open-ended figures of a run folder, or None when it has no grades.
 
     Raises:
@@ -50,4 +56,4 @@ def open_analysis(run_dir: str | Path, *, baseline: str = "none", seed: int = 0,
     report = compute_metrics(records, baseline=baseline, seed=seed)
     sim = simulated or bool(block.get("simulated_judges"))
     return OpenAnalysis(grading=block, metrics=open_metrics(grades, judges, threshold), report=report,
-                        verdict=decide(report, simulated=sim))
+                        verdict=decide(report, simulated=sim, settings=settings))

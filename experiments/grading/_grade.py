@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from medmis.experiments.records import Record, read_records
+from medmis.experiments.records import Record, answer_format_of, read_records
 from medmis.tools import ConfigError, InputError, json_file, json_value
 
 from ._defaults import DEFAULT_THRESHOLD, GRADES_FILE
@@ -71,20 +71,11 @@ def _differs(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     return [name for name, (a, b) in checks.items() if a != b]
 
 
-def is_open_ended(manifest: dict[str, Any]) -> bool:
-    """Whether a run folder's manifest says its answers are free text (``answer_format = "open"``)."""
-    for block in (manifest.get("fingerprint"), manifest.get("config"), manifest):
-        if isinstance(block, dict) and block.get("answer_format") is not None:
-            return block.get("answer_format") == "open"
-    return False
-
-
 def answer_text(run_dir: Path, record: Record, traces: dict[str, dict[tuple[Any, ...], str]]) -> str | None:
-    """The free-text answer of ``record``: ``extra["raw"]`` when the record holds it, else the
-    ``raw`` of its trace in the run's ``traces/`` file (the last one for its key)."""
-    raw = record.extra.get("raw")
-    if isinstance(raw, str):
-        return raw
+    """The free-text answer of ``record``: its ``raw`` field (an open-ended run's records hold
+    it), else the ``raw`` of its trace in the run's ``traces/`` file (the last one for its key)."""
+    if record.raw is not None:
+        return record.raw
     if not record.trace_file:
         return None
     if record.trace_file not in traces:
@@ -159,7 +150,7 @@ def plan(settings: GradeSettings) -> tuple[RubricSet, dict[str, Any], list[_Job]
     if not manifest_path.is_file():
         raise InputError(f"{run_dir} is not a run folder (no manifest.json)")
     manifest = json_file(manifest_path)
-    if not is_open_ended(manifest):
+    if answer_format_of(run_dir) != "open":
         raise InputError(f"{run_dir} is not an open-ended run (answer_format is not \"open\"); only free-text answers are graded")
     rubrics = load_rubrics(settings.rubrics)
     block = grading_block(settings, rubrics)

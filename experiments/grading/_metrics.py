@@ -150,6 +150,9 @@ def graded_records(records: Iterable[Record], grades: Iterable[Mapping[str, Any]
     """
     scores = answer_scores(grades, judges)
     out = []
+    # the copies are graded answers now, read by the multiple-choice definitions (which refuse
+    # an ungraded open-ended record); they live in memory only, records.jsonl is never rewritten
+    records = [r.model_copy(update={"answer_format": "mcq"}) for r in records]
     for r in records:
         if r.error is not None:
             out.append(r)

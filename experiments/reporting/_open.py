@@ -8,12 +8,16 @@ would count every answer as wrong and unparsed. The report says so, shows what t
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
+from medmis.experiments.analysis import VerdictSettings
+from medmis.experiments.grading import OpenAnalysis
 from medmis.experiments.records import GRADE_HINT
 
+from ._open_ended import render_open_ended
 from ._run import RunData
 from ._sections import (
     Section,
@@ -27,8 +31,9 @@ NOT_GRADED = f"Not graded here: the answers are free text; {GRADE_HINT}."
 """What an open-ended run's multiple-choice tables say instead of figures."""
 
 
-def open_sections(run: RunData) -> list[Section]:
-    """The sections of an open-ended run's report."""
+def open_sections(run: RunData, graded: OpenAnalysis | None = None) -> list[Section]:
+    """The sections of an open-ended run's report; ``graded``: the rubric jury's figures
+    (:func:`medmis.experiments.grading.open_analysis`) when the run has been graded."""
     m = run.manifest
     dataset = m.get("dataset") or {}
     command = m.get("command")
@@ -73,19 +78,31 @@ def open_sections(run: RunData) -> list[Section]:
         Section("simulated", render_simulated_banner(run)),
         Section("run", "## Run\n\n" + "\n".join(f"- **{k}:** {v}" for k, v in facts)),
         Section("answers", "## Answers\n\n" + table),
-        Section("mcq", "## Multiple-choice metrics\n\n" + NOT_GRADED + " Accuracy, ASR, TASR, Type 2 "
-                "recovery and the verdict need a graded answer; a free-text answer is not counted as "
-                "wrong or unparsed."),
-        # the open-ended section (score drop, uptake, open-ended ASR, jury agreement) joins here
-        # when the run folder holds grades (`medmis grade`)
+        Section("mcq", "## Multiple-choice metrics\n\n" + (
+            NOT_GRADED + " Accuracy, ASR, TASR, Type 2 recovery and the verdict need a graded answer; a "
+            "free-text answer is not counted as wrong or unparsed." if graded is None else
+            "The answers are free text: the harness grades none of them. The rubric jury's reading "
+            "below (`medmis grade`) is what the accuracy, ASR and verdict of this report are computed on.")),
+        Section("open_ended", render_open_ended(graded)),
     ] if s.markdown]
 
 
-def write_open_report(run: RunData, *, figures: bool, write_text: Callable[[Path, str], None]) -> dict[str, Path]:
+def write_open_report(run: RunData, *, figures: bool, write_text: Callable[[Path, str], None],
+                      baseline: str = "none", seed: int = 0, settings: VerdictSettings | None = None) -> dict[str, Path]:
     """Write ``report.md`` (and ``report.html`` with ``figures``) of an open-ended run; no
-    ``metrics.json``, ``metrics.csv`` or ``verdict.json``: they hold graded figures."""
-    sections = open_sections(run)
+    ``metrics.json``, ``metrics.csv`` or ``verdict.json``: they hold graded figures. When the run
+    has been graded (``medmis grade``), the rubric jury's section joins the report and its
+    figures go to ``open_ended.json``."""
+    from medmis.experiments.grading import open_analysis
+
+    graded = open_analysis(run.run_dir, baseline=baseline, seed=seed, simulated=run.simulated, settings=settings)
+    sections = open_sections(run, graded)
     paths = {"report.md": run.run_dir / "report.md"}
+    if graded is not None:
+        paths["open_ended.json"] = run.run_dir / "open_ended.json"
+        write_text(paths["open_ended.json"], json.dumps(
+            {"grading": graded.grading, "metrics": graded.metrics, "graded": graded.report.to_json_dict(),
+             "verdict": graded.verdict.to_json()}, indent=2, ensure_ascii=False, default=str) + "\n")
     write_text(paths["report.md"], join_sections(sections))
     if figures:
         from ._html import write_html

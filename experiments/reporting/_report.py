@@ -100,7 +100,8 @@ def write_report(
     if answer_format_of(run.run_dir) == "open":  # free text: no graded figure to compute
         from ._open import write_open_report
 
-        return write_open_report(run, figures=figures, write_text=_write_text)
+        return write_open_report(run, figures=figures, write_text=_write_text, baseline=baseline, seed=seed,
+                                 settings=settings)
     if run.facts.outside.count and notice is not None:
         from medmis.experiments.records import describe_outside
 
@@ -160,19 +161,9 @@ def _write_rest(run: RunData, report: MetricsReport, verdict: Verdict, metrics: 
     if poison is not None:
         paths.update(poison.paths)
         plots.update(poison.plots)
-    from medmis.experiments.grading import open_analysis  # a graded open-ended run's jury figures
-
     from ._certified import certified_markdown  # certifying defenders' records, if any
-    from ._open_ended import render_open_ended
 
-    graded = open_analysis(run.run_dir, baseline=report.baseline, seed=report.seed, simulated=run.simulated)
-    if graded is not None:
-        paths["open_ended.json"] = run.run_dir / "open_ended.json"
-        _write_text(paths["open_ended.json"], json.dumps(
-            {"grading": graded.grading, "metrics": graded.metrics, "graded": graded.report.to_json_dict(),
-             "verdict": graded.verdict.to_json()}, indent=2, ensure_ascii=False, default=str) + "\n")
-    extra = [Section("open_ended", render_open_ended(graded)),
-             Section("stability", stable), Section("poison", poison.markdown if poison is not None else ""),
+    extra = [Section("stability", stable), Section("poison", poison.markdown if poison is not None else ""),
              Section("certified", certified_markdown(run.run_dir)),
              Section("sensitivity", sensitivity_markdown(sensitivity))]
     if plots:

@@ -257,14 +257,12 @@ def jury_graded(run: Path, records: list[Record]) -> list[Record]:
     Raises:
         ReviewError: An open-ended run that has not been graded.
     """
-    from medmis.experiments.grading import graded_records, is_open_ended, read_grades
+    from medmis.experiments.grading import graded_records, read_grades
+    from medmis.experiments.records import answer_format_of
 
-    try:
-        manifest = json_file(run / "manifest.json")
-    except (OSError, ValueError):
+    if answer_format_of(run) != "open":
         return records
-    if not isinstance(manifest, dict) or not is_open_ended(manifest):
-        return records
+    manifest = json_file(run / "manifest.json")
     block, grades = manifest.get("grading"), read_grades(run)
     if not isinstance(block, dict) or not grades:
         raise ReviewError(f"{run}: an open-ended run is sampled after it is graded (medmis grade {run} --rubrics ...)")
