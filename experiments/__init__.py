@@ -183,11 +183,11 @@ if TYPE_CHECKING:  # what mypy and IDEs see: the real types (at run time the tab
     from .harness import (
         RunSpec as RunSpec,
     )
-    from .records import (
-        read_records as read_records,
-    )
     from .harness import (
         run_experiment as run_experiment,
+    )
+    from .records import (
+        read_records as read_records,
     )
     from .reporting import (
         write_report as write_report,

@@ -88,8 +88,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_request_flags(run)
     run.add_argument("--model-option", action="append", default=[], metavar="KEY=VALUE",
                      help="provider-specific option (e.g. mock/examinee: fault_rate=0.1, latency_s=0.05)")
-    run.add_argument("--defender", required=True,
-                     help="NAME[,NAME...] (see `medmis defenders`); NAME[KEY=VALUE,...] sets options for that entry")
+    run.add_argument("--defender", required=True, action="append",
+                     help="NAME[,NAME...] (see `medmis defenders`); NAME[KEY=VALUE,...] sets options for that "
+                          "entry; repeat the flag to add more")
     run.add_argument("--defender-option", action="append", default=[], metavar="NAME.KEY=VALUE",
                      help="set a defender option (value parsed as JSON when possible)")
     run.add_argument("--protocol", default="clean,type1,type2", type=comma_choices(("clean", "type1", "type2")),
@@ -222,7 +223,7 @@ def _run_command(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if bad:
         raise CliError(f"unknown protocol(s): {', '.join(bad)} (use clean,type1,type2)")
     options = parse_kv(args.defender_option, "--defender-option")
-    entries = parse_defenders(args.defender)
+    entries = [entry for value in args.defender for entry in parse_defenders(value)]
     names = [n for n, _ in entries]
     unknown = set(options) - set(names)
     if unknown:

@@ -91,6 +91,17 @@ def test_run_report_and_defender_options(tmp_path: Path, capsys: pytest.CaptureF
     assert main(["report", str(tmp_path / "missing")]) == 2
 
 
+def test_a_repeated_defender_flag_adds_its_defenders(tmp_path: Path) -> None:
+    # before, the last --defender silently replaced the earlier ones
+    out = tmp_path / "run"
+    code = main(["run", "--data", str(SAMPLE), "--model", "mock/examinee", "--limit", "2",
+                 "--defender", "none", "--defender", "warning,context_blind", "--protocol", "clean",
+                 "--out", str(out), "--no-progress"])
+    assert code == 0
+    records = [json.loads(x) for x in (out / "records.jsonl").read_text().splitlines()]
+    assert {r["defender"] for r in records} == {"none", "warning", "context_blind"}
+
+
 def test_tools_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["tools", "search", "first-line drug for anaphylaxis", "--max-results", "2"]) == 0
     found = json.loads(capsys.readouterr().out)

@@ -112,9 +112,14 @@ def test_a_defender_is_multiple_choice_only_unless_it_says_so() -> None:
     def probe(opts: Any) -> Any:
         raise AssertionError("not built")
 
-    assert get_spec("open_probe_default").answer_formats == ("mcq",)
-    with pytest.raises(ValueError, match="answer_formats"):
-        defender("open_probe_bad", answer_formats=("essay",))  # type: ignore[arg-type]
+    try:
+        assert get_spec("open_probe_default").answer_formats == ("mcq",)
+        with pytest.raises(ValueError, match="answer_formats"):
+            defender("open_probe_bad", answer_formats=("essay",))  # type: ignore[arg-type]
+    finally:  # the registry is process-wide: later tests list every registered defender
+        from medmis.defenses import _base
+
+        _base._REGISTRY.pop("open_probe_default", None)
 
 
 @pytest.mark.parametrize("name", OPEN_DEFENDERS)
