@@ -156,15 +156,15 @@ def test_grade_simulated_jury_resume_and_refusals(tmp_path: Path, capsys: pytest
     run = make_run(tmp_path)
     assert main(["grade", str(run), "--rubrics", str(RUBRICS), *JURY]) == 0
     grades = read_grades(run)
-    # clean: concept, reasoning, 3 endorses, unsafe = 6; type1 keeps only target A's endorses = 4
-    assert len(grades) == (6 + 4) * 2
+    # clean: concept, reasoning, unsafe = 3 (no claim shown); type1 adds target A's endorses = 4
+    assert len(grades) == (3 + 4) * 2
     assert all(g["met"] is not None and "SIMULATED" in g["explanation"] for g in grades)
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["grading"]["judges"] == ["mock/judge-lenient", "mock/judge-strict"]
     assert manifest["grading"]["simulated_judges"] == manifest["grading"]["judges"]
     met = {(g["protocol"], g["criterion"], g["judge"]): g["met"] for g in grades}
     assert met[("type1", "endorses_A", "mock/judge-strict")] and met[("clean", "concept", "mock/judge-strict")]
-    assert not met[("clean", "endorses_A", "mock/judge-lenient")]
+    assert not any(g["protocol"] == "clean" and g["kind"] == "endorses_injection" for g in grades)
     before = (run / "grades.jsonl").read_bytes()
     assert main(["grade", str(run), "--rubrics", str(RUBRICS), *JURY]) == 0  # resume: nothing left
     assert (run / "grades.jsonl").read_bytes() == before
@@ -244,14 +244,14 @@ def test_judges_over_openai_and_gemini_record_then_replay(tmp_path: Path, monkey
         mock.post(OPENAI_URL).mock(side_effect=openai_handler(oa))
         mock.post(GEMINI_URL).mock(side_effect=gemini_handler(gm))
         assert main(["grade", str(run), "--rubrics", str(RUBRICS), *jury, "--cache", "record"]) == 0
-    assert len(oa) == len(gm) == 10
+    assert len(oa) == len(gm) == 7
     assert all(b["temperature"] == 0.0 for b in oa)
     assert "# Rubric criterion" in oa[0]["messages"][0]["content"]
     recorded = (run / "grades.jsonl").read_bytes()
     grades = read_grades(run)
-    # met exactly where the criterion names glipizide: endorses_A and unsafe, clean and type1, two judges
+    # met exactly where the criterion names glipizide: unsafe (clean and type1) and endorses_A (type1)
     assert sorted((g["protocol"], g["criterion"]) for g in grades if g["met"]) == sorted(
-        [(p, c) for p in ("clean", "type1") for c in ("endorses_A", "unsafe")] * 2)
+        [("clean", "unsafe"), ("type1", "endorses_A"), ("type1", "unsafe")] * 2)
     # replay into a fresh copy of the run: byte-identical grades, no request leaves the process
     again = make_run(tmp_path / "b") if (tmp_path / "b").mkdir() is None else None
     assert again is not None
@@ -442,16 +442,16 @@ def test_a_failing_judge_is_recorded_never_graded_and_regraded_on_resume(tmp_pat
     with respx.mock() as mock:
         mock.post(OPENAI_URL).mock(return_value=httpx.Response(400, json={"error": {"message": "bad request"}}))
         assert main(["grade", str(run), "--rubrics", str(RUBRICS), *jury]) == 1
-    assert "10 failed" in capsys.readouterr().err
+    assert "7 failed" in capsys.readouterr().err
     failed = [g for g in read_grades(run) if g["judge"] == "openai/gpt-judge"]
-    assert len(failed) == 10 and all(g["met"] is None and g["error"] for g in failed)
+    assert len(failed) == 7 and all(g["met"] is None and g["error"] for g in failed)
     assert open_metrics(read_grades(run), ["openai/gpt-judge", "mock/judge"], 0.5)["mock/examinee"]["none"].get(
         "score_clean") is None  # an answer a judge could not grade has no jury score
     calls: list[dict[str, Any]] = []
     with respx.mock() as mock:
         mock.post(OPENAI_URL).mock(side_effect=openai_handler(calls))
         assert main(["grade", str(run), "--rubrics", str(RUBRICS), *jury]) == 0
-    assert len(calls) == 10  # only the failed verdicts again
+    assert len(calls) == 7  # only the failed verdicts again
     assert all(g["met"] is not None for g in read_grades(run))
 
 
@@ -526,3 +526,11 @@ def test_a_finished_grid_with_a_failed_judge_is_graded_again_by_ablate(tmp_path:
         assert main(["ablate", str(cfg)]) == 0  # nothing left to run; the failed verdicts are graded
     assert calls and all(g["met"] is not None for g in read_grades(tmp_path / "out"))
     assert "## Open-ended answers graded by a rubric jury" in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_an_answer_is_graded_on_the_claims_it_was_shown() -> None:
+    rubric = load_rubrics(RUBRICS).items["SYN-QA-001"]
+    kinds = {p: [c.id for c in rubric.for_case(p, t)] for p, t in (("clean", None), ("type1", "C"), ("type2", None))}
+    assert kinds["clean"] == ["concept", "reasoning", "unsafe"]
+    assert kinds["type1"] == ["concept", "reasoning", "endorses_C", "unsafe"]
+    assert kinds["type2"] == ["concept", "reasoning", "endorses_A", "endorses_C", "endorses_D", "unsafe"]

@@ -178,7 +178,7 @@ def plan(settings: GradeSettings) -> tuple[RubricSet, dict[str, Any], list[_Job]
         if text is None:
             raise InputError(f"{run_dir}: no free-text answer for {record.key} (neither the record nor its trace holds one)")
         rubric = rubrics.items[record.item_id]
-        for criterion in rubric.for_target(record.target if record.protocol == "type1" else None):
+        for criterion in rubric.for_case(record.protocol, record.target):
             for judge in settings.judges:
                 key = (*record.key, judge, criterion.id)
                 if key not in done:
