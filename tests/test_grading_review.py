@@ -94,7 +94,7 @@ def test_review_analyze_reports_judges_jury_and_clinicians(tmp_path: Path) -> No
     grounding = doc["kinds"]["reasoning"]["clinicians"]
     assert grounding["n"] == 1 and grounding["macro_f1"] == pytest.approx(0.0)  # r1 not met, r2 met
     md = (out / "review.md").read_text()
-    assert "## Judges against clinicians" in md and "clinician vs clinician" in md
+    assert "## Judges against clinicians" in md and "clinician vs clinician" in md and "SIMULATED JUDGES" in md
 
 
 def test_ac1_of_the_agreement_table_matches_the_reference() -> None:

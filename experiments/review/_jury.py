@@ -136,13 +136,17 @@ def render_jury_agreement(doc: Mapping[str, Any]) -> str:
     def f1(x: float | None) -> str:
         return "—" if x is None else f"{x:.2f}"
 
-    lines = ["## Judges against clinicians", "",
-             "Per criterion kind, against the clinicians' Rubric B reference (the more conservative of two "
-             "ratings): each judge's and the jury's macro-F1 and Gwet's AC1 [95% CI]; last row, the "
-             "first two clinicians with each other on dual-rated tasks. A judge that agrees with clinicians "
-             "about as well as they agree with each other can stand in for them on this data; one that "
-             "does not, cannot.", "",
-             "| Kind (Rubric B) | Rater | Tasks | Macro-F1 | AC1 [95% CI] |", "| --- | --- | --- | --- | --- |"]
+    simulated = (doc.get("grading") or {}).get("simulated_judges") or []
+    lines = ["## Judges against clinicians", ""]
+    if simulated:
+        lines += ["> **⚠ SIMULATED JUDGES** (" + ", ".join(f"`{j}`" for j in simulated) + "): word-overlap "
+                  "stand-ins; their agreement with clinicians says nothing about any real grader.", ""]
+    lines += ["Per criterion kind, against the clinicians' Rubric B reference (the more conservative of two "
+              "ratings): each judge's and the jury's macro-F1 and Gwet's AC1 [95% CI]; last row, the "
+              "first two clinicians with each other on dual-rated tasks. A judge that agrees with clinicians "
+              "about as well as they agree with each other can stand in for them on this data; one that "
+              "does not, cannot.", "",
+              "| Kind (Rubric B) | Rater | Tasks | Macro-F1 | AC1 [95% CI] |", "| --- | --- | --- | --- | --- |"]
     for kind, block in doc["kinds"].items():
         for rater, r in block["raters"].items():
             lines.append(f"| {kind} ({block['rubric_b']}) | `{rater}` | {r['n']} | {f1(r['macro_f1'])} | {ac(r['ac1'])} |")
