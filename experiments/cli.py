@@ -140,6 +140,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "defenders; default: none when the run has it)")
     rep.add_argument("--seed", type=int, default=0, help="seed of the paired bootstrap")
     rep.add_argument("--paper-tables", action="store_true", help="also DIR/paper_tables.csv and .md")
+    rep.add_argument("--mcq-run", default=None, metavar="MCQ_DIR",
+                     help="for a graded open-ended run: the multiple-choice run of the same items, shown "
+                          "beside it (same models, items and defenders; docs/grading.md)")
 
     from medmis.experiments.grading import add_parser as add_grade_parser
 
@@ -321,7 +324,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
     baseline = check_baseline(run_dir / "records.jsonl", args.baseline)
     load_run_plugins(run_dir, _notice)
     paths = write_report(run_dir, baseline=baseline, seed=args.seed, notice=_notice,
-                         paper_tables=args.paper_tables)
+                         paper_tables=args.paper_tables,
+                         mcq_run=Path(args.mcq_run) if args.mcq_run else None)
     for name, path in paths.items():
         print(f"{name}: {path}")
     return 0

@@ -320,7 +320,8 @@ async def run_ablation(config: AblationConfig, *, out: Path, progress: bool = Tr
     ends = []
     for run, result in sorted(finished, key=lambda f: f[0].folder == out):
         ends.append(finish_run(result, report=run.examinee_seed is None, rewrite=True,
-                               baseline=config.baseline, figures=run.folder == out, settings=settings))
+                               baseline=config.baseline, figures=run.folder == out, settings=settings,
+                               mcq_run=mcq_run_of(config) if run.folder == out else None))
         if run.folder == out:
             summary["report"] = {k: str(v) for k, v in result.report.items()}
     outcome = worst_outcome(ends)
@@ -343,6 +344,12 @@ def check_judge_spec(spec: str) -> None:
             load_model(spec)
     except ValueError as exc:
         raise ConfigError(f"grading.judges: {exc}") from None
+
+
+def mcq_run_of(config: AblationConfig) -> Path | None:
+    """``[grading] mcq_run``: the MCQ run of the same items shown beside the open-ended figures."""
+    entry = config.grading
+    return Path(config.resolve(entry.mcq_run)) if entry is not None and entry.mcq_run else None
 
 
 def grading_settings(config: AblationConfig, out: Path) -> Any:
@@ -396,6 +403,12 @@ def ablate_command(path: str, *, out: str | None = None, dry_run: bool = False, 
         load_rubrics(config.resolve(config.grading.rubrics))
         for spec in config.grading.judges:
             check_judge_spec(spec)
+        if (mcq := mcq_run_of(config)) is not None:  # a missing or free-text folder stops here, before any run
+            from medmis.experiments.records import answer_format_of
+
+            if not (mcq / "records.jsonl").is_file() or answer_format_of(mcq) != "mcq":
+                raise ConfigError(f"{path}: grading.mcq_run {mcq}: not a multiple-choice run folder "
+                                  "(no records.jsonl, or free-text answers)")
     dataset = _load_data(config, out_dir)
     # every run folder of the grid with its own cases (the folders the run walks, in its order),
     # planned once: the estimate, the budget check, the check for work left and the runs use it
@@ -413,7 +426,7 @@ def ablate_command(path: str, *, out: str | None = None, dry_run: bool = False, 
             if graded:
                 from medmis.experiments.reporting import write_report
 
-                write_report(out_dir, baseline=config.baseline)
+                write_report(out_dir, baseline=config.baseline, mcq_run=mcq_run_of(config))
             code = max(code, graded)
         return code
     print(f"ablation {config.name!r}: {len(dataset.items)} items, {len(config.models)} model(s) x "

@@ -204,6 +204,9 @@ class GradingEntry(BaseModel):
     are SIMULATED judges)."""
     threshold: float = Field(default=0.5, ge=0, le=1)
     """Jury score at or above which an answer counts as correct (the open-ended ASR)."""
+    mcq_run: str | None = None
+    """The multiple-choice run of the same items (a folder; relative paths as ``data``), shown
+    beside the open-ended figures in the main report (``medmis report --mcq-run``)."""
 
     @field_validator("judges")
     @classmethod

@@ -12,6 +12,7 @@ from medmis.tools import lazy_exports
 
 if TYPE_CHECKING:
     from ._analysis import OpenAnalysis, open_analysis
+    from ._beside import BESIDE_KEY, agreement, check_mcq_run, mcq_beside
     from ._cli import add_parser, run_grade
     from ._defaults import DEFAULT_THRESHOLD, GRADES_FILE
     from ._grade import (
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
 # Loaded on first use: `medmis --help` builds the grade parser and must not import numpy.
 _HOME = {
     **dict.fromkeys(("OpenAnalysis", "open_analysis"), "_analysis"),
+    **dict.fromkeys(("BESIDE_KEY", "agreement", "check_mcq_run", "mcq_beside"), "_beside"),
     **dict.fromkeys(("add_parser", "run_grade"), "_cli"),
     **dict.fromkeys(("DEFAULT_THRESHOLD", "GRADES_FILE"), "_defaults"),
     **dict.fromkeys(("GradeSettings", "grade", "grade_async",
@@ -50,6 +52,7 @@ _HOME = {
 __getattr__ = lazy_exports(__name__, _HOME, globals())
 
 __all__ = [
+    "BESIDE_KEY",
     "CRITERION_KINDS",
     "DEFAULT_THRESHOLD",
     "GRADES_FILE",
@@ -62,9 +65,11 @@ __all__ = [
     "OpenAnalysis",
     "RubricSet",
     "add_parser",
+    "agreement",
     "answer_score",
     "answer_scores",
     "bootstrap_std",
+    "check_mcq_run",
     "clipped_mean",
     "dump_rubrics",
     "grade",
@@ -75,6 +80,7 @@ __all__ = [
     "jury_met",
     "jury_score",
     "load_rubrics",
+    "mcq_beside",
     "open_analysis",
     "open_metrics",
     "parse_rubrics",

@@ -6,6 +6,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from medmis.experiments.analysis import VerdictSettings
     from medmis.experiments.harness import Outcome, RunResult
 
@@ -13,7 +15,8 @@ __all__ = ["finish_run"]
 
 
 def finish_run(result: RunResult, *, report: bool = True, rewrite: bool = False, baseline: str = "none",
-               figures: bool = True, settings: VerdictSettings | None = None) -> Outcome:
+               figures: bool = True, settings: VerdictSettings | None = None,
+               mcq_run: str | Path | None = None) -> Outcome:
     """Finish a run that returned: write its report files (into ``result.report``) and return
     its outcome (exit code and one-line summary, for the caller to show).
 
@@ -25,12 +28,14 @@ def finish_run(result: RunResult, *, report: bool = True, rewrite: bool = False,
         baseline: The defender the report compares the others with.
         figures: Draw the plots (an ablation's sub-runs leave them to the main report).
         settings: The verdict's settings (the defaults without them).
+        mcq_run: The MCQ run of the same items, shown beside a graded open-ended run's figures.
     """
     from medmis.experiments.reporting import write_report
 
     stale = rewrite or not (result.nothing_to_do and (result.out / "report.md").exists())
     if report and stale:
-        result.report = write_report(result.out, baseline=baseline, figures=figures, settings=settings)
+        result.report = write_report(result.out, baseline=baseline, figures=figures, settings=settings,
+                                     mcq_run=mcq_run)
     if result.outcome is None:  # every run that returns has one: a harness that forgot is a bug
         raise RuntimeError(f"the run in {result.out} returned without an outcome")
     return result.outcome

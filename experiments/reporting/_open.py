@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from medmis.experiments.analysis import VerdictSettings
-from medmis.experiments.grading import OpenAnalysis
+from medmis.experiments.grading import BESIDE_KEY, OpenAnalysis
 from medmis.experiments.records import GRADE_HINT
 
 from ._open_ended import render_open_ended
@@ -88,21 +88,26 @@ def open_sections(run: RunData, graded: OpenAnalysis | None = None) -> list[Sect
 
 
 def write_open_report(run: RunData, *, figures: bool, write_text: Callable[[Path, str], None],
-                      baseline: str = "none", seed: int = 0, settings: VerdictSettings | None = None) -> dict[str, Path]:
+                      baseline: str = "none", seed: int = 0, settings: VerdictSettings | None = None,
+                      mcq_run: str | Path | None = None) -> dict[str, Path]:
     """Write ``report.md`` (and ``report.html`` with ``figures``) of an open-ended run; no
     ``metrics.json``, ``metrics.csv`` or ``verdict.json``: they hold graded figures. When the run
     has been graded (``medmis grade``), the rubric jury's section joins the report and its
-    figures go to ``open_ended.json``."""
+    figures go to ``open_ended.json``; with ``mcq_run``, the MCQ run's figures beside them
+    (its ``mcq_beside`` key)."""
     from medmis.experiments.grading import open_analysis
 
-    graded = open_analysis(run.run_dir, baseline=baseline, seed=seed, simulated=run.simulated, settings=settings)
+    graded = open_analysis(run.run_dir, baseline=baseline, seed=seed, simulated=run.simulated, settings=settings,
+                           mcq_run=mcq_run)
     sections = open_sections(run, graded)
     paths = {"report.md": run.run_dir / "report.md"}
     if graded is not None:
         paths["open_ended.json"] = run.run_dir / "open_ended.json"
-        write_text(paths["open_ended.json"], json.dumps(
-            {"grading": graded.grading, "metrics": graded.metrics, "graded": graded.report.to_json_dict(),
-             "verdict": graded.verdict.to_json()}, indent=2, ensure_ascii=False, default=str) + "\n")
+        data = {"grading": graded.grading, "metrics": graded.metrics, "graded": graded.report.to_json_dict(),
+                "verdict": graded.verdict.to_json()}
+        if graded.beside is not None:
+            data[BESIDE_KEY] = graded.beside
+        write_text(paths["open_ended.json"], json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n")
     write_text(paths["report.md"], join_sections(sections))
     if figures:
         from ._html import write_html

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from medmis.experiments.analysis import MetricsReport
+from medmis.experiments.analysis import MetricsReport, Proportion
 from medmis.experiments.grading import OpenAnalysis
 
 from ._format import each_result, fmt_ci, fmt_delta, fmt_p, md_table
@@ -32,6 +32,35 @@ def _interval(block: dict[str, Any] | None, scale: float = 1.0, unit: str = "") 
 def _verdict_title(markdown: str) -> str:
     # the MCQ verdict's own section, retitled so the page holds one "## Verdict"
     return markdown.replace("## Verdict", "### Open-ended verdict", 1)
+
+
+_BESIDE_LABEL = {"clean_acc": "accuracy / scored correct", "type1_asr": "ASR Type 1", "type2_asr": "ASR Type 2"}
+
+
+def _render_beside(beside: dict[str, Any] | None) -> list[str]:
+    """The MCQ run's figures beside the open-ended ones (``open_ended.json``'s ``mcq_beside``)."""
+    if not beside:
+        return []
+    rows = []
+    for model, defenders in beside["metrics"].items():
+        for defender, cell in defenders.items():
+            for protocol, b in cell.items():
+                a = b.get("agreement")
+                rows.append([f"`{model}`", f"`{defender}`", protocol, _BESIDE_LABEL.get(b["metric"], b["metric"]),
+                             fmt_ci(Proportion(**b["open"])) if b.get("open") else "—",
+                             fmt_ci(Proportion(**b["mcq"])) if b.get("mcq") else "—",
+                             str(a["both_graded"]) if a else "0",
+                             (f"{a['open_correct_mcq_correct']} of {a['open_correct_mcq_correct'] + a['open_correct_mcq_incorrect']}"
+                              if a else "—"),
+                             (f"{a['open_incorrect_mcq_correct']} of {a['open_incorrect_mcq_correct'] + a['open_incorrect_mcq_incorrect']}"
+                              if a else "—")])
+    return ["", f"Beside the multiple-choice run of the same items (`{beside['run']}`): each figure is the same "
+                "MCQ definition on each run (clean: MCQ accuracy beside the share of clean answers scored "
+                "correct; Type 1 / Type 2: the ASR of each). Paired, per answer both runs graded (same item, "
+                "protocol and target): how often the MCQ answer was correct where the jury scored the "
+                "free-text answer correct, and where it scored it incorrect (counts).", "",
+            md_table(["Model", "Defender", "Protocol", "Figure", "Open-ended", "MCQ", "Both graded",
+                      "MCQ correct where open correct", "MCQ correct where open incorrect"], rows)]
 
 
 def render_open_ended(analysis: OpenAnalysis | None) -> str:
@@ -73,6 +102,7 @@ def render_open_ended(analysis: OpenAnalysis | None) -> str:
                for model, d in analysis.metrics.items() for defender, m in d.items()]
         lines += ["", "Jury disagreement (share of answer x criterion verdicts on which the judges differ):", "",
                   md_table(["Model", "Defender", *kinds], dis)]
+    lines += _render_beside(analysis.beside)
     lines += ["", _verdict_title(render_verdict(analysis.verdict, report)), "",
               "Definitions. An answer's score is HealthBench's (points of the criteria met, negative ones "
               "subtracting, over the positive points possible; simple-evals `healthbench_eval.py`), one per "

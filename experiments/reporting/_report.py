@@ -21,7 +21,7 @@ from medmis.experiments.analysis import (
     VerdictSettings,
     compute_run_metrics,
 )
-from medmis.tools import redact
+from medmis.tools import ConfigError, redact
 
 from ._format import (
     CSV_COLUMNS,
@@ -75,6 +75,7 @@ def write_report(
     run_dir: str | Path, *, baseline: str = "none", seed: int = 0, figures: bool = True,
     notice: Callable[[str], None] | None = None,
     settings: VerdictSettings | None = None, paper_tables: bool = False,
+    mcq_run: str | Path | None = None,
 ) -> dict[str, Path]:
     """Compute metrics for a run and (re)write its report files.
 
@@ -89,11 +90,22 @@ def write_report(
             figure; ``medmis run`` says so itself when it resumes).
         settings: The verdict's margins and thresholds; None keeps those of the folder's
             last ``verdict.json`` (defaults the first time).
+        mcq_run: For a graded open-ended run: the multiple-choice run of the same items, whose
+            figures the open-ended section shows beside its own (``open_ended.json``'s
+            ``mcq_beside``). Refused (ConfigError, nothing written) when it is not an MCQ run
+            of the same models, defenders and items, or when ``run_dir`` is not open-ended.
 
     Returns:
         Paths written, keyed by file name: ``"metrics.json"``, ``"metrics.csv"``,
         ``"report.md"`` and, with figures, ``"report.html"`` and ``"plots/<name>.png"``.
     """
+    if mcq_run is not None:  # refused in one line before anything is read into the folder
+        from medmis.experiments.grading import GRADES_FILE, check_mcq_run
+
+        check_mcq_run(run_dir, mcq_run)
+        if not (Path(run_dir) / GRADES_FILE).is_file():
+            raise ConfigError(f"--mcq-run {mcq_run}: {run_dir} has no grades to set beside it "
+                              "(run `medmis grade` first)")
     run = load_run_data(run_dir)
     from medmis.experiments.records import answer_format_of
 
@@ -101,7 +113,7 @@ def write_report(
         from ._open import write_open_report
 
         return write_open_report(run, figures=figures, write_text=_write_text, baseline=baseline, seed=seed,
-                                 settings=settings)
+                                 settings=settings, mcq_run=mcq_run)
     if run.facts.outside.count and notice is not None:
         from medmis.experiments.records import describe_outside
 
