@@ -149,3 +149,30 @@ def test_mcq_run_needs_an_open_and_graded_run(tmp_path: Path, capsys: pytest.Cap
     (run / "grades.jsonl").unlink()
     assert main(["report", str(run), "--mcq-run", str(mcq)]) == 2
     assert "no grades" in capsys.readouterr().err and not (run / "report.md").exists()
+
+
+def test_an_ablation_names_its_mcq_run_in_the_grading_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = Path(__file__).resolve().parents[1]
+    sample, rubrics = root / "fixtures" / "medmisbench_sample.jsonl", root / "fixtures" / "rubrics" / "medmisbench_sample.rubrics.jsonl"
+
+    def config(name: str, out: Path, extra: str) -> Path:
+        path = tmp_path / f"{name}.toml"
+        path.write_text(f'data = "{sample.as_posix()}"\nlimit = 2\nout = "{out.as_posix()}"\n'
+                        f'protocols = ["clean", "type1"]\n{extra}\n[[models]]\nspec = "mock/examinee"\n'
+                        '[[defenders]]\nname = "none"\n', encoding="utf-8")
+        return path
+
+    grading = (f'answer_format = "open"\n[grading]\nrubrics = "{rubrics.as_posix()}"\n'
+               'judges = ["mock/judge-lenient", "mock/judge-strict"]\nmcq_run = "{mcq}"\n')
+    mcq, out = tmp_path / "mcq", tmp_path / "open"
+    # a missing MCQ folder is refused before anything runs
+    assert main(["ablate", str(config("open", out, grading.format(mcq=mcq.as_posix())))]) == 2
+    assert "grading.mcq_run" in capsys.readouterr().err and not out.exists()
+    assert main(["ablate", str(config("mcq", mcq, ""))]) == 0
+    assert main(["ablate", str(config("open", out, grading.format(mcq=mcq.as_posix())))]) == 0
+    beside = json.loads((out / "open_ended.json").read_text(encoding="utf-8"))["mcq_beside"]
+    cell = beside["metrics"]["mock/examinee"]["none"]
+    mcq_metrics = json.loads((mcq / "metrics.json").read_text(encoding="utf-8"))["mock/examinee"]["none"]
+    assert cell["clean"]["mcq"] == mcq_metrics["clean_acc"] and cell["type1"]["mcq"] == mcq_metrics["type1_asr"]
+    assert cell["clean"]["agreement"]["both_graded"] == 2 and cell["type1"]["agreement"]["both_graded"] >= 1
+    assert "Beside the multiple-choice run" in (out / "report.md").read_text(encoding="utf-8")
