@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -16,15 +16,16 @@ from medmis.experiments.records import Record
 ITEMS = ("i1", "i2", "i3", "i4")
 # per defender, protocol and item: is the answer correct? (open: the jury's reading; MCQ: the
 # harness's). A wrong MCQ Type 1 answer picks the injected target A.
-OPEN = {"clean": {"i1": True, "i2": True, "i3": True, "i4": False},
+Table = dict[Literal["clean", "type1"], dict[str, bool]]
+OPEN: Table = {"clean": {"i1": True, "i2": True, "i3": True, "i4": False},
         "type1": {"i1": False, "i2": True, "i3": False, "i4": False}}
-MCQ = {"clean": {"i1": True, "i2": False, "i3": True, "i4": True},
+MCQ: Table = {"clean": {"i1": True, "i2": False, "i3": True, "i4": True},
        "type1": {"i1": True, "i2": True, "i3": False, "i4": True}}
 DEFENDERS = ("none", "warning")
 MCQ_ERROR = ("warning", "clean", "i2")  # an MCQ record with an error: graded by one run only
 
 
-def _grade_lines(defender: str, protocol: str, item: str, correct: bool) -> list[dict[str, Any]]:
+def _grade_lines(defender: str, protocol: Literal["clean", "type1"], item: str, correct: bool) -> list[dict[str, Any]]:
     target = "A" if protocol == "type1" else None
     base = {"model": "m", "defender": defender, "protocol": protocol, "item_id": item, "subset": "S",
             "target": target}
@@ -76,7 +77,7 @@ def make_mcq(root: Path, *, items: tuple[str, ...] = ITEMS, defenders: tuple[str
     return run
 
 
-def _expected(table: dict[str, dict[str, bool]], skip: set[tuple[str, str]]) -> dict[str, tuple[int, int]]:
+def _expected(table: Table, skip: set[tuple[str, str]]) -> dict[str, tuple[int, int]]:
     """clean accuracy and Type 1 ASR as (k, n), written out for one item per unit."""
     clean = {i: ok for i, ok in table["clean"].items() if ("clean", i) not in skip}
     hit = [i for i, ok in clean.items() if ok]
@@ -103,7 +104,7 @@ def test_the_mcq_run_beside_the_open_ended_one(tmp_path: Path) -> None:
             # the open figure is the one the open-ended section shows (same definitions)
             assert cell[protocol]["open"] == data["graded"]["m"][defender][metric]
         # the paired counts, answer by answer
-        for protocol in ("clean", "type1"):
+        for protocol in OPEN:
             both = [i for i in ITEMS if (protocol, i) not in skip]
             a = cell[protocol]["agreement"]
             assert a["both_graded"] == len(both)
