@@ -265,8 +265,10 @@ def fake(request: pytest.FixtureRequest, items: list[Item], respx_mock: respx.Mo
 
 def run(fake: FakeBatches, out: Path, *extra: str, batch: bool = True, progress: bool = False) -> int:
     spec, flags = SPECS[fake.provider]
+    # ``none`` unless the test names its defenders (a repeated --defender adds, it does not replace)
+    defender = () if "--defender" in extra else ("--defender", "none")
     argv = ["run", "--data", str(DATA), "--subset", SUBSET, "--limit", str(N_ITEMS), "--model", spec,
-            *flags, "--defender", "none", "--out", str(out), "--max-retries", "0", *extra]  # fmt: skip
+            *flags, *defender, "--out", str(out), "--max-retries", "0", *extra]  # fmt: skip
     if not progress:
         argv.append("--no-progress")
     if batch:
