@@ -18,7 +18,6 @@ outcome are kept, provider errors are retried; ``--limit`` and ``--styles`` may 
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import os
@@ -39,15 +38,13 @@ from ._finish import exit_status, write_manifest_file
 from ._pipeline import SidecarRow, structured_call
 from ._run import (
     GenerationSettings,
-    _check_resume,
     _endpoint,
     _hash_path,
-    _Lock,
     _model,
     _read_jsonl,
-    _run_jobs,
     _usd,
     retry_policy,
+    run_pending,
 )
 from ._schemas import PageReply, ReplyError, page_schema, parse_reply
 
@@ -313,22 +310,15 @@ def generate_pages(cfg: PagesConfig) -> int:
 
         store = RecordStore(cfg.cache_dir or cfg.side(".cache"), cfg.cache)
     model = _model(cfg, cfg.temperature, store)  # before any file: a missing key creates nothing
-    cfg.out.parent.mkdir(parents=True, exist_ok=True)
-    with _Lock(cfg.side(".lock")):
-        previous = _check_resume(cfg, fp)
-        outcomes = {o["id"]: o for o in _read_jsonl(cfg.side(".generation.jsonl"))}
-        written = {r["id"] for r in _read_jsonl(cfg.out)}
-        # final = generated (and its row is on disk) or malformed; errors are retried
-        done = {k for k, o in outcomes.items() if o["status"] in FINAL and (not o["written"] or k in written)}
-        todo = [j for j in jobs if j.id not in done]
-        spent = [float((previous or {}).get("totals", {}).get("usd") or 0.0)]
-        try:
-            errors, stopped = asyncio.run(_run_jobs(cfg, PagePipeline(model, cfg.generator, retry_policy(cfg)), todo, spent))
-        finally:
-            if store is not None:
-                store.close()
+
+    def finish(previous: dict[str, Any] | None, stopped: bool) -> dict[str, Any]:
         _order_rows(cfg, jobs)
-        totals = _write_manifest(cfg, fp, previous, stopped)
+        return _write_manifest(cfg, fp, previous, stopped)
+
+    # final = generated (and its row is on disk) or malformed; errors are retried
+    errors, stopped, totals = run_pending(cfg, fp, jobs, PagePipeline(model, cfg.generator, retry_policy(cfg)), store,
+                                          job_key=lambda j: j.id, row_key=lambda r: r["id"], final=FINAL,
+                                          finish=finish)
     return exit_status("medmis generate pages", f"{totals['generated']} pages ({totals['cases']} cases), "
                        f"{totals['malformed']} malformed, {totals['error']} errors -> {cfg.out}",
                        stopped=stopped, failed=bool(errors or totals["error"] or totals["malformed"]))

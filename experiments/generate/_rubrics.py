@@ -31,15 +31,13 @@ from ._finish import exit_status, write_manifest_file
 from ._pipeline import SidecarRow, structured_call
 from ._run import (
     GenerationSettings,
-    _check_resume,
     _endpoint,
     _hash_path,
-    _Lock,
     _model,
     _read_jsonl,
-    _run_jobs,
     _usd,
     retry_policy,
+    run_pending,
 )
 from ._schemas import ReplyError, parse_reply
 
@@ -192,7 +190,6 @@ def _order_rows(cfg: RubricsConfig, jobs: Sequence[RubricJob]) -> None:
 
 def generate_rubrics(cfg: RubricsConfig) -> int:
     """Run ``medmis generate rubrics``; returns the exit status (0, 1 item errors, 3 stopped)."""
-    import asyncio
 
     if cfg.budget_usd is not None and cfg.price is None:
         raise ConfigError("--budget-usd needs --price IN,OUT (USD per million tokens)")
@@ -204,20 +201,8 @@ def generate_rubrics(cfg: RubricsConfig) -> int:
 
         store = RecordStore(cfg.cache_dir or cfg.side(".cache"), cfg.cache)
     model = _model(cfg, cfg.temperature, store)  # before any file: a missing key creates nothing
-    cfg.out.parent.mkdir(parents=True, exist_ok=True)
-    with _Lock(cfg.side(".lock")):
-        previous = _check_resume(cfg, fp)
-        outcomes = {o["id"]: o for o in _read_jsonl(cfg.side(".generation.jsonl"))}
-        written = {r["item_id"] for r in _read_jsonl(cfg.out)}
-        done = {k for k, o in outcomes.items() if o["status"] in FINAL and (not o["written"] or k in written)}
-        todo = [j for j in jobs if j.item.id not in done]
-        spent = [float((previous or {}).get("totals", {}).get("usd") or 0.0)]
-        try:
-            errors, stopped = asyncio.run(_run_jobs(cfg, RubricPipeline(model, cfg.rubric_version, retry_policy(cfg)),
-                                                    todo, spent))
-        finally:
-            if store is not None:
-                store.close()
+
+    def finish(previous: dict[str, Any] | None, stopped: bool) -> dict[str, Any]:
         _order_rows(cfg, jobs)
         every = _read_jsonl(cfg.side(".generation.jsonl"))
         latest = {o["id"]: o for o in every}
@@ -231,6 +216,12 @@ def generate_rubrics(cfg: RubricsConfig) -> int:
                                                        "source": RUBRICS_VERSION.source}},
             "synthetic": cfg.generator.startswith("mock/"),
         })
+        return totals
+
+    pipeline = RubricPipeline(model, cfg.rubric_version, retry_policy(cfg))
+    errors, stopped, totals = run_pending(cfg, fp, jobs, pipeline, store, job_key=lambda j: j.item.id,
+                                          row_key=lambda r: r["item_id"], outcome_key=lambda o: o["id"],
+                                          final=FINAL, finish=finish)
     return exit_status("medmis generate rubrics", f"{totals['generated']} rubrics, {totals['malformed']} malformed, "
                        f"{totals['error']} errors -> {cfg.out}", stopped=stopped,
                        failed=bool(errors or totals["error"] or totals["malformed"]))

@@ -13,6 +13,7 @@ import asyncio
 import hashlib
 import json
 import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
@@ -341,6 +342,33 @@ async def _run_jobs(cfg: GenerationSettings, pipeline: Runner, todo: list[Any], 
     return errors, stopped
 
 
+def run_pending(cfg: GenerationSettings, fp: dict[str, Any], jobs: Sequence[Any], pipeline: Runner, store: Any, *,
+                job_key: Callable[[Any], Any], row_key: Callable[[dict[str, Any]], Any],
+                outcome_key: Callable[[dict[str, Any]], Any] | None = None, final: frozenset[str], finish: Callable[[dict[str, Any] | None, bool], dict[str, Any]]
+                ) -> tuple[int, bool, dict[str, Any]]:
+    """The resumable run every generate command shares: under the output's lock, check the
+    fingerprint, run the jobs not yet final (a final outcome whose row was written counts only
+    when the row is on disk; errors are retried), close the store, then ``finish(previous,
+    stopped)`` (reorder the rows, write the manifest) and return (errors, stopped, its totals).
+    ``job_key`` keys a job, ``row_key`` an output row, ``outcome_key`` a sidecar outcome (the
+    row's key when not given)."""
+    cfg.out.parent.mkdir(parents=True, exist_ok=True)
+    with _Lock(cfg.side(".lock")):
+        previous = _check_resume(cfg, fp)
+        outcomes = {(outcome_key or row_key)(o): o for o in _read_jsonl(cfg.side(".generation.jsonl"))}
+        written = {row_key(r) for r in _read_jsonl(cfg.out)}
+        done = {k for k, o in outcomes.items() if o["status"] in final and (not o["written"] or k in written)}
+        todo = [j for j in jobs if job_key(j) not in done]
+        spent = [float((previous or {}).get("totals", {}).get("usd") or 0.0)]
+        try:
+            errors, stopped = asyncio.run(_run_jobs(cfg, pipeline, todo, spent))
+        finally:
+            if store is not None:
+                store.close()
+        totals = finish(previous, stopped)
+    return errors, stopped, totals
+
+
 def _record(cfg: GenerationSettings, outcome: Result) -> None:
     # the row first: a crash between the two writes re-generates the item rather than losing it
     if outcome.row is not None:
@@ -360,30 +388,22 @@ def generate(cfg: GenerateConfig) -> int:
 
         store = RecordStore(cfg.cache_dir or cfg.side(".cache"), cfg.cache)
     model, extract_model = _models(cfg, store)  # before any file: a missing key creates nothing
-    cfg.out.parent.mkdir(parents=True, exist_ok=True)
-    with _Lock(cfg.side(".lock")):
-        previous = _check_resume(cfg, fp)
-        outcomes = {(o["subset"], o["id"]): o for o in _read_jsonl(cfg.side(".generation.jsonl"))}
-        rows = {(r["subset"], r["id"]) for r in _read_jsonl(cfg.out)}
-        # final = generated (and its row is on disk), rejected or malformed; errors are retried
-        done = {k for k, o in outcomes.items()
-                if o["status"] in FINAL_STATUSES and (not o["written"] or k in rows)}
-        todo = [j for j in jobs if (j.item.subset, j.item.id) not in done]
-        spent = [float((previous or {}).get("totals", {}).get("usd") or 0.0)]
-        pipeline: Pipeline
-        if cfg.attack == "adaptive":
-            from ._adaptive import AdaptivePipeline
+    pipeline: Pipeline
+    if cfg.attack == "adaptive":
+        from ._adaptive import AdaptivePipeline
 
-            pipeline = AdaptivePipeline(model, extract_model, stages=cfg.stages, retry=retry_policy(cfg))
-        else:
-            pipeline = Pipeline(model, extract_model, stages=cfg.stages, retry=retry_policy(cfg))
-        try:
-            errors, stopped = asyncio.run(_run_jobs(cfg, pipeline, todo, spent))
-        finally:
-            if store is not None:
-                store.close()
+        pipeline = AdaptivePipeline(model, extract_model, stages=cfg.stages, retry=retry_policy(cfg))
+    else:
+        pipeline = Pipeline(model, extract_model, stages=cfg.stages, retry=retry_policy(cfg))
+
+    def finish(previous: dict[str, Any] | None, stopped: bool) -> dict[str, Any]:
         _order_rows(cfg, jobs)
-        totals = _write_manifest(cfg, fp, previous, stopped)
+        return _write_manifest(cfg, fp, previous, stopped)
+
+    # final = generated (and its row is on disk), rejected or malformed; errors are retried
+    errors, stopped, totals = run_pending(cfg, fp, jobs, pipeline, store, job_key=lambda j: (j.item.subset, j.item.id),
+                                          row_key=lambda r: (r["subset"], r["id"]), final=FINAL_STATUSES,
+                                          finish=finish)
     return exit_status("medmis generate", f"{totals['generated']} generated, {totals['rejected']} "
                        f"rejected, {totals['malformed']} malformed, {totals['error']} errors -> {cfg.out}",
                        stopped=stopped, failed=bool(errors or totals["error"] or totals["malformed"]))
