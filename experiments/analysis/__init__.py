@@ -9,6 +9,7 @@ versions of the items.
 """
 
 from ._cluster import (
+    cluster_bootstrap_interval,
     cluster_sign_test,
     clustered_paired_diff,
     clustered_proportion,
@@ -123,6 +124,7 @@ __all__ = [
     "Verdict",
     "VerdictSettings",
     "canonical_order",
+    "cluster_bootstrap_interval",
     "cluster_sign_test",
     "clustered_paired_diff",
     "clustered_proportion",

@@ -214,6 +214,18 @@ def clustered_paired_diff(
     naive_var = float(d.var()) / n
     deff = _design_effect(totals, sizes, diff, naive_var)
     t_lo, t_hi = tango_interval(b / deff, c / deff, n / deff, z)
+    b_lo, b_hi = cluster_bootstrap_interval(totals, sizes, n_boot=n_boot, seed=seed, z=z)
+    return PairedDiff(diff, min(b_lo, t_lo), max(b_hi, t_hi), n, n_clusters, b, c, deff,
+                      "cluster_bootstrap+tango")
+
+
+def cluster_bootstrap_interval(totals: np.ndarray, sizes: np.ndarray, *, n_boot: int = 2000, seed: int = 0,
+                               z: float = Z95) -> tuple[float, float]:
+    """Seeded percentile interval of a per-unit mean whose units come in clusters: ``totals`` and
+    ``sizes`` are each cluster's sum and unit count; a replicate resamples clusters with
+    replacement (multinomial weights) and takes ``sum(w * totals) / sum(w * sizes)``. The values
+    may be any real numbers (a paired 0/1 difference, a score difference)."""
+    n_clusters = len(totals)
     rng = np.random.default_rng(seed)
     reps: list[np.ndarray] = []
     uniform = np.full(n_clusters, 1.0 / n_clusters)
@@ -222,9 +234,8 @@ def clustered_paired_diff(
         reps.append((w @ totals) / (w @ sizes))
     boot = np.concatenate(reps)
     tail = (1.0 - _level(z)) / 2 * 100
-    b_lo, b_hi = (float(v) for v in np.percentile(boot, [tail, 100 - tail]))
-    return PairedDiff(diff, min(b_lo, t_lo), max(b_hi, t_hi), n, n_clusters, b, c, deff,
-                      "cluster_bootstrap+tango")
+    lo, hi = (float(v) for v in np.percentile(boot, [tail, 100 - tail]))
+    return lo, hi
 
 
 def _level(z: float) -> float:

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from medmis.experiments.analysis import clustered_proportion
+from medmis.experiments.analysis import cluster_bootstrap_interval, clustered_proportion
 from medmis.experiments.records import Record
 
 from ._score import answer_score, bootstrap_std, clipped_mean, jury_met, jury_score
@@ -79,19 +79,18 @@ def _block(value: float, lo: float, hi: float, n: int, **extra: Any) -> dict[str
 
 
 def _drop(pairs: list[tuple[str, float]], *, samples: int = 2000, seed: int = 0) -> dict[str, Any] | None:
+    # a score difference is not 0/1, so Tango's interval does not apply: the clustered percentile
+    # bootstrap alone, the same one clustered_paired_diff uses
     if not pairs:
         return None
     items = sorted({i for i, _ in pairs})
     index = {i: n for n, i in enumerate(items)}
-    ids = np.array([index[i] for i, _ in pairs])
+    ids, n_clusters = np.array([index[i] for i, _ in pairs]), len(items)
     d = np.array([v for _, v in pairs], dtype=np.float64)
-    totals = np.bincount(ids, weights=d, minlength=len(items))
-    sizes = np.bincount(ids, minlength=len(items)).astype(np.float64)
-    rng = np.random.default_rng(seed)
-    w = rng.multinomial(len(items), np.full(len(items), 1.0 / len(items)), size=samples).astype(np.float64)
-    boot = (w @ totals) / (w @ sizes)
-    lo, hi = (float(x) for x in np.percentile(boot, [2.5, 97.5]))
-    return _block(float(d.mean()), lo, hi, len(d), clusters=len(items), method="cluster_bootstrap")
+    totals = np.bincount(ids, weights=d, minlength=n_clusters)
+    sizes = np.bincount(ids, minlength=n_clusters).astype(np.float64)
+    lo, hi = cluster_bootstrap_interval(totals, sizes, n_boot=samples, seed=seed)
+    return _block(float(d.mean()), lo, hi, len(d), clusters=n_clusters, method="cluster_bootstrap")
 
 
 def _share(outcomes: list[tuple[str, bool]]) -> dict[str, Any] | None:
