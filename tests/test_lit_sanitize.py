@@ -16,6 +16,7 @@ import respx
 from conftest import clear_provider_env
 from fakes import toy_case, toy_item
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from test_replay import normalised_output
 
 from medmis.agents import (
     ModelConfigError,
@@ -311,23 +312,6 @@ async def test_logprobs_through_the_gemini_client(respx_mock: respx.MockRouter, 
 
 # --- record / replay --------------------------------------------------------------------------
 
-def _strip(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        return {k: _strip(v) for k, v in obj.items() if k not in {"latency_s", "cache_hit"}}
-    if isinstance(obj, list):
-        return [_strip(v) for v in obj]
-    return obj
-
-
-def _output(run: Path) -> list[str]:
-    lines = []
-    for path in [run / "records.jsonl", *sorted((run / "traces").glob("*.jsonl"))]:
-        for line in path.read_text(encoding="utf-8").splitlines():
-            obj = json.loads(line)
-            lines.append(json.dumps([path.name, obj["defender"], obj["protocol"], obj["item_id"], obj["target"] or "",
-                                     _strip(obj)], sort_keys=True, ensure_ascii=False))
-    return sorted(lines)
-
 
 @pytest.mark.medmis_no_network(loopback=False)
 async def test_record_then_replay_is_byte_identical_offline(tmp_path: Path, medmis_no_network: list[str]) -> None:
@@ -340,7 +324,7 @@ async def test_record_then_replay_is_byte_identical_offline(tmp_path: Path, medm
     first = await Harness(config("recorded", "record"), argv=["test"]).run()
     second = await Harness(config("replayed", "replay"), argv=["test"]).run()
     assert first.stats.errors == 0 and second.stats.errors == 0 and first.new_records == second.new_records > 0
-    assert _output(tmp_path / "recorded") == _output(tmp_path / "replayed")
+    assert normalised_output(tmp_path / "recorded") == normalised_output(tmp_path / "replayed")
     steps = [s for p in (tmp_path / "replayed" / "traces").glob("*.jsonl")
              for t in map(json.loads, p.read_text().splitlines()) for s in t["steps"] if s["kind"] == "model"]
     assert steps and all(s["cache_hit"] is True for s in steps)

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from examinee_items import synthetic_items
 from fakes import toy_item
+from test_replay import normalised_output
 
 from medmis.agents._examinee import SimulatedExaminee
 from medmis.defenses import (
@@ -246,30 +247,13 @@ def test_an_older_manifest_without_the_field_was_multiple_choice() -> None:
     assert changed["answer_format"] == ("mcq", "open")
 
 
-def _strip(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        return {k: _strip(v) for k, v in obj.items() if k not in {"latency_s", "cache_hit"}}
-    if isinstance(obj, list):
-        return [_strip(v) for v in obj]
-    return obj
-
-
-def _output(run: Path) -> list[str]:
-    lines = []
-    for path in [run / "records.jsonl", *sorted((run / "traces").glob("*.jsonl"))]:
-        for line in path.read_text(encoding="utf-8").splitlines():
-            obj = json.loads(line)
-            lines.append(json.dumps([path.name, _strip(obj)], sort_keys=True, ensure_ascii=False))
-    return sorted(lines)
-
-
 @pytest.mark.medmis_no_network(loopback=False)
 async def test_record_then_replay_is_byte_identical_offline(tmp_path: Path, medmis_no_network: list[str]) -> None:
     cache = str(tmp_path / "cache")
     first = await Harness(_config(tmp_path, "recorded", cache="record", cache_dir=cache), argv=["test"]).run()
     second = await Harness(_config(tmp_path, "replayed", cache="replay", cache_dir=cache), argv=["test"]).run()
     assert first.stats.errors == 0 and second.stats.errors == 0 and first.new_records == second.new_records > 0
-    assert _output(tmp_path / "recorded") == _output(tmp_path / "replayed")
+    assert normalised_output(tmp_path / "recorded") == normalised_output(tmp_path / "replayed")
     steps = [s for p in (tmp_path / "replayed" / "traces").glob("*.jsonl")
              for t in map(json.loads, p.read_text().splitlines()) for s in t["steps"] if s["kind"] == "model"]
     assert steps and all(s["cache_hit"] is True for s in steps)
