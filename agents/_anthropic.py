@@ -214,6 +214,19 @@ class AnthropicChat(ChatAnthropic):
             raise
         return _with_parsed(result) if native else result
 
+    @property
+    def sdk_async_client(self) -> anthropic.AsyncClient:
+        """The SDK client the model's calls go through (its key, base URL and transport);
+        a batch run drives the Message Batches API with it."""
+        return self._async_client
+
+    def message_result(self, message: anthropic.types.Message, *, native: bool) -> ChatResult:
+        """The chat result an interactive call gives for ``message`` (a batch line's reply):
+        the same refusal check and parsing, and the decoded object of a ``native``
+        structured reply."""
+        result = self._format_output(message)
+        return _with_parsed(result) if native else result
+
     def _format_output(self, data: Any, **kwargs: Any) -> ChatResult:
         # Both the sync and the async path parse through here.
         if not isinstance(data, anthropic.types.Message):

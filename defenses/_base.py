@@ -121,6 +121,7 @@ class DefenderSpec:
     cost: CostHint = DEFAULT_COST
     requires: Callable[[], str | None] | None = None  # why it cannot run here (an extra), or None
     answer_formats: tuple[AnswerFormat, ...] = ("mcq",)
+    deterministic: bool = False  # its requests follow from the case, its options and earlier replies
 
     def works_with(self, answer_format: str) -> bool:
         """Whether it can answer cases asked in ``answer_format`` (``mcq`` or ``open``)."""
@@ -137,6 +138,7 @@ class Defender:
     label: str
     uses_tools: bool = False
     single_call: bool = False
+    deterministic: bool = False
 
     async def __call__(self, case: CaseView | Viewable, ctx: DefenderContext) -> Answer:
         """Answer one case. A full ``Case`` is accepted from the caller's side and
@@ -169,11 +171,15 @@ def defender(
     cost: CostHint | Mapping[str, tuple[float, float, float]] | None = None,
     requires: Callable[[], str | None] | None = None,
     answer_formats: tuple[AnswerFormat, ...] = ("mcq",),
+    deterministic: bool = False,
 ) -> Callable[[Factory], Factory]:
     """Register a defender factory ``factory(options) -> solve``.
 
     ``single_call=True`` declares that every case makes exactly one model call and no tool
-    call, whatever the options: ``medmis run --batch`` accepts only such defenders.
+    call, whatever the options. ``deterministic=True`` declares that every request it sends
+    follows from the case, its options, earlier replies and tool results alone (nothing
+    random, no clock, no order of completion): ``medmis run --batch`` accepts such defenders
+    and answers their calls round by round (and single-call ones in one round).
     ``prompts=fn`` declares the instruction texts it shows its model, ``fn(options) ->
     {part: text}`` (read by :func:`defender_prompts`; an adaptive attacker writes against them).
     ``source`` cites the method (``"Author et al. YEAR, arXiv ..."``); ``cost`` is its expected
@@ -212,7 +218,7 @@ def defender(
             raise DefenderConfigError(f"defender {name!r} is already registered")
         _REGISTRY[name] = DefenderSpec(
             name, factory, options, text, uses_tools, control, single_call, prompts, source, hint,
-            requires, formats,
+            requires, formats, deterministic,
         )
         return factory
 
@@ -372,4 +378,5 @@ def create_defender(
     spec = get_spec(name)
     opts = _options(spec, options)
     solve = spec.factory(opts)
-    return Defender(name, opts, solve, label or _label(name, opts), spec.uses_tools, spec.single_call)
+    return Defender(name, opts, solve, label or _label(name, opts), spec.uses_tools, spec.single_call,
+                    spec.deterministic)

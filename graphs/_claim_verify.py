@@ -483,6 +483,9 @@ def claim_verify_prompts(opts: ClaimVerifyOptions) -> dict[str, str]:
     answer_formats=("mcq", "open"),
     description="Splits the context into atomic claims, verifies each against the web in parallel, answers from the annotated context.",
     uses_tools=True,
+    # the parallel verdicts are sorted by claim id before the answer prompt, so no request
+    # depends on which check finished first: --batch can answer it round by round
+    deterministic=True,
     prompts=claim_verify_prompts,
     cost=COST_HINT,
 )

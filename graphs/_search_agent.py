@@ -139,6 +139,7 @@ def search_agent_prompts(opts: SearchAgentOptions) -> dict[str, str]:
     options=SearchAgentOptions,
     description="The paper's mitigation: plans, searches and reads the web to check the context before answering (ReAct); preset=paper reproduces the paper's harness.",
     uses_tools=True,
+    deterministic=True,
     prompts=search_agent_prompts,
     source=SOURCE,
     cost=COST_HINT,

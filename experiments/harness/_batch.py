@@ -1,19 +1,28 @@
-"""``medmis run --batch``: single-call defenders' cases answered through provider batch jobs.
+"""``medmis run --batch``: every case's model calls answered through provider batch jobs, in rounds.
 
-Two passes over the ordinary harness:
+Round r runs every pending case's defender through the harness's own case path with a
+:class:`~._batch_model.BatchChat` in place of each model: a call whose request (the exact body
+the interactive adapter would send, keyed by its hash) has a result from an earlier round's
+job is answered with it; the first call without one is *collected* and the case stops for
+this round (a defender that runs calls in parallel may collect a few). A case that finishes
+with every call answered is written as an ordinary record (grading, traces, usage summed over
+all its calls, hence over the rounds) in the round it completes. The collected requests of all
+cases form the round's batch job(s), one per model spec (a role model named by a defender
+option, e.g. ``planner_model``, has its own); when they have ended, the next round starts.
+A single-call defender needs one round.
 
-1. *Collect.* Each pending case runs its defender with a collecting model
-   (:class:`~._batch_model.BatchChat`): the one model call becomes the exact request the
-   interactive adapter would send, keyed by its hash, and the case stops there.
-2. *Answer.* When a job has ended, its cases run the same defender again through the
-   harness's own case path, with a model that answers each request from the job's results.
-   Records, traces, usage (from the batch responses), extraction and grading are those of an
-   interactive run; a failed or expired line becomes an error record, which
-   ``--retry-errors`` submits anew.
+This works for a defender whose requests follow from the case, its options, earlier replies
+and tool results alone (declared ``single_call`` or ``deterministic``): each round replays the
+same calls and reaches the same first unknown request. Web tool calls between model calls go
+through the run's record store (``--cache live`` becomes ``record`` for a batch run with a
+tool-using defender), so a round reads the pages and results the first round read instead of
+fetching them again (and getting other ones).
 
-Jobs are stored in ``OUT/batches.json`` right after each submission. A run stopped while it
-waits (Ctrl-C, a kill) leaves its jobs running at the provider; the same command polls the
-stored jobs again and never submits a stored request a second time.
+Jobs are stored in ``OUT/batches.json`` right after each submission, with their round. A run
+stopped while it waits (Ctrl-C, a kill) leaves its jobs running at the provider; the same
+command reads the ended jobs' results back from the provider, replays the cases up to where
+they stopped, waits on the stored jobs that still run and submits only requests no stored job
+holds: it resumes at the next round and never submits a stored request a second time.
 """
 
 from __future__ import annotations
@@ -27,12 +36,19 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from medmis.agents import ModelOptions, RetryPolicy, parse_spec, retry_async
-from medmis.defenses import Defender, DefenderContext
+from medmis.defenses import Defender
 from medmis.experiments.benchmark import Case, Dataset, ProtocolName
 from medmis.experiments.records import repair_torn_tail
 from medmis.tools import bulk_transfers, redact
 
-from ._batch_model import BatchChat, BatchRequest, RequestCollected
+from ._batch_model import (
+    BATCH_FAMILIES,
+    BatchChat,
+    BatchRequest,
+    LineResult,
+    collecting,
+    current_calls,
+)
 from ._batch_providers import BatchDriver, JobStatus, driver_for
 from ._batch_store import BATCHES_FILE, BatchBook, BatchJob, CaseKey
 from ._caseloop import CaseLoop
@@ -43,33 +59,44 @@ from ._prepare import ClaimedFolder, write_invalid_rows
 from ._progress import RunProgress
 from ._resume import CaseJob
 from ._runner import Harness
-from ._solve import solve_case
 
-BATCH_PROVIDERS = ("openai", "google")
+BATCH_PROVIDERS = BATCH_FAMILIES
+MAX_ROUNDS = 100
+"""Rounds after which cases that still ask new requests stop the run (a defender whose
+requests are not what it declared: they change from one round to the next)."""
 
 T = TypeVar("T")
+
+
+def role_specs(d: Defender) -> list[str]:
+    """Model specs a defender's options name for a role (``planner_model``, ``verifier_model``, ...)."""
+    opts = d.options.model_dump()
+    return [v for k, v in opts.items() if k.endswith("_model") and isinstance(v, str) and v]
 
 
 def check_batchable(models: list[str], defenders: list[Defender], cache: str) -> None:
     """Refuse, in one line, what a batch run cannot do.
 
     Raises:
-        RunSetupError: A model whose provider has no batch API here, a defender that is not
-            declared single-call (agentic defenders need several rounds), or ``--cache
-            replay``. (Other cache modes are accepted; a batch run's model calls bypass the
-            store, which only web tools would use.)
+        RunSetupError: A model (or a role model a defender option names) whose provider has no
+            batch API here; a defender declared neither ``single_call`` nor ``deterministic``
+            (its requests could change between rounds, so an earlier round's answers would not
+            fit the calls it makes next); or ``--cache replay`` (a batch run submits its
+            requests; web tools still use the store in the other modes).
     """
-    for spec in models:
+    for spec in [*models, *(s for d in defenders for s in role_specs(d))]:
         try:
             provider, _ = parse_spec(spec)
         except ValueError as exc:
             raise RunSetupError(f"--model {spec}: {exc}") from None
         if provider not in BATCH_PROVIDERS:
-            raise RunSetupError(f"--batch: {spec} has no batch API here (batch providers: openai/, google/)")
-    multi = [d.label for d in defenders if not d.single_call]
-    if multi:
-        raise RunSetupError(f"--batch: defender(s) {', '.join(multi)} make several model calls per case; "
-                            "batch runs take single-call defenders only (none, warning, context_blind, ...)")
+            raise RunSetupError(f"--batch: {spec} has no batch API here (batch providers: "
+                                f"{', '.join(p + '/' for p in BATCH_PROVIDERS)})")
+    loose = [d.label for d in defenders if not (d.single_call or d.deterministic)]
+    if loose:
+        raise RunSetupError(f"--batch: defender(s) {', '.join(loose)} are not declared deterministic: their "
+                            "requests could change between rounds, so batch rounds cannot answer them "
+                            "(declare single_call or deterministic; `medmis defenders` tags the batchable)")
     if cache == "replay":
         raise RunSetupError("--batch submits its requests; it cannot answer them from the store (--cache replay)")
 
@@ -83,8 +110,25 @@ def _key(spec: str, d: Defender, case: Case) -> CaseKey:
     return (spec, d.label, case.protocol, case.item.key, case.target)
 
 
+class RoundLoop(CaseLoop):
+    """The harness's case loop for one round: a case that collected a request writes nothing
+    (it waits for the round's job); ``asked`` keeps its requests by case key."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.asked: dict[CaseKey, list[tuple[str, BatchRequest]]] = {}
+
+    async def _case(self, index: int) -> tuple[Any, str, str] | None:
+        with collecting() as calls:
+            done = await super()._case(index)
+        if calls.asked:
+            self.asked[_key(*self.jobs[index])] = calls.asked
+            return None
+        return done
+
+
 class BatchHarness(Harness):
-    """A :class:`Harness` whose model calls go through provider batch jobs.
+    """A :class:`Harness` whose model calls go through provider batch jobs, round by round.
 
     Args:
         config: The run's configuration (``batch=True``; ``batch_poll_s`` between polls).
@@ -95,10 +139,17 @@ class BatchHarness(Harness):
 
     def __init__(self, config: Any, *, cancel: bool = False, **kwargs: Any) -> None:
         super().__init__(config, **kwargs)
-        self._api_retry = self.retry  # kept: pass 2 turns the run's retries off for its cases
+        if self.config.cache == "live" and any(d.uses_tools for d in self.defenders):
+            # every round replays a case's tool calls: through the store they return what the
+            # first round read (a live search could return other pages, hence other requests)
+            self.config = self.config.model_copy(update={"cache": "record"})
+        self._api_retry = self.retry  # kept: the rounds turn the run's retries off for their cases
         self.cancel = cancel
-        self._answering: str | None = None  # the job whose results pass 2 is writing
+        self._interactive = self._pool  # the run's models; the rounds' cases see BatchChat ones
         self._drivers: dict[str, BatchDriver] = {}
+        self._known: dict[str, dict[str, LineResult]] = {}  # spec -> custom_id -> result
+        self._job_of: dict[tuple[str, str], str] = {}  # (spec, custom_id) -> the job that answered it
+        self._read: set[str] = set()  # jobs whose results this invocation has read
 
     def output_paths(self) -> tuple[list[str | Path], list[str | Path]]:
         files, folders = super().output_paths()
@@ -111,8 +162,11 @@ class BatchHarness(Harness):
 
     def _driver(self, spec: str) -> BatchDriver:
         if spec not in self._drivers:
-            self._drivers[spec] = driver_for(self._pool.raw(spec))
+            self._drivers[spec] = driver_for(self._interactive.raw(spec))
         return self._drivers[spec]
+
+    def _batch_model(self, spec: str) -> BatchChat:
+        return BatchChat(real=self._interactive.raw(spec), spec=spec, results=self._known.setdefault(spec, {}))
 
     async def _api(self, what: str, call: Callable[[], Awaitable[T]], *, repeat: bool = True) -> T:
         """A batch API call, retried by the run's policy when ``repeat`` (polls and reads;
@@ -126,62 +180,25 @@ class BatchHarness(Harness):
                                 "resume (stored jobs are polled, not resubmitted)") from exc
 
     async def run_case(self, spec: str, defender: Defender, case: Case) -> tuple[Any, dict[str, Any]]:
-        """The ordinary case path; the record and trace also name the batch job that answered."""
+        """The ordinary case path; the record and trace also name the batch job that answered
+        the case's last call."""
         record, trace = await super().run_case(spec, defender, case)
-        if self._answering is not None:
-            record = record.model_copy(update={"extra": {**record.extra, "batch_job": self._answering}})
-            trace["batch_job"] = self._answering
+        calls = current_calls()
+        if calls is not None and calls.answered and not calls.asked:
+            job = self._job_of.get(calls.answered[-1])
+            if job is not None:
+                record = record.model_copy(update={"extra": {**record.extra, "batch_job": job}})
+                trace["batch_job"] = job
         return record, trace
 
     def _say(self, text: str) -> None:
         if self.config.progress:
             print(f"medmis run --batch: {text}", file=sys.stderr, flush=True)
 
-    # -- pass 1: the requests ------------------------------------------------------------------
-    async def _collect(self, jobs: list[CaseJob]) -> dict[CaseKey, BatchRequest]:
-        collectors = {spec: BatchChat(real=self._pool.raw(spec)) for spec in self.config.models}
-        out: dict[CaseKey, BatchRequest] = {}
-        for spec, d, case in jobs:
-            chat = collectors[spec]
-            before = len(chat.collected)
-            ctx = DefenderContext(model=chat, model_spec=spec, retry=RetryPolicy.none())
-            try:
-                await solve_case(d, case.view(), ctx, timeout_s=self.config.case_timeout_s)
-            except RequestCollected:
-                pass
-            except Exception as exc:
-                raise RunSetupError(f"--batch: defender {d.label} failed while its request was "
-                                    f"built: {type(exc).__name__}: {exc}".splitlines()[0][:300]) from exc
-            if len(chat.collected) != before + 1 or ctx.llm_calls != 1:
-                raise RunSetupError(f"--batch: defender {d.label} did not make exactly one model call "
-                                    "for a case (it must not be declared single_call)")
-            out[_key(spec, d, case)] = chat.collected[-1]
-        return out
-
-    async def _submit(self, book: BatchBook, jobs: list[CaseJob],
-                      requests: dict[CaseKey, BatchRequest]) -> list[BatchJob]:
-        by_spec: dict[str, dict[str, tuple[BatchRequest, list[CaseKey]]]] = {}
-        for spec, d, case in jobs:
-            key = _key(spec, d, case)
-            request = requests[key]
-            # identical requests (e.g. context_blind's protocols) are sent once
-            by_spec.setdefault(spec, {}).setdefault(request.custom_id, (request, []))[1].append(key)
-        submitted: list[BatchJob] = []
-        for spec, grouped in by_spec.items():
-            driver = self._driver(spec)
-            for chunk in driver.chunks([r for r, _ in grouped.values()]):
-                job_id, state = await self._api(
-                    f"submitting {len(chunk)} requests for {spec}",
-                    partial(driver.submit, chunk, f"medmis {self.out.name} {spec}"), repeat=False)
-                submitted.append(book.add(driver.provider, spec, job_id, state,
-                                          {r.custom_id: grouped[r.custom_id][1] for r in chunk}))
-                book.save(self.out)  # at once: a kill from here on never resubmits this job
-                self._say(f"submitted {job_id} ({len(chunk)} requests) for {spec}")
-        return submitted
-
     # -- the run ---------------------------------------------------------------------------------
     async def _run_claimed(self, planned: list[tuple[int, ProtocolName, str | None]], dataset: Dataset,
                            claim: ClaimedFolder) -> RunResult:
+        self.tools()  # fail before any case runs when the tools cannot be built
         (self.out / "traces").mkdir(exist_ok=True)
         skipped = write_invalid_rows(self.out, dataset, self.notice)
         self.write_manifest(dataset, len(planned), claim)
@@ -192,20 +209,21 @@ class BatchHarness(Harness):
             return await self._cancel(book, records_path, skipped)
         resumed, clean_state, phases = self._resume(records_path, planned, dataset.items)
         todo = [job for phase in phases for job in phase]
+        self._retire(book, {_key(*j) for j in todo})
+        book.save(self.out)
         if not todo:
             return await self._nothing_to_do(records_path, resumed.records, skipped)
         new = 0
         trace_handles: dict[str, Any] = {}
         try:
-            active, by_key = await self._prepare_jobs(book, todo)
             with records_path.open("a", encoding="utf-8") as rec_fh:
-                new = await self._wait_and_write(book, active, by_key, rec_fh, trace_handles, clean_state)
+                new = await self._rounds(book, todo, rec_fh, trace_handles, clean_state)
                 rec_fh.flush()
                 os.fsync(rec_fh.fileno())
         except (KeyboardInterrupt, asyncio.CancelledError):
             self.stats.stopped_reason = "interrupted"
             self._finish(records_path)
-            if self.notice is not None and book.open_jobs():
+            if self.notice is not None and any(not j.ended for j in book.open_jobs()):
                 self.notice("the batch jobs keep running at the provider (OUT/batches.json); re-run the "
                             "same command to collect their results, nothing is submitted twice")
             raise RunInterrupted(self.out) from None
@@ -216,87 +234,123 @@ class BatchHarness(Harness):
         finally:
             for fh in trace_handles.values():
                 fh.close()
+            self._pool = self._interactive
             await self.aclose()
         return RunResult(self.out, self._finish(records_path), new, self.stats, skipped_rows=skipped,
                          outcome=self.outcome)
 
-    async def _prepare_jobs(self, book: BatchBook, todo: list[CaseJob]) -> tuple[list[BatchJob], dict[CaseKey, CaseJob]]:
-        """Build every pending case's request; find the stored jobs that hold them and submit
-        the rest. Returns the jobs to wait on and the pending cases by key."""
-        requests = await self._collect(todo)
-        self._say(f"{len(todo)} case(s) to answer, {len({r.custom_id for r in requests.values()})} "
-                  "distinct request(s)")
-        waiting = book.waiting_for({k: r.custom_id for k, r in requests.items()})
-        active = list({id(j): j for j in waiting.values()}.values())
+    def _retire(self, book: BatchBook, pending: set[CaseKey]) -> None:
+        """Mark collected the open jobs of this run's models and defenders that answer no
+        pending case any more (their cases are recorded): they have nothing left to give."""
         pairs = {(spec, d.label) for spec in self.config.models for d in self.defenders}
         for job in book.open_jobs():
-            # a job of this run's models and defenders that answers no pending case any more
-            # (its cases are recorded, or their requests changed) has nothing left to give
-            mine = any((k[0], k[1]) in pairs for cid in job.requests for k in job.keys(cid))
-            if mine and all(job is not a for a in active):
+            keys = [k for cid in job.requests for k in job.keys(cid)]
+            if any((k[0], k[1]) in pairs for k in keys) and not any(k in pending for k in keys):
                 job.collected = True
-        fresh = [j for j in todo if _key(*j) not in waiting]
-        if waiting:
-            self._say(f"{len(todo) - len(fresh)} case(s) wait on stored batch jobs (not resubmitted)")
-        active += await self._submit(book, fresh, requests)
-        book.save(self.out)
-        return active, {_key(*j): j for j in todo}
 
-    async def _wait_and_write(self, book: BatchBook, active: list[BatchJob], by_key: dict[CaseKey, CaseJob],
-                              rec_fh: Any, trace_handles: dict[str, Any],
-                              clean_state: dict[tuple[str, str, str], bool]) -> int:
-        new = 0
+    async def _rounds(self, book: BatchBook, todo: list[CaseJob], rec_fh: Any, trace_handles: dict[str, Any],
+                      clean_state: dict[tuple[str, str, str], bool]) -> int:
+        """Rounds until every case is written (or the run stops); the records written."""
+        for job in book.open_jobs():
+            if job.ended:  # a resumed run: what earlier rounds were answered
+                await self._read_results(job, forget_errors=self.config.retry_errors)
+        # the harness's own case path with batch models and no retries (a batch answer is
+        # what it is; asking again would give the same)
+        self._pool = ModelPool(self._batch_model, ModelOptions(), cache_mode="live", cache_dir=self.out)
+        self.retry = RetryPolicy.none()
+        new, pending, rounds = 0, todo, 0
+        while pending and not self.stats.stopped_reason:
+            rounds += 1
+            if rounds > MAX_ROUNDS:
+                raise RunSetupError(f"--batch: {len(pending)} case(s) still ask new requests after {MAX_ROUNDS} "
+                                    "rounds: a defender's requests change from one round to the next")
+            progress = RunProgress(len(pending), enabled=self.config.progress)
+            loop = RoundLoop(self, pending, rec_fh, clean_state, trace_handles=trace_handles)
+            try:
+                new += await loop.run(lambda: progress)  # noqa: B023 - called at once
+            finally:
+                progress.close()
+            pending = [j for j in pending if _key(*j) in loop.asked]
+            if loop.written or pending:
+                self._say(f"{loop.written} record(s) written; {len(pending)} case(s) wait for a request")
+            if not pending or self.stats.stopped_reason:
+                break
+            jobs = await self._submit(book, loop.asked)
+            await self._wait(book, jobs)
+        self._retire(book, {_key(*j) for j in pending})
+        book.save(self.out)
+        return new
+
+    async def _submit(self, book: BatchBook, asked: dict[CaseKey, list[tuple[str, BatchRequest]]]) -> list[BatchJob]:
+        """The round's jobs: the stored running jobs that hold a request already (its case keys
+        added), and new jobs for the rest, one or more per model spec."""
+        running = book.running()
+        waiting: dict[str, BatchJob] = {}
+        fresh: dict[str, dict[str, tuple[BatchRequest, list[CaseKey]]]] = {}
+        for key, requests in asked.items():
+            for spec, request in requests:
+                job = running.get((spec, request.custom_id))
+                if job is not None:
+                    keys = job.requests[request.custom_id]
+                    if list(key) not in keys:
+                        keys.append(list(key))
+                    waiting[job.job_id] = job
+                else:  # identical requests (e.g. context_blind's protocols) are sent once
+                    entry = fresh.setdefault(spec, {}).setdefault(request.custom_id, (request, []))
+                    if key not in entry[1]:
+                        entry[1].append(key)
+        if waiting:
+            self._say(f"waiting on {len(waiting)} stored batch job(s) (not resubmitted)")
+        round_no = 1 + max((j.round for j in book.open_jobs() if j.ended), default=0)
+        submitted: list[BatchJob] = list(waiting.values())
+        for spec, grouped in fresh.items():
+            driver = self._driver(spec)
+            for chunk in driver.chunks([r for r, _ in grouped.values()]):
+                job_id, state = await self._api(
+                    f"submitting {len(chunk)} requests for {spec}",
+                    partial(driver.submit, chunk, f"medmis {self.out.name} {spec} round {round_no}"), repeat=False)
+                submitted.append(book.add(driver.provider, spec, job_id, state,
+                                          {r.custom_id: grouped[r.custom_id][1] for r in chunk}, round=round_no))
+                book.save(self.out)  # at once: a kill from here on never resubmits this job
+                self._say(f"round {round_no}: submitted {job_id} ({len(chunk)} requests) for {spec}")
+        book.save(self.out)
+        return submitted
+
+    async def _wait(self, book: BatchBook, jobs: list[BatchJob]) -> None:
+        """Poll ``jobs`` until each has ended, then read its results."""
         while True:
-            open_jobs = [j for j in active if not j.collected]
-            if not open_jobs:
-                return new
             statuses: dict[str, JobStatus] = {}
-            for job in open_jobs:
+            for job in jobs:
                 if not job.ended:
                     driver = self._driver(job.model)
                     status = await self._api(f"polling {job.job_id}", partial(driver.status, job.job_id))
                     statuses[job.job_id] = status
                     job.state, job.ended = status.state, status.ended
                     book.save(self.out)
-                if job.ended:
-                    new += await self._write_job(job, by_key, rec_fh, trace_handles, clean_state)
-                    job.collected = True
-                    book.save(self.out)
-            still = [j for j in active if not j.collected]
-            if still:
-                line = "; ".join(f"{j.job_id} {statuses[j.job_id].describe() if j.job_id in statuses else j.state}"
-                                 for j in still)
-                self._say(f"waiting on {len(still)} job(s): {line}; next poll in {self.config.batch_poll_s:g} s")
-                await asyncio.sleep(self.config.batch_poll_s)
+                if job.ended and job.job_id not in self._read:
+                    await self._read_results(job)
+                    self._say(f"{job.job_id} {job.state}: results read")
+            still = [j for j in jobs if not j.ended]
+            if not still:
+                return
+            line = "; ".join(f"{j.job_id} {statuses[j.job_id].describe() if j.job_id in statuses else j.state}"
+                             for j in still)
+            self._say(f"waiting on {len(still)} job(s): {line}; next poll in {self.config.batch_poll_s:g} s")
+            await asyncio.sleep(self.config.batch_poll_s)
 
-    async def _write_job(self, job: BatchJob, by_key: dict[CaseKey, CaseJob], rec_fh: Any,
-                         trace_handles: dict[str, Any], clean_state: dict[tuple[str, str, str], bool]) -> int:
-        """Pass 2 for one ended job: its cases through the ordinary case path, answered from
-        the job's results."""
-        order = list(job.requests)
-        jobs = [by_key[k] for cid in order for k in job.keys(cid) if k in by_key]
-        if not jobs:
-            return 0
+    async def _read_results(self, job: BatchJob, *, forget_errors: bool = False) -> None:
+        """An ended job's results into the run's known answers (``forget_errors``: leave its
+        failed lines out, so ``--retry-errors`` submits them anew)."""
         driver = self._driver(job.model)
-        results = await self._api(f"reading the results of {job.job_id}", partial(driver.results, job.job_id, order))
-        real = self._pool.raw(job.model)
-        answerer = BatchChat(real=real, results=results)
-        interactive, retry = self._pool, self.retry
-        # the harness's own case path, with the answers of this job and no retries (a batch
-        # answer is what it is; asking again would give the same)
-        self._pool = ModelPool(lambda spec: answerer, ModelOptions(), cache_mode="live", cache_dir=self.out)
-        self.retry = RetryPolicy.none()
-        self._answering = job.job_id
-        jobs.sort(key=lambda j: j[2].protocol != "clean")  # clean first, as the harness does
-        progress = RunProgress(len(jobs), enabled=self.config.progress)
-        try:
-            loop = CaseLoop(self, jobs, rec_fh, clean_state, trace_handles=trace_handles)
-            written = await loop.run(lambda: progress)
-        finally:
-            progress.close()
-            self._pool, self.retry, self._answering = interactive, retry, None
-        self._say(f"{job.job_id} {job.state}: {written} record(s) written")
-        return written
+        results = await self._api(f"reading the results of {job.job_id}",
+                                  partial(driver.results, job.job_id, list(job.requests)))
+        known = self._known.setdefault(job.model, {})
+        for cid, line in results.items():
+            if forget_errors and line.error is not None:
+                continue
+            known[cid] = line
+            self._job_of[(job.model, cid)] = job.job_id
+        self._read.add(job.job_id)
 
     async def _cancel(self, book: BatchBook, records_path: Path, skipped: int) -> RunResult:
         open_jobs = [j for j in book.open_jobs() if not j.ended]

@@ -1,6 +1,7 @@
-"""Batch jobs through the providers' own SDK clients: the OpenAI Batch API and Gemini batches.
+"""Batch jobs through the providers' own SDK clients: the OpenAI Batch API, Gemini batches and
+Anthropic Message Batches.
 
-Both drivers take the interactive chat model of the run (``OpenAIChat`` / ``GeminiChat``) and
+Each driver takes the interactive chat model of the run (``OpenAIChat`` / ``GeminiChat``) and
 use the SDK client it already holds, with its key, base URL and httpx transport:
 
 * **OpenAI**: the requests are uploaded as a JSONL file (``files.create(purpose="batch")``,
@@ -10,6 +11,11 @@ use the SDK client it already holds, with its key, base URL and httpx transport:
 * **Gemini**: the requests travel inline (``aio.batches.create(model, src=[InlinedRequest])``,
   each carrying its ``custom_id`` in ``metadata``), the job is polled with
   ``aio.batches.get`` and its results read from ``dest.inlined_responses``.
+* **Anthropic**: ``messages.batches.create(requests=[{custom_id, params}])`` where ``params``
+  is the Messages body the interactive call sends, polled with ``messages.batches.retrieve``
+  (``processing_status`` ``ended`` is final) and its results streamed by
+  ``messages.batches.results`` (JSONL, one ``{custom_id, result}`` per line: ``succeeded``
+  with the ``message``, ``errored``, ``canceled`` or ``expired``).
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ from ._batch_model import BatchRequest, LineResult
 OPENAI_ENDPOINT = "/v1/chat/completions"
 OPENAI_MAX_REQUESTS = 50_000  # the Batch API's limit per input file
 GEMINI_MAX_INLINE_BYTES = 15_000_000  # inline requests must stay under 20 MB per job
+ANTHROPIC_MAX_REQUESTS = 100_000  # Message Batches' limit per batch
+ANTHROPIC_MAX_BYTES = 200_000_000  # a batch must stay under 256 MB
 
 OPENAI_ENDED = frozenset({"completed", "failed", "expired", "cancelled"})
 
@@ -130,6 +138,20 @@ def _openai_line(line: dict[str, Any]) -> tuple[str, LineResult]:
     return custom_id, LineResult(error=f"batch line failed: {_short(text)}")
 
 
+def _by_size(requests: list[BatchRequest], max_bytes: int, max_count: int) -> list[list[BatchRequest]]:
+    """``requests`` in submission chunks under a byte size (of their bodies as JSON) and a count."""
+    out: list[list[BatchRequest]] = [[]]
+    size = 0
+    for r in requests:
+        n = len(json.dumps(r.body, ensure_ascii=False).encode("utf-8"))
+        if out[-1] and (size + n > max_bytes or len(out[-1]) >= max_count):
+            out.append([])
+            size = 0
+        out[-1].append(r)
+        size += n
+    return out
+
+
 class GeminiBatches:
     """Gemini batch jobs through the chat model's google-genai client (``client.aio.batches``)."""
 
@@ -140,16 +162,7 @@ class GeminiBatches:
         self._ended: dict[str, Any] = {}  # the final job a poll saw (its inline results included)
 
     def chunks(self, requests: list[BatchRequest]) -> list[list[BatchRequest]]:
-        out: list[list[BatchRequest]] = [[]]
-        size = 0
-        for r in requests:
-            n = len(json.dumps(r.body, ensure_ascii=False).encode("utf-8"))
-            if out[-1] and size + n > GEMINI_MAX_INLINE_BYTES:
-                out.append([])
-                size = 0
-            out[-1].append(r)
-            size += n
-        return out
+        return _by_size(requests, GEMINI_MAX_INLINE_BYTES, len(requests) or 1)
 
     async def submit(self, requests: list[BatchRequest], label: str) -> tuple[str, str]:
         from google.genai import types
@@ -202,11 +215,57 @@ class GeminiBatches:
         await self._chat.client().aio.batches.cancel(name=job_id)
 
 
+class AnthropicBatches:
+    """Anthropic Message Batches through the chat model's SDK client (``messages.batches``)."""
+
+    provider = "anthropic"
+
+    def __init__(self, chat: Any) -> None:
+        self._client = chat.sdk_async_client
+
+    def chunks(self, requests: list[BatchRequest]) -> list[list[BatchRequest]]:
+        return _by_size(requests, ANTHROPIC_MAX_BYTES, ANTHROPIC_MAX_REQUESTS)
+
+    async def submit(self, requests: list[BatchRequest], label: str) -> tuple[str, str]:
+        # Message Batches take no label; the job id is what batches.json keeps
+        batch = await self._client.messages.batches.create(
+            requests=[{"custom_id": r.custom_id, "params": r.body} for r in requests]
+        )
+        return batch.id, batch.processing_status
+
+    async def status(self, job_id: str) -> JobStatus:
+        batch = await self._client.messages.batches.retrieve(job_id)
+        c = batch.request_counts
+        done = c.succeeded + c.errored + c.canceled + c.expired
+        return JobStatus(batch.processing_status, batch.processing_status == "ended", done, done + c.processing)
+
+    async def results(self, job_id: str, order: list[str]) -> dict[str, LineResult]:
+        out: dict[str, LineResult] = {}
+        async for line in await self._client.messages.batches.results(job_id):
+            result = line.result
+            if result.type == "succeeded":
+                out[line.custom_id] = LineResult(response=result.message)
+            elif result.type == "errored":
+                err = result.error.error
+                out[line.custom_id] = LineResult(error=f"batch line failed: {_short(f'{err.type}: {err.message}')}")
+            else:  # canceled, expired
+                out[line.custom_id] = LineResult(error=f"batch line {result.type}")
+        for custom_id in order:
+            if custom_id not in out:
+                out[custom_id] = LineResult(error="batch job ended without a result for this request")
+        return out
+
+    async def cancel(self, job_id: str) -> None:
+        await self._client.messages.batches.cancel(job_id)
+
+
 def driver_for(chat: Any) -> BatchDriver:
-    """The batch driver for a run's chat model (``OpenAIChat`` or ``GeminiChat``)."""
+    """The batch driver for a run's chat model (``OpenAIChat``, ``GeminiChat`` or ``AnthropicChat``)."""
     family = getattr(chat, "provider_family", None)
     if family == "openai":
         return OpenAIBatches(chat)
     if family == "google":
         return GeminiBatches(chat)
+    if family == "anthropic":
+        return AnthropicBatches(chat)
     raise ValueError(f"no batch API for provider family {family!r}")

@@ -1,8 +1,10 @@
 """``OUT/batches.json``: the batch jobs a run submitted, so a resumed run polls them again.
 
 Each job keeps its provider, model spec, provider job id (OpenAI ``batch_...``, Gemini
-``batches/...``), when it was submitted, its last known state, and which case keys each
-request (``custom_id``, the hash of the request body) answers. The file is rewritten
+``batches/...``, Anthropic ``msgbatch_...``), the round it was submitted in, when, its last
+known state, and which case keys each request (``custom_id``, the hash of the request body)
+answers. Results are not copied here: a resumed run reads an ended job's results back from
+the provider (each is kept there for weeks), so the file stays small however long the answers. The file is rewritten
 atomically (a temporary file, then ``os.replace``) and only by the process that holds the run
 folder's lock, so a kill at any moment leaves either the old or the new list.
 """
@@ -12,7 +14,6 @@ from __future__ import annotations
 import os
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -32,6 +33,9 @@ class BatchJob(BaseModel):
     job_id: str
     submitted_at: str
     state: str
+    round: int = 1
+    """The round the job was submitted in: round r holds the requests cases made once their
+    first r-1 calls were answered (a single-call case needs round 1 only)."""
     ended: bool = False
     """The provider reports a final state (completed, failed, expired, cancelled)."""
     collected: bool = False
@@ -67,9 +71,9 @@ class BatchBook(BaseModel):
         os.replace(tmp, path)
 
     def add(self, provider: str, model: str, job_id: str, state: str,
-            requests: dict[str, list[CaseKey]]) -> BatchJob:
+            requests: dict[str, list[CaseKey]], round: int = 1) -> BatchJob:
         job = BatchJob(
-            provider=provider, model=model, job_id=job_id, state=state,
+            provider=provider, model=model, job_id=job_id, state=state, round=round,
             submitted_at=datetime.now(UTC).isoformat(timespec="seconds"),
             requests={cid: [list(k) for k in keys] for cid, keys in requests.items()},
         )
@@ -79,14 +83,7 @@ class BatchBook(BaseModel):
     def open_jobs(self) -> list[BatchJob]:
         return [j for j in self.jobs if not j.collected]
 
-    def waiting_for(self, todo: dict[CaseKey, str]) -> dict[CaseKey, BatchJob]:
-        """The open job that holds each case of ``todo`` (key -> custom_id) with the same
-        request; a case whose request changed, or whose job is collected, has none."""
-        found: dict[CaseKey, BatchJob] = {}
-        for job in self.open_jobs():
-            for cid, keys in job.requests.items():
-                for raw in keys:
-                    key: Any = tuple(raw)
-                    if todo.get(key) == cid:
-                        found[key] = job
-        return found
+    def running(self) -> dict[tuple[str, str], BatchJob]:
+        """The jobs still running at the provider, by (model spec, custom_id) of each request
+        they hold: a request found here is waited for, never submitted again."""
+        return {(job.model, cid): job for job in self.open_jobs() if not job.ended for cid in job.requests}

@@ -137,7 +137,9 @@ class CaseLoop:
         if h.stats.stopped_reason:
             self._close()
 
-    async def _case(self, index: int) -> tuple[Record, str, str]:
+    async def _case(self, index: int) -> tuple[Record, str, str] | None:
+        """The case's record and trace lines (None: nothing to write yet, e.g. a batch
+        round's case that still waits for a request)."""
         spec, defender, case = self.jobs[index]
         record, trace = await self.harness.run_case(spec, defender, case)
         return scrub_lines(record, trace, self._secrets)
@@ -159,7 +161,8 @@ class CaseLoop:
 
         async def worker() -> None:
             while not self.harness.stats.stopped_reason and (index := next(self._pending, None)) is not None:
-                self.accept(*await self._case(index))
+                if (done := await self._case(index)) is not None:
+                    self.accept(*done)
 
         try:
             await run_workers(min(self.harness.config.max_connections, len(self.jobs)), worker, self._fail)
