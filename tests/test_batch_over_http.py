@@ -40,6 +40,7 @@ def fake_env(monkeypatch: pytest.MonkeyPatch) -> None:
     clear_provider_env(monkeypatch, "google", "openai", "anthropic")
     monkeypatch.setenv("GOOGLE_API_KEY", "test-google-key")
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
 
 
 REPORT_TESTS = {"test_submit_poll_results"}
@@ -88,9 +89,18 @@ def gemini_response(text: str) -> Json:
     }
 
 
+def anthropic_message(text: str) -> Json:
+    return {
+        "id": "msg_01", "type": "message", "role": "assistant", "model": "claude-test-20260101",
+        "content": [{"type": "text", "text": text}], "stop_reason": "end_turn", "stop_sequence": None,
+        "usage": {"input_tokens": 300, "output_tokens": 60},
+    }  # fmt: skip
+
+
 def user_text(body: Json) -> str:
     if "messages" in body:
-        return next(m["content"] for m in body["messages"] if m["role"] == "user")
+        content = next(m["content"] for m in body["messages"] if m["role"] == "user")
+        return content if isinstance(content, str) else "".join(b.get("text", "") for b in content)
     return "".join(p["text"] for c in body["contents"] for p in c["parts"])
 
 
@@ -110,6 +120,9 @@ class FakeBatches:
         self.fail: Callable[[Json], bool] = lambda body: False
         self.interactive: list[Json] = []
         self.poll_errors: list[int] = []  # HTTP statuses the next polls answer with
+        # the provider's response body for a request (None: ``answer``'s JSON text in a plain reply)
+        self.reply: Callable[[Json], Json] | None = None
+        self.interrupt_poll_of: int | None = None  # KeyboardInterrupt from the first poll of job n (1-based)
 
     def poll_error(self) -> httpx.Response | None:
         if not self.poll_errors:
@@ -127,11 +140,21 @@ class FakeBatches:
         if self.interrupt_first_poll:
             self.interrupt_first_poll = False
             raise KeyboardInterrupt
+        if self.interrupt_poll_of is not None and list(self.jobs).index(job_id) + 1 == self.interrupt_poll_of:
+            self.interrupt_poll_of = None  # a kill between rounds: round n's job is stored, not yet read
+            raise KeyboardInterrupt
         self.polls[job_id] += 1
         return self.state(job_id)
 
     def answer(self, body: Json) -> str:
         return reply_for(self.items, user_text(body))[0]
+
+    def response(self, body: Json) -> Json:
+        """The provider's response body for a request, the same on the batch and the direct path."""
+        if self.reply is not None:
+            return self.reply(body)
+        plain = {"openai": openai_completion, "google": gemini_response, "anthropic": anthropic_message}
+        return plain[self.provider](self.answer(body))
 
     def bodies(self) -> list[Json]:
         return [body for lines in self.jobs.values() for _, body in lines]
@@ -185,7 +208,7 @@ def mount_openai(fake: FakeBatches, router: respx.MockRouter) -> None:
                 response = {"status_code": 500, "request_id": f"req-{n}",
                             "body": {"error": {"message": "The server had an error", "type": "server_error"}}}
             else:
-                response = {"status_code": 200, "request_id": f"req-{n}", "body": openai_completion(fake.answer(body))}
+                response = {"status_code": 200, "request_id": f"req-{n}", "body": fake.response(body)}
             out.append(json.dumps({"id": f"batch_req_{n}", "custom_id": cid, "response": response, "error": None}))
         return httpx.Response(200, content=("\n".join(out) + "\n").encode())
 
@@ -196,7 +219,7 @@ def mount_openai(fake: FakeBatches, router: respx.MockRouter) -> None:
     def chat(request: httpx.Request) -> httpx.Response:
         body = json.loads(request.content)
         fake.interactive.append(body)
-        return httpx.Response(200, json=openai_completion(fake.answer(body)))
+        return httpx.Response(200, json=fake.response(body))
 
     router.post(f"{base}/files").mock(side_effect=upload)
     router.post(f"{base}/batches").mock(side_effect=create)
@@ -220,7 +243,7 @@ def mount_gemini(fake: FakeBatches, router: respx.MockRouter) -> None:
                 if fake.fail(body):
                     line["error"] = {"code": 13, "message": "Internal error encountered."}
                 else:
-                    line["response"] = gemini_response(fake.answer(body))
+                    line["response"] = fake.response(body)
                 responses.append(line)
             meta["output"] = {"inlinedResponses": {"inlinedResponses": responses}}
         return {"name": f"batches/{job_id}", "metadata": meta, "done": state != "BATCH_STATE_RUNNING"}
@@ -245,7 +268,7 @@ def mount_gemini(fake: FakeBatches, router: respx.MockRouter) -> None:
     def generate(request: httpx.Request) -> httpx.Response:
         body = json.loads(request.content)
         fake.interactive.append(body)
-        return httpx.Response(200, json=gemini_response(fake.answer(body)))
+        return httpx.Response(200, json=fake.response(body))
 
     router.post(url__regex=rf"{base}/models/gemini-test:batchGenerateContent").mock(side_effect=create)
     router.post(url__regex=rf"{base}/batches/(?P<job_id>[^/:]+):cancel").mock(side_effect=cancel)
@@ -253,13 +276,72 @@ def mount_gemini(fake: FakeBatches, router: respx.MockRouter) -> None:
     router.post(url__regex=rf"{base}/models/gemini-test:generateContent").mock(side_effect=generate)
 
 
-SPECS = {"openai": ("openai/gpt-test", ()), "google": ("google/gemini-test", ("--model-base-url", "https://gemini.test"))}
+def mount_anthropic(fake: FakeBatches, router: respx.MockRouter) -> None:
+    base = "https://api.anthropic.com/v1/messages"
+
+    def batch(job_id: str, status: str) -> Json:
+        n = len(fake.jobs[job_id])
+        ended = status == "ended"
+        failed = sum(fake.fail(body) for _, body in fake.jobs[job_id]) if ended else 0
+        cancelled = job_id in fake.cancelled
+        return {"id": job_id, "type": "message_batch", "processing_status": status,
+                "request_counts": {"processing": 0 if ended else n, "succeeded": 0 if cancelled or not ended else n - failed,
+                                   "errored": failed, "canceled": n if cancelled and ended else 0, "expired": 0},
+                "created_at": "2026-01-01T00:00:00Z", "expires_at": "2026-01-02T00:00:00Z",
+                "ended_at": "2026-01-01T01:00:00Z" if ended else None, "archived_at": None,
+                "cancel_initiated_at": None, "results_url": f"{base}/batches/{job_id}/results" if ended else None}
+
+    def create(request: httpx.Request) -> httpx.Response:
+        lines = json.loads(request.content)["requests"]
+        job_id = f"msgbatch_{len(fake.jobs) + 1:02d}"
+        fake.jobs[job_id] = [(x["custom_id"], x["params"]) for x in lines]
+        fake.polls[job_id] = 0
+        return httpx.Response(200, json=batch(job_id, "in_progress"))
+
+    def retrieve(request: httpx.Request, job_id: str) -> httpx.Response:
+        if (error := fake.poll_error()) is not None:
+            return error
+        state = fake.poll(job_id)
+        return httpx.Response(200, json=batch(job_id, "in_progress" if state == "running" else "ended"))
+
+    def results(request: httpx.Request, job_id: str) -> httpx.Response:
+        out = []
+        for cid, body in fake.jobs[job_id]:
+            if job_id in fake.cancelled:
+                result: Json = {"type": "canceled"}
+            elif fake.fail(body):
+                result = {"type": "errored", "error": {"type": "error", "request_id": "req_1",
+                                                       "error": {"type": "api_error", "message": "Internal server error"}}}
+            else:
+                result = {"type": "succeeded", "message": fake.response(body)}
+            out.append(json.dumps({"custom_id": cid, "result": result}))
+        return httpx.Response(200, content=("\n".join(out) + "\n").encode())
+
+    def cancel(request: httpx.Request, job_id: str) -> httpx.Response:
+        fake.cancelled.append(job_id)
+        return httpx.Response(200, json=batch(job_id, "canceling"))
+
+    def messages(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        fake.interactive.append(body)
+        return httpx.Response(200, json=fake.response(body))
+
+    router.post(f"{base}/batches").mock(side_effect=create)
+    router.get(url__regex=rf"{base}/batches/(?P<job_id>[^/]+)/results$").mock(side_effect=results)
+    router.post(url__regex=rf"{base}/batches/(?P<job_id>[^/]+)/cancel$").mock(side_effect=cancel)
+    router.get(url__regex=rf"{base}/batches/(?P<job_id>[^/]+)$").mock(side_effect=retrieve)
+    router.post(base).mock(side_effect=messages)
+
+
+SPECS = {"openai": ("openai/gpt-test", ()), "google": ("google/gemini-test", ("--model-base-url", "https://gemini.test")),
+         "anthropic": ("anthropic/claude-test", ())}
+MOUNTS = {"openai": mount_openai, "google": mount_gemini, "anthropic": mount_anthropic}
 
 
 @pytest.fixture(params=sorted(SPECS))
 def fake(request: pytest.FixtureRequest, items: list[Item], respx_mock: respx.MockRouter) -> FakeBatches:
     fake = FakeBatches(request.param, items)
-    (mount_openai if request.param == "openai" else mount_gemini)(fake, respx_mock)
+    MOUNTS[request.param](fake, respx_mock)
     return fake
 
 
@@ -299,7 +381,8 @@ def test_submit_poll_results(
     assert "submitted" in err and "waiting on 1 job(s)" in err and "next poll in 0.001 s" in err
     assert len(fake.jobs) == 1 and len(fake.bodies()) == 3 * N_ITEMS
     (job_id,) = fake.jobs
-    assert fake.polls[job_id] == 2  # running, then done
+    # running, then done (the anthropic SDK's results() retrieves the batch once more)
+    assert fake.polls[job_id] == (3 if fake.provider == "anthropic" else 2)
     check_graded(read_records(out / "records.jsonl"), items)
     (job,) = stored(out)
     assert job["provider"] == fake.provider and job["model"] == SPECS[fake.provider][0]
@@ -392,6 +475,8 @@ BODY_FLAGS = {
                "--temperature", "0.3"),
     "google": ("--max-output-tokens", "512", "--thinking-level", "low", "--model-option", "top_p=0.9",
                "--temperature", "0.3"),
+    "anthropic": ("--max-output-tokens", "512", "--reasoning-effort", "low", "--model-option", "top_k=3",
+                  "--temperature", "0.3"),
 }
 
 
@@ -404,7 +489,7 @@ def test_batch_bodies_equal_interactive_bodies(fake: FakeBatches, flags: tuple[s
     assert len(interactive) == 3 * N_ITEMS
     if flags:  # the options reached the wire
         sent = json.dumps(interactive[0])
-        assert "512" in sent and ("top_k" in sent if fake.provider == "openai" else "topP" in sent)
+        assert "512" in sent and ("topP" in sent if fake.provider == "google" else "top_k" in sent)
 
     submitted = {user_text(b): b for b in fake.bodies()}
     assert len(submitted) == len(interactive)

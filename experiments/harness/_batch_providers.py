@@ -249,7 +249,7 @@ class AnthropicBatches:
                 err = result.error.error
                 out[line.custom_id] = LineResult(error=f"batch line failed: {_short(f'{err.type}: {err.message}')}")
             else:  # canceled, expired
-                out[line.custom_id] = LineResult(error=f"batch line {result.type}")
+                out[line.custom_id] = LineResult(error=f"batch line {result.type} without a result for this request")
         for custom_id in order:
             if custom_id not in out:
                 out[custom_id] = LineResult(error="batch job ended without a result for this request")
