@@ -22,16 +22,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
-from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import BaseMessage
+from langchain_core.language_models import BaseChatModel, LanguageModelInput
+from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatResult
+from langchain_core.runnables import Runnable
 from pydantic import ConfigDict, Field, SkipValidation
 
 from medmis.agents import provider_family
@@ -203,6 +204,12 @@ class BatchChat(BaseChatModel):
     @property
     def _llm_type(self) -> str:
         return "medmis-batch"
+
+    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> Runnable[LanguageModelInput, AIMessage]:
+        """Tools bound as the real model binds them: its call arguments (the tool schemas in
+        its provider's format) reach :meth:`_agenerate`, which builds the request with them."""
+        binding = self.real.bind_tools(tools, **kwargs)
+        return self.bind(**binding.kwargs)
 
     def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None,
                   run_manager: CallbackManagerForLLMRun | None = None, **kwargs: Any) -> ChatResult:
