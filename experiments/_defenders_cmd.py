@@ -105,7 +105,8 @@ def run(plugins: Sequence[str] = ()) -> int:
     load_plugins(plugins)
     for spec in list_defenders():
         tags = [t for t, on in (("uses web tools", spec.uses_tools), ("control", spec.control),
-                                ("single call: --batch", spec.single_call)) if on]
+                                ("single call: --batch", spec.single_call),
+                                ("deterministic: --batch rounds", spec.deterministic and not spec.single_call)) if on]
         print(spec.name + (f"  [{', '.join(tags)}]" if tags else ""))
         if spec.description:
             print(f"    {spec.description}")

@@ -607,7 +607,7 @@ def test_plugin_declares_single_call(plugin_defenders: Any, fake: FakeBatches, t
     assert main(["defenders"]) == 0
     listing = capsys.readouterr().out
     assert "batch_test_once  [single call: --batch]" in listing and "none  [single call: --batch]" in listing
-    assert "search_agent  [uses web tools]" in listing
+    assert "search_agent  [uses web tools, deterministic: --batch rounds]" in listing
     assert run(fake, tmp_path / "ok", "--defender", "batch_test_once") == 0
     # context withheld by the plug-in: every protocol sends one request, submitted once
     assert len(fake.jobs) == 1 and len(fake.bodies()) == N_ITEMS

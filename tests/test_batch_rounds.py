@@ -170,3 +170,53 @@ def test_rounds_match_the_direct_path_and_resume_between_rounds(fake: FakeBatche
     # web tool calls went through the run's store, so every round read the same results
     assert json.loads((out / "manifest.json").read_text())["config"]["cache"] == "record"
     assert run(fake, out, batch=True) == 0 and len(fake.jobs) == len(book)  # complete: nothing to do
+
+
+def test_role_model_without_a_batch_api_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "run"
+    argv = ["run", "--data", str(DATA), "--subset", SUBSET, "--limit", "1", "--model", "openai/gpt-test",
+            "--defender", "search_agent", "--defender-option", "search_agent.planner_model=mock/examinee",
+            "--out", str(out), "--batch"]  # fmt: skip
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "mock/examinee has no batch API" in err[0]
+    assert not out.exists()
+
+
+@pytest.fixture
+def drifting_defender() -> Any:
+    """A plug-in declared deterministic whose every call asks something new (a counter)."""
+    from medmis.defenses import answer_from_reply, defender
+    from medmis.defenses._base import _REGISTRY
+    from medmis.experiments.benchmark import Answer, render_prompt
+
+    asked = iter(range(10**6))
+
+    @defender("batch_test_drift", deterministic=True)
+    def drift(opts: Any) -> Any:
+        async def solve(case: Any, ctx: Any) -> Answer:
+            prompt = render_prompt(case, preface=f"attempt {next(asked)}")
+            return answer_from_reply(await ctx.generate(prompt), case, ctx)
+        return solve
+
+    yield
+    _REGISTRY.pop("batch_test_drift", None)
+
+
+def test_requests_that_change_every_round_stop_the_run(
+    drifting_defender: Any, items: list[Item], respx_mock: respx.MockRouter, tmp_path: Path,
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from medmis.experiments.harness import _batch
+
+    monkeypatch.setattr(_batch, "MAX_ROUNDS", 3)
+    fake = FakeBatches("openai", items)
+    MOUNTS["openai"](fake, respx_mock)
+    argv = ["run", "--data", str(DATA), "--subset", SUBSET, "--limit", "1", "--model", "openai/gpt-test",
+            "--protocol", "clean", "--defender", "batch_test_drift", "--out", str(tmp_path / "run"),
+            "--batch", "--batch-poll", "0.001", "--no-progress"]  # fmt: skip
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "still ask new requests after 3 rounds" in err[-1]
+    assert len(fake.jobs) == 3
+    assert json.loads((tmp_path / "run" / "manifest.json").read_text())["stopped"] == "batch rounds exhausted"

@@ -106,6 +106,11 @@ class BatchApiError(RunSetupError):
     repeat); the stored jobs stay in ``batches.json`` for the next run."""
 
 
+class BatchRoundsError(RunSetupError):
+    """Cases still ask new requests after :data:`MAX_ROUNDS` rounds: a defender declared
+    deterministic whose requests change from one round to the next."""
+
+
 def _key(spec: str, d: Defender, case: Case) -> CaseKey:
     return (spec, d.label, case.protocol, case.item.key, case.target)
 
@@ -227,8 +232,8 @@ class BatchHarness(Harness):
                 self.notice("the batch jobs keep running at the provider (OUT/batches.json); re-run the "
                             "same command to collect their results, nothing is submitted twice")
             raise RunInterrupted(self.out) from None
-        except BatchApiError:
-            self.stats.stopped_reason = "batch API error"
+        except (BatchApiError, BatchRoundsError) as exc:
+            self.stats.stopped_reason = "batch API error" if isinstance(exc, BatchApiError) else "batch rounds exhausted"
             self._finish(records_path)
             raise
         finally:
@@ -262,7 +267,7 @@ class BatchHarness(Harness):
         while pending and not self.stats.stopped_reason:
             rounds += 1
             if rounds > MAX_ROUNDS:
-                raise RunSetupError(f"--batch: {len(pending)} case(s) still ask new requests after {MAX_ROUNDS} "
+                raise BatchRoundsError(f"--batch: {len(pending)} case(s) still ask new requests after {MAX_ROUNDS} "
                                     "rounds: a defender's requests change from one round to the next")
             progress = RunProgress(len(pending), enabled=self.config.progress)
             loop = RoundLoop(self, pending, rec_fh, clean_state, trace_handles=trace_handles)
