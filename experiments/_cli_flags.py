@@ -119,9 +119,10 @@ def decoding_options(args: argparse.Namespace) -> dict[str, Any]:
 
 def add_batch_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch", action="store_true",
-                   help="submit the cases as provider batch jobs (openai/ and google/ models, "
-                        "single-call defenders); job ids go to OUT/batches.json, and re-running "
-                        "the same command polls them again (never resubmits)")
+                   help="submit the cases' model calls as provider batch jobs, round by round "
+                        "(openai/, google/ and anthropic/ models; single-call or deterministic "
+                        "defenders); job ids go to OUT/batches.json, and re-running the same "
+                        "command polls them again (never resubmits)")
     p.add_argument("--batch-poll", type=_float_range(0.0, None, "a number of seconds above 0"),
                    default=30.0, metavar="S",
                    help="seconds between polls of the batch jobs (default 30)")

@@ -260,8 +260,9 @@ class AblationConfig(BaseModel):
     blocklist: str | None = None
     budget_usd: float | None = None
     batch: bool = False
-    """Run through provider batch jobs (``medmis run --batch``): openai/ and google/ models,
-    single-call defenders; prices are list prices, less ``batch_discount``."""
+    """Run through provider batch jobs (``medmis run --batch``): openai/, google/ and anthropic/
+    models, single-call or deterministic defenders (in rounds); prices are list prices, less
+    ``batch_discount``."""
     batch_poll_s: float = Field(default=30.0, gt=0)
     batch_discount: float = Field(default=0.5, ge=0, lt=1)
     model_options: dict[str, Any] = Field(default_factory=dict)

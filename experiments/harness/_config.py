@@ -29,7 +29,8 @@ SearchBackendName = Literal["tavily", "serper", "local"]
 VisitBackendName = Literal["direct", "jina"]
 
 BATCH_DISCOUNT = 0.5
-"""The OpenAI Batch API and Gemini batch mode bill 50% of the interactive list price."""
+"""The OpenAI Batch API, Gemini batch mode and Anthropic Message Batches bill 50% of the
+interactive list price."""
 
 INVALID_ROWS_FILE = "invalid_rows.txt"
 """Written into the run folder under ``on_invalid="skip"``: one line per problem in the data."""
@@ -171,7 +172,8 @@ class RunOptions(BaseModel):
     prices: dict[str, tuple[float, float]] = Field(default_factory=dict)
     """USD per million input and output tokens by model spec (recorded in manifest.json)."""
     batch: bool = False
-    """Submit the cases as provider batch jobs (OpenAI Batch API, Gemini batches)."""
+    """Submit the cases' model calls as provider batch jobs, round by round (OpenAI Batch API,
+    Gemini batches, Anthropic Message Batches)."""
     batch_poll_s: float = Field(default=30.0, gt=0)
     """Seconds between two polls of the run's pending batch jobs."""
     batch_discount: float = Field(default=BATCH_DISCOUNT, ge=0, lt=1)
