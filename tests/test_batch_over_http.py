@@ -156,6 +156,12 @@ class FakeBatches:
         plain = {"openai": openai_completion, "google": gemini_response, "anthropic": anthropic_message}
         return plain[self.provider](self.answer(body))
 
+    def direct(self, request: httpx.Request) -> httpx.Response:
+        """The interactive endpoint: the same answer as a batch line, the body kept."""
+        body = json.loads(request.content)
+        self.interactive.append(body)
+        return httpx.Response(200, json=self.response(body))
+
     def bodies(self) -> list[Json]:
         return [body for lines in self.jobs.values() for _, body in lines]
 
@@ -216,17 +222,12 @@ def mount_openai(fake: FakeBatches, router: respx.MockRouter) -> None:
         fake.cancelled.append(job_id)
         return httpx.Response(200, json=batch(job_id, "cancelling"))
 
-    def chat(request: httpx.Request) -> httpx.Response:
-        body = json.loads(request.content)
-        fake.interactive.append(body)
-        return httpx.Response(200, json=fake.response(body))
-
     router.post(f"{base}/files").mock(side_effect=upload)
     router.post(f"{base}/batches").mock(side_effect=create)
     router.post(url__regex=rf"{base}/batches/(?P<job_id>[^/]+)/cancel").mock(side_effect=cancel)
     router.get(url__regex=rf"{base}/batches/(?P<job_id>[^/]+)$").mock(side_effect=retrieve)
     router.get(url__regex=rf"{base}/files/(?P<kind>out|err)-(?P<job_id>[^/]+)/content").mock(side_effect=content)
-    router.post(f"{base}/chat/completions").mock(side_effect=chat)
+    router.post(f"{base}/chat/completions").mock(side_effect=fake.direct)
 
 
 def mount_gemini(fake: FakeBatches, router: respx.MockRouter) -> None:
@@ -265,15 +266,10 @@ def mount_gemini(fake: FakeBatches, router: respx.MockRouter) -> None:
         fake.cancelled.append(job_id)
         return httpx.Response(200, json={})
 
-    def generate(request: httpx.Request) -> httpx.Response:
-        body = json.loads(request.content)
-        fake.interactive.append(body)
-        return httpx.Response(200, json=fake.response(body))
-
     router.post(url__regex=rf"{base}/models/gemini-test:batchGenerateContent").mock(side_effect=create)
     router.post(url__regex=rf"{base}/batches/(?P<job_id>[^/:]+):cancel").mock(side_effect=cancel)
     router.get(url__regex=rf"{base}/batches/(?P<job_id>[^/:]+)$").mock(side_effect=get)
-    router.post(url__regex=rf"{base}/models/gemini-test:generateContent").mock(side_effect=generate)
+    router.post(url__regex=rf"{base}/models/gemini-test:generateContent").mock(side_effect=fake.direct)
 
 
 def mount_anthropic(fake: FakeBatches, router: respx.MockRouter) -> None:
@@ -321,16 +317,11 @@ def mount_anthropic(fake: FakeBatches, router: respx.MockRouter) -> None:
         fake.cancelled.append(job_id)
         return httpx.Response(200, json=batch(job_id, "canceling"))
 
-    def messages(request: httpx.Request) -> httpx.Response:
-        body = json.loads(request.content)
-        fake.interactive.append(body)
-        return httpx.Response(200, json=fake.response(body))
-
     router.post(f"{base}/batches").mock(side_effect=create)
     router.get(url__regex=rf"{base}/batches/(?P<job_id>[^/]+)/results$").mock(side_effect=results)
     router.post(url__regex=rf"{base}/batches/(?P<job_id>[^/]+)/cancel$").mock(side_effect=cancel)
     router.get(url__regex=rf"{base}/batches/(?P<job_id>[^/]+)$").mock(side_effect=retrieve)
-    router.post(base).mock(side_effect=messages)
+    router.post(base).mock(side_effect=fake.direct)
 
 
 SPECS = {"openai": ("openai/gpt-test", ()), "google": ("google/gemini-test", ("--model-base-url", "https://gemini.test")),

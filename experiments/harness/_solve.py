@@ -3,8 +3,7 @@ web tools routed behind the facade, and with whatever the defender's code raises
 that case.
 
 Every path that runs cases comes through :func:`solve_case`: :meth:`~._runner.Harness.run_case`
-(direct runs and a batch run's answered cases) and the request
-collection of ``--batch`` (:mod:`._batch`).
+(direct runs, and each round of ``--batch``, :mod:`._batch`).
 
 * **Deadline.** A defender that never returns (awaits forever, a server that never answers
   below every other timeout) would hold its worker, and at the end the whole run, forever.
