@@ -471,15 +471,24 @@ BODY_FLAGS = {
 }
 
 
-@pytest.mark.parametrize("flags", [(), ("options",)], ids=["defaults", "options"])
+@pytest.mark.parametrize("flags", [(), ("options",), ("native",)], ids=["defaults", "options", "native"])
 def test_batch_bodies_equal_interactive_bodies(fake: FakeBatches, flags: tuple[str, ...], tmp_path: Path) -> None:
-    extra = (*BODY_FLAGS[fake.provider], "--defender", "warning", "--prompt", "toolkit") if flags else ()
+    if flags == ("native",):
+        # Claude's native structured output: the paper preset's schema goes out as
+        # output_config.format and the batch reply is parsed as the interactive one is
+        if fake.provider != "anthropic":
+            pytest.skip("structured_output=native is an anthropic/ model option")
+        extra: tuple[str, ...] = ("--model-option", "structured_output=native")
+    else:
+        extra = (*BODY_FLAGS[fake.provider], "--defender", "warning", "--prompt", "toolkit") if flags else ()
     assert run(fake, tmp_path / "live", *extra, batch=False) == 0
     assert run(fake, tmp_path / "batch", *extra) == 0
     interactive = fake.interactive
     assert len(interactive) == 3 * N_ITEMS
-    if flags:  # the options reached the wire
-        sent = json.dumps(interactive[0])
+    sent = json.dumps(interactive[0])
+    if flags == ("native",):
+        assert '"json_schema"' in sent
+    elif flags:  # the options reached the wire
         assert "512" in sent and ("topP" in sent if fake.provider == "google" else "top_k" in sent)
 
     submitted = {user_text(b): b for b in fake.bodies()}
@@ -491,6 +500,8 @@ def test_batch_bodies_equal_interactive_bodies(fake: FakeBatches, flags: tuple[s
     batch = {(r.item_id, r.protocol, r.target): (r.choice, r.correct, r.usage, r.method)
              for r in read_records(tmp_path / "batch" / "records.jsonl")}
     assert batch == live
+    if flags == ("native",):  # the decoded object was read, on both paths
+        assert {method for *_, method in batch.values()} == {"structured"}
 
 
 @pytest.mark.parametrize(
