@@ -39,7 +39,7 @@ from medmis.tools import Page, SearchResult, ToolError, routed
 
 from ._base import create_defender, get_spec
 from ._case import Answer, CaseView
-from ._context import DefenderContext
+from ._context import DefenderContext, message_to_dict
 
 
 @dataclass(frozen=True)
@@ -465,6 +465,12 @@ def toy_item() -> Item:
     )
 
 
+def _requests(model: ScriptedChatModel) -> list[str]:
+    """The requests a scripted model was sent, as comparable JSON."""
+    return [json.dumps({**call, "messages": [message_to_dict(m) for m in call["messages"]]},
+                       sort_keys=True, default=str) for call in model.calls]
+
+
 async def check_defender(
     name: str,
     options: dict[str, Any] | None = None,
@@ -477,7 +483,9 @@ async def check_defender(
     Every case must end in a parsed, traced Answer whose call and token counts match its
     trace, with working tools, with tools that always fail, and with no tools; a provider
     error must stop the case instead of becoming an answer; a defender declared
-    ``single_call`` must make exactly one model call and no tool call. A defender declared
+    ``single_call`` must make exactly one model call and no tool call, and one declared
+    ``deterministic`` must send the same requests when run again with the same replies. A
+    defender declared
     open-capable (``answer_formats``) must also answer each case asked without its options with
     free text and no choice. The defender is given
     each case's :class:`CaseView`, as in a run.
@@ -505,6 +513,13 @@ async def check_defender(
             assert answer.usage.input_tokens > 0, f"{where}: usage not counted"
             if get_spec(name).single_call:  # what `medmis run --batch` relies on
                 assert (answer.llm_calls, answer.tool_calls) == (1, 0), f"{where}: declared single_call"
+            if get_spec(name).deterministic and label == "tools":  # what `--batch` rounds rely on
+                again = ScriptedChatModel(outputs=FakeExaminee(item, tool_turns=2))
+                with routed(make()) as tools:
+                    ctx = DefenderContext(model=again, model_spec="mock/fake", tools=tools)
+                    await create_defender(name, options)(toy_view(item, protocol), ctx)
+                assert _requests(again) == _requests(model), (
+                    f"{where}: declared deterministic, but the same replies led to other requests")
             json.loads(answer.model_dump_json())
             answers.append(answer)
     if get_spec(name).works_with("open"):  # declared open-capable: the same cases without options

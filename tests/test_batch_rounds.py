@@ -220,3 +220,13 @@ def test_requests_that_change_every_round_stop_the_run(
     assert len(err) == 1 and "still ask new requests after 3 rounds" in err[-1]
     assert len(fake.jobs) == 3
     assert json.loads((tmp_path / "run" / "manifest.json").read_text())["stopped"] == "batch rounds exhausted"
+
+
+def test_contract_kit_catches_a_false_deterministic_declaration(drifting_defender: Any) -> None:
+    import asyncio
+
+    from medmis.defenses.testing import check_defender
+
+    with pytest.raises(AssertionError, match="declared deterministic"):
+        asyncio.run(check_defender("batch_test_drift", protocols=("clean",)))
+    asyncio.run(check_defender("claim_verify", protocols=("type1",)))  # a true declaration holds
