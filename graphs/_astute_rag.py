@@ -216,6 +216,7 @@ def astute_rag_solver(opts: AstuteRagOptions) -> SolveFn:
 
 @defender(
     "astute_rag",
+    deterministic=True,  # same case, options and replies: same requests (--batch rounds)
     options=AstuteRagOptions,
     description="Astute RAG: a passage of internal knowledge, source-aware consolidation with the context, answer from the most reliable group.",
     uses_tools=True,  # with search_results > 0; by default it makes no tool call

@@ -156,6 +156,7 @@ def calibrate_solver(opts: CalibrateOptions) -> SolveFn:
 
 @defender(
     "calibrate",
+    deterministic=True,  # same case, options and replies: same requests (--batch rounds)
     options=CalibrateOptions,
     description="Answers with and without context and keeps the answer whose token probabilities are "
     "higher (ClashEval's token probability correction; needs logprobs).",

@@ -180,6 +180,7 @@ class EscalateOptions(DefenderOptions):
 
 @defender(
     "escalate",
+    deterministic=True,  # same case, options and replies: same requests (--batch rounds)
     options=EscalateOptions,
     description="Cost-aware ladder: warning prompt vs. a context-free answer; verifies the conflicting claims only when they disagree.",
     uses_tools=True,

@@ -242,6 +242,7 @@ def isolate_vote_prompts(opts: IsolateVoteOptions) -> dict[str, str]:
 
 @defender(
     "isolate_vote",
+    deterministic=True,  # same case, options and replies: same requests (--batch rounds)
     options=IsolateVoteOptions,
     description="Answers once per isolated context sentence and once without context, then a margin vote (RobustRAG).",
     prompts=isolate_vote_prompts,

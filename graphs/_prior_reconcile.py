@@ -171,6 +171,7 @@ def prior_reconcile_prompts(opts: PriorReconcileOptions) -> dict[str, str]:
 
 @defender(
     "prior_reconcile",
+    deterministic=True,  # same case, options and replies: same requests (--batch rounds)
     options=PriorReconcileOptions,
     description="Answers without, then with untrusted context; on conflict switches only for a claim consistent with established knowledge (Astute RAG).",
     prompts=prior_reconcile_prompts,

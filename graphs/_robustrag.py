@@ -302,6 +302,7 @@ def robustrag_solver(opts: RobustRAGOptions) -> SolveFn:
 
 @defender(
     "robustrag",
+    deterministic=True,  # same case, options and replies: same requests (--batch rounds)
     options=RobustRAGOptions,
     description=(
         "Answers from each passage (context sentence, or search result with search_results=N) in "

@@ -179,6 +179,7 @@ def sanitize_solver(opts: SanitizeOptions) -> SolveFn:
 
 @defender(
     "sanitize",
+    deterministic=True,  # same case, options and replies: same requests (--batch rounds)
     options=SanitizeOptions,
     description="Sanitizer: a guardrail call names injected or misleading context sentences, which are "
     "removed before the answer call (after PromptArmor).",

@@ -81,6 +81,7 @@ def spotlight_context(sentences: list[str], opts: SpotlightOptions) -> list[str]
 
 @defender(
     "spotlight",
+    deterministic=True,  # same case, options and replies: same requests (--batch rounds)
     answer_formats=("mcq", "open"),  # renders the case and reads the reply: no option needed
     options=SpotlightOptions,
     description="Spotlighting: datamarks or delimits the untrusted context and explains the marking (one call; a cheap control).",

@@ -551,6 +551,7 @@ def _trustrag_missing() -> str | None:
 
 @defender(
     "trustrag",
+    deterministic=True,  # same case, options and replies: same requests (--batch rounds)
     options=TrustRagOptions,
     description="TrustRAG: K-means (k=2) on local MiniLM embeddings drops a coordinated cluster of passages, then internal knowledge, consolidation and a final self-assessed answer.",
     uses_tools=True,  # with search_results > 0; by default it makes no tool call

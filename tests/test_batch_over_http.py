@@ -507,7 +507,6 @@ def test_batch_bodies_equal_interactive_bodies(fake: FakeBatches, flags: tuple[s
 @pytest.mark.parametrize(
     ("spec", "defender", "message"),
     [
-        ("openai/gpt-test", "isolate_vote", "not declared deterministic"),
         ("mock/examinee", "none", "has no batch API"),
         ("langchain:openai:gpt-test", "none", "has no batch API"),
     ],

@@ -185,22 +185,36 @@ def test_role_model_without_a_batch_api_is_refused(tmp_path: Path, capsys: pytes
 
 @pytest.fixture
 def drifting_defender() -> Any:
-    """A plug-in declared deterministic whose every call asks something new (a counter)."""
+    """Plug-ins whose every call asks something new (a counter): one declared deterministic
+    (falsely), one that declares nothing."""
     from medmis.defenses import answer_from_reply, defender
     from medmis.defenses._base import _REGISTRY
     from medmis.experiments.benchmark import Answer, render_prompt
 
     asked = iter(range(10**6))
 
-    @defender("batch_test_drift", deterministic=True)
     def drift(opts: Any) -> Any:
         async def solve(case: Any, ctx: Any) -> Answer:
             prompt = render_prompt(case, preface=f"attempt {next(asked)}")
             return answer_from_reply(await ctx.generate(prompt), case, ctx)
         return solve
 
+    defender("batch_test_drift", deterministic=True)(drift)
+    defender("batch_test_undeclared")(drift)
     yield
-    _REGISTRY.pop("batch_test_drift", None)
+    for name in ("batch_test_drift", "batch_test_undeclared"):
+        _REGISTRY.pop(name, None)
+
+
+def test_undeclared_defender_is_refused(drifting_defender: Any, tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "run"
+    argv = ["run", "--data", str(DATA), "--subset", SUBSET, "--limit", "1", "--model", "anthropic/claude-test",
+            "--defender", "batch_test_undeclared", "--out", str(out), "--batch"]  # fmt: skip
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "batch_test_undeclared are not declared deterministic" in err[0]
+    assert not out.exists()
 
 
 def test_requests_that_change_every_round_stop_the_run(

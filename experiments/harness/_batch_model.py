@@ -35,7 +35,7 @@ from langchain_core.outputs import ChatResult
 from langchain_core.runnables import Runnable
 from pydantic import ConfigDict, Field, SkipValidation
 
-from medmis.agents import provider_family
+from medmis.agents import accepts_logprobs, provider_family
 
 BATCH_FAMILIES = ("openai", "google", "anthropic")
 """Provider families with a batch API this toolkit drives (OpenAI Batch API, Gemini batches,
@@ -199,7 +199,7 @@ class BatchChat(BaseChatModel):
 
     @property
     def accepts_logprobs(self) -> bool:
-        return bool(getattr(self.real, "accepts_logprobs", False))
+        return accepts_logprobs(self.real)
 
     @property
     def _llm_type(self) -> str:
