@@ -118,6 +118,7 @@ class FakeBatches:
         self.running = 1
         self.interrupt_first_poll = False
         self.fail: Callable[[Json], bool] = lambda body: False
+        self._failed: dict[tuple[str, str], bool] = {}
         self.interactive: list[Json] = []
         self.poll_errors: list[int] = []  # HTTP statuses the next polls answer with
         # the provider's response body for a request (None: ``answer``'s JSON text in a plain reply)
@@ -156,6 +157,11 @@ class FakeBatches:
         plain = {"openai": openai_completion, "google": gemini_response, "anthropic": anthropic_message}
         return plain[self.provider](self.answer(body))
 
+    def fails(self, job_id: str, custom_id: str, body: Json) -> bool:
+        """Whether a job's line failed: decided by ``fail`` when first asked, then fixed, as a
+        provider's results are (a later ``fail`` affects later jobs only)."""
+        return self._failed.setdefault((job_id, custom_id), self.fail(body))
+
     def direct(self, request: httpx.Request) -> httpx.Response:
         """The interactive endpoint: the same answer as a batch line, the body kept."""
         body = json.loads(request.content)
@@ -179,7 +185,7 @@ def mount_openai(fake: FakeBatches, router: respx.MockRouter) -> None:
 
     def batch(job_id: str, status: str) -> Json:
         lines = fake.jobs[job_id]
-        failed = sum(fake.fail(body) for _, body in lines)
+        failed = sum(fake.fails(job_id, cid, body) for cid, body in lines)
         done = status == "completed"
         return {"id": job_id, "object": "batch", "endpoint": "/v1/chat/completions", "errors": None,
                 "input_file_id": "file-in", "completion_window": "24h", "status": status, "created_at": 1,
@@ -208,7 +214,7 @@ def mount_openai(fake: FakeBatches, router: respx.MockRouter) -> None:
     def content(request: httpx.Request, kind: str, job_id: str) -> httpx.Response:
         out = []
         for n, (cid, body) in enumerate(fake.jobs[job_id]):
-            if fake.fail(body) != (kind == "err"):
+            if fake.fails(job_id, cid, body) != (kind == "err"):
                 continue
             if kind == "err":
                 response = {"status_code": 500, "request_id": f"req-{n}",
@@ -241,7 +247,7 @@ def mount_gemini(fake: FakeBatches, router: respx.MockRouter) -> None:
             responses = []
             for cid, body in fake.jobs[job_id]:
                 line: Json = {"metadata": {"custom_id": cid}}
-                if fake.fail(body):
+                if fake.fails(job_id, cid, body):
                     line["error"] = {"code": 13, "message": "Internal error encountered."}
                 else:
                     line["response"] = fake.response(body)
@@ -278,7 +284,7 @@ def mount_anthropic(fake: FakeBatches, router: respx.MockRouter) -> None:
     def batch(job_id: str, status: str) -> Json:
         n = len(fake.jobs[job_id])
         ended = status == "ended"
-        failed = sum(fake.fail(body) for _, body in fake.jobs[job_id]) if ended else 0
+        failed = sum(fake.fails(job_id, cid, body) for cid, body in fake.jobs[job_id]) if ended else 0
         cancelled = job_id in fake.cancelled
         return {"id": job_id, "type": "message_batch", "processing_status": status,
                 "request_counts": {"processing": 0 if ended else n, "succeeded": 0 if cancelled or not ended else n - failed,
@@ -305,7 +311,7 @@ def mount_anthropic(fake: FakeBatches, router: respx.MockRouter) -> None:
         for cid, body in fake.jobs[job_id]:
             if job_id in fake.cancelled:
                 result: Json = {"type": "canceled"}
-            elif fake.fail(body):
+            elif fake.fails(job_id, cid, body):
                 result = {"type": "errored", "error": {"type": "error", "request_id": "req_1",
                                                        "error": {"type": "api_error", "message": "Internal server error"}}}
             else:

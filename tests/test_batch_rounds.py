@@ -122,11 +122,11 @@ def fake(request: pytest.FixtureRequest, items: list[Item], respx_mock: respx.Mo
     return fake
 
 
-def run(fake: FakeBatches, out: Path, *, batch: bool) -> int:
+def run(fake: FakeBatches, out: Path, *, batch: bool, extra: tuple[str, ...] = ()) -> int:
     spec, flags = SPECS[fake.provider]
     argv = ["run", "--data", str(DATA), "--subset", SUBSET, "--limit", str(N_ITEMS), "--model", spec, *flags,
             *(x for d in DEFENDERS for x in ("--defender", d)), "--search", "local", "--corpus-dir", str(CORPUS),
-            "--out", str(out), "--max-retries", "0", "--no-progress"]  # fmt: skip
+            "--out", str(out), "--max-retries", "0", "--no-progress", *extra]  # fmt: skip
     return main([*argv, "--batch", "--batch-poll", "0.001"] if batch else argv)
 
 
@@ -244,3 +244,30 @@ def test_contract_kit_catches_a_false_deterministic_declaration(drifting_defende
     with pytest.raises(AssertionError, match="declared deterministic"):
         asyncio.run(check_defender("batch_test_drift", protocols=("clean",)))
     asyncio.run(check_defender("claim_verify", protocols=("type1",)))  # a true declaration holds
+
+
+def test_retry_errors_resubmits_only_the_failed_requests(items: list[Item], respx_mock: respx.MockRouter,
+                                                         tmp_path: Path) -> None:
+    fake = FakeBatches("openai", items)
+    fake.reply = examinee_reply("openai", items)
+    MOUNTS["openai"](fake, respx_mock)
+    assert run(fake, tmp_path / "live", batch=False) == 0
+    expected = answers(tmp_path / "live")
+
+    def after_a_tool(body: Json) -> bool:  # a later round's request: it carries a tool result
+        return any(m["role"] == "tool" for m in body["messages"])
+
+    out = tmp_path / "batch"
+    fake.fail = after_a_tool
+    assert run(fake, out, batch=True) == 1
+    failed = {cid for lines in fake.jobs.values() for cid, body in lines if after_a_tool(body)}
+    before = {cid for lines in fake.jobs.values() for cid, _ in lines}
+    errors = [r for r in read_records(out / "records.jsonl") if r.error]
+    assert failed and errors and all("batch line failed" in r.error for r in errors)
+
+    fake.fail = lambda body: False
+    n_jobs = len(fake.jobs)
+    assert run(fake, out, batch=True, extra=("--retry-errors",)) == 0
+    again = {cid for lines in list(fake.jobs.values())[n_jobs:] for cid, _ in lines}
+    assert again & before == failed  # the answered rounds are replayed from their jobs' results
+    assert answers(out) == expected

@@ -256,8 +256,11 @@ class BatchHarness(Harness):
     async def _rounds(self, book: BatchBook, todo: list[CaseJob], rec_fh: Any, trace_handles: dict[str, Any],
                       clean_state: dict[tuple[str, str, str], bool]) -> int:
         """Rounds until every case is written (or the run stops); the records written."""
-        for job in book.open_jobs():
-            if job.ended:  # a resumed run: what earlier rounds were answered
+        pending_keys = {_key(*j) for j in todo}
+        for job in book.jobs:
+            # a resumed run: what earlier rounds answered its cases (a job collected already
+            # too: a case redone by --retry-errors replays its answered rounds, not resubmits them)
+            if job.ended and any(k in pending_keys for cid in job.requests for k in job.keys(cid)):
                 await self._read_results(job, forget_errors=self.config.retry_errors)
         # the harness's own case path with batch models and no retries (a batch answer is
         # what it is; asking again would give the same)
