@@ -167,6 +167,15 @@ def build_parser() -> argparse.ArgumentParser:
     add_shard_flags(abl)
     add_plugin_flag(abl)
 
+    mrg = sub.add_parser("merge", help="join the shard folders of one run (or ablation grid) into one folder",
+                         epilog=EXIT_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    mrg.add_argument("shards", nargs="+", metavar="SHARD_DIR",
+                     help="every shard's folder (its --out), shards 0..N-1 once each, in any order")
+    mrg.add_argument("--out", required=True, help="the merged run folder (new, or an empty folder)")
+    mrg.add_argument("--config", default=None, metavar="CONFIG.toml",
+                     help="for the grid folders of `medmis ablate --shard`: the config, for its baseline and "
+                          "[verdict] settings (default: the report's defaults)")
+
     from medmis.experiments._data_cli import add_data_parsers
 
     add_data_parsers(sub)
@@ -387,6 +396,14 @@ def _cmd_ablate(args: argparse.Namespace, argv: Sequence[str]) -> int:
                           plugins=args.plugin)
 
 
+def _cmd_merge(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from medmis.experiments.shards import merge_command
+
+    return merge_command([Path(d) for d in args.shards], Path(args.out), config=args.config, notice=_notice)
+
+
 def _dispatch(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if args.command == "run":
         return _cmd_run(args, argv)
@@ -394,6 +411,8 @@ def _dispatch(args: argparse.Namespace, argv: Sequence[str]) -> int:
         return _cmd_report(args)
     if args.command == "ablate":
         return _cmd_ablate(args, argv)
+    if args.command == "merge":
+        return _cmd_merge(args)
     if args.command == "data":
         from medmis.experiments._data_cli import run_data
 
