@@ -206,9 +206,19 @@ def build_then_move(out: Path, build: Any) -> None:
         raise
 
 
-def _order(record: Record) -> tuple[int, str, str, str, str, str]:
-    return (PROTOCOLS.index(record.protocol), record.model, record.defender, record.subset, record.item_id,
-            record.target or "")
+def run_order(manifest: dict[str, Any]) -> Any:
+    """The sort key that lists records as a run queues its cases: clean ones first, then by
+    model and defender in the run's order (the report lists them in the order they first
+    appear), protocol, item and target."""
+    models = {m: i for i, m in enumerate(manifest.get("models") or [])}
+    labels = {d.get("label"): i for i, d in enumerate(manifest.get("defenders") or []) if isinstance(d, dict)}
+
+    def key(record: Record) -> tuple[bool, int, str, int, str, int, str, str, str]:
+        return (record.protocol != "clean", models.get(record.model, len(models)), record.model,
+                labels.get(record.defender, len(labels)), record.defender, PROTOCOLS.index(record.protocol),
+                record.subset, record.item_id, record.target or "")
+
+    return key
 
 
 def _merge_into(dest: Path, out: Path, shards: Sequence[ShardFolder]) -> None:
@@ -216,7 +226,7 @@ def _merge_into(dest: Path, out: Path, shards: Sequence[ShardFolder]) -> None:
     for folder in shards:
         kept, _ = keep_planned(folder.path, read_records(folder.path / "records.jsonl"))
         records += kept
-    append_records(dest / "records.jsonl", sorted(records, key=_order))
+    append_records(dest / "records.jsonl", sorted(records, key=run_order(shards[0].manifest)))
     _merge_traces(dest, shards)
     plans = [load_plan(folder.path) for folder in shards]
     if all(plan is not None for plan in plans):
