@@ -130,8 +130,8 @@ def _copies(folders: list[Path], where: Path) -> list[Path]:
 def test_merged_shards_equal_the_single_run(shard_runs: tuple[Path, list[Path]], tmp_path: Path,
                                             capsys: pytest.CaptureFixture[str]) -> None:
     single, shards = shard_runs
-    counts = [sum(1 for _ in open(s / "records.jsonl")) for s in shards]
-    assert all(counts) and sum(counts) == sum(1 for _ in open(single / "records.jsonl"))
+    counts = [len((s / "records.jsonl").read_text().splitlines()) for s in shards]
+    assert all(counts) and sum(counts) == len((single / "records.jsonl").read_text().splitlines())
     merged = tmp_path / "merged"
     assert main(["merge", *map(str, reversed(shards)), "--out", str(merged)]) == 0  # any order
     for name in ("metrics.json", "verdict.json", "metrics.csv"):
