@@ -280,7 +280,7 @@ def merge_stores(target: Path, sources: Sequence[Path]) -> int:
 
 def _write_manifest(dest: Path, out: Path, shards: Sequence[ShardFolder]) -> None:
     manifest = json.loads(json.dumps(shards[0].manifest))  # a deep copy
-    for key in ("shard", "outcome", "stopped", "concurrency"):
+    for key in ("shard", "outcome", "stopped", "concurrency", "rate_budget"):  # the shards' own
         manifest.pop(key, None)
     config = manifest.get("config")
     if isinstance(config, dict):
