@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 from langchain_core.messages import AIMessage
+from test_limiter import FakeClock
 
 from medmis.agents import AdaptiveLimiter, RateBudget
 from medmis.experiments.cli import main
 from medmis.experiments.harness import RunConfig
-
-from test_limiter import FakeClock
+from medmis.experiments.shards import Shard
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -67,7 +67,7 @@ def test_tokens_are_corrected_from_the_reply_usage() -> None:
 
 def test_a_shard_takes_its_share_of_the_total() -> None:
     config = RunConfig(data="x", models=["mock/examinee"], defenders=[], out="o", max_rps=8, max_tpm=4000,
-                       shard="1/4")
+                       shard=Shard(index=1, count=4))
     assert config.rate_budget() == {"total": {"max_rps": 8, "max_tpm": 4000}, "share": 0.25,
                                     "per_shard": {"max_rps": 2.0, "max_tpm": 1000.0}}
     assert RunConfig(data="x", models=["m"], defenders=[], out="o").rate_budget() is None
