@@ -137,7 +137,7 @@ def test_merged_shards_equal_the_single_run(shard_runs: tuple[Path, list[Path]],
     for name in ("metrics.json", "verdict.json", "metrics.csv"):
         assert (merged / name).read_bytes() == (single / name).read_bytes(), name
     manifest = json.loads((merged / "manifest.json").read_text())
-    assert "shard" not in manifest and manifest["merged"]["shards"] == 4
+    assert "shard" not in manifest and manifest["merged"]["shards"] == 4 and "--shard" not in manifest["command"]
     assert manifest["cases_per_model_defender"] == json.loads(
         (single / "manifest.json").read_text())["cases_per_model_defender"]
     # the stores merged: a replay of the whole run from the merged store sends nothing anew
@@ -233,3 +233,16 @@ def test_merged_grid_equals_the_single_grid(tmp_path: Path, fixed_clock: None) -
     for name in ("metrics.json", "verdict.json", "stability.json", "type2_shuffled/metrics.json"):
         assert (tmp_path / "merged" / name).read_bytes() == (tmp_path / "single" / name).read_bytes(), name
     assert (tmp_path / "merged" / "stability" / "seed-1" / "records.jsonl").is_file()
+
+
+def test_a_shard_without_items_merges(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """More shards than items: the empty ones finish (an empty records.jsonl) and merge."""
+    args = ["run", "--data", str(DATA), "--limit", "2", "--model", "mock/examinee", "--defender", "none",
+            "--no-progress"]
+    folders = [tmp_path / f"s{k}" for k in range(5)]
+    for k, folder in enumerate(folders):
+        assert main([*args, "--out", str(folder), "--shard", f"{k}/5"]) == 0
+    sizes = [len((f / "records.jsonl").read_text().splitlines()) for f in folders]
+    assert 0 in sizes and sum(sizes) == 2 * 3  # two items, three protocols (sampled targets)
+    assert main(["merge", *map(str, folders), "--out", str(tmp_path / "merged")]) == 0
+    assert len((tmp_path / "merged" / "records.jsonl").read_text().splitlines()) == 6

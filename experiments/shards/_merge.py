@@ -286,12 +286,29 @@ def _write_manifest(dest: Path, out: Path, shards: Sequence[ShardFolder]) -> Non
     if isinstance(config, dict):
         config["shard"] = None
         config["out"] = str(out)
+    command = manifest.get("command")
+    if isinstance(command, list):  # shard 0's command without its --shard: the run's
+        manifest["command"] = _without_shard(command)
     manifest["cases_per_model_defender"] = sum(int(s.manifest.get("cases_per_model_defender") or 0)
                                                for s in shards)
     manifest["created"] = min(str(s.manifest.get("created", "")) for s in shards)
     manifest["updated"] = datetime.now(UTC).isoformat(timespec="seconds")
     manifest["merged"] = {"shards": len(shards), "from": [str(s.path) for s in shards]}
     (dest / MANIFEST).write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def _without_shard(command: list[str]) -> list[str]:
+    kept: list[str] = []
+    skip = False
+    for arg in command:
+        if skip or arg.startswith("--shard="):
+            skip = False
+            continue
+        if arg == "--shard":
+            skip = True
+            continue
+        kept.append(arg)
+    return kept
 
 
 def finish_merged(out: Path, *, report: bool, baseline: str, figures: bool,
