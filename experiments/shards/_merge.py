@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -158,8 +158,8 @@ def merge_runs(shard_dirs: Sequence[Path], out: Path, *, report: bool = True, ba
                figures: bool = True, settings: VerdictSettings | None = None) -> Path:
     """Merge the shard folders of one run into the run folder ``out`` and write its report.
 
-    The records (latest per key, those of each shard's plan) are written in one canonical order
-    (protocol, model, defender, item, target), the traces file by file, the plans as one, the
+    The records (latest per key, those of each shard's plan) are written in the order a run
+    queues its cases (:func:`run_order`), the traces file by file, the plans as one, the
     shards' own record/replay stores as one store (a key two shards recorded with different
     values is refused, as ``medmis cache import`` refuses it). The manifest is shard 0's
     without the shard, counting every shard's cases; the outcome is decided from the merged
@@ -188,7 +188,7 @@ def merge_runs(shard_dirs: Sequence[Path], out: Path, *, report: bool = True, ba
     return out
 
 
-def build_then_move(out: Path, build: Any) -> None:
+def build_then_move(out: Path, build: Callable[[Path], None]) -> None:
     """Build ``out``'s content in a hidden folder beside it (``build(folder)``), then move it
     into place; on any failure remove what was made (folders above ``out`` included)."""
     created = [p for p in out.parents if not p.exists()]  # nearest first
@@ -206,7 +206,7 @@ def build_then_move(out: Path, build: Any) -> None:
         raise
 
 
-def run_order(manifest: dict[str, Any]) -> Any:
+def run_order(manifest: dict[str, Any]) -> Callable[[Record], tuple[Any, ...]]:
     """The sort key that lists records as a run queues its cases: clean ones first, then by
     model and defender in the run's order (the report lists them in the order they first
     appear), protocol, item and target."""
@@ -394,7 +394,7 @@ def merge_grids(grid_dirs: Sequence[Path], out: Path, *, baseline: str = "none",
 
 
 def merge_command(shard_dirs: Sequence[Path], out: Path, *, config: str | None = None,
-                  notice: Any = print) -> int:
+                  notice: Callable[[str], None] = print) -> int:
     """``medmis merge``: the shards of a run (or, when they hold sub-run folders or ``config``
     is given, of an ablation grid) merged into ``out``; returns the exit status."""
     baseline, settings = "none", None
