@@ -245,6 +245,8 @@ def test_merged_grid_equals_the_single_grid(tmp_path: Path, fixed_clock: None) -
     for name in ("metrics.json", "verdict.json", "stability.json", "type2_shuffled/metrics.json"):
         assert (tmp_path / "merged" / name).read_bytes() == (tmp_path / "single" / name).read_bytes(), name
     assert (tmp_path / "merged" / "stability" / "seed-1" / "records.jsonl").is_file()
+    manifest = json.loads((tmp_path / "merged" / "stability" / "seed-1" / "manifest.json").read_text())
+    assert manifest["config"]["cache_dir"] == str(tmp_path / "merged" / "cache")  # not shard 0's store
 
 
 def test_a_shard_without_items_merges(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -183,7 +183,7 @@ def merge_runs(shard_dirs: Sequence[Path], out: Path, *, report: bool = True, ba
     """
     shards = check_shards(shard_dirs)
     check_out(out, [s.path for s in shards])
-    build_then_move(out, lambda tmp: _merge_into(tmp, out, shards))
+    build_then_move(out, lambda tmp: _merge_into(tmp, out, shards, (shards[0].path, out)))
     finish_merged(out, report=report, baseline=baseline, figures=figures, settings=settings)
     return out
 
@@ -221,7 +221,9 @@ def run_order(manifest: dict[str, Any]) -> Callable[[Record], tuple[Any, ...]]:
     return key
 
 
-def _merge_into(dest: Path, out: Path, shards: Sequence[ShardFolder]) -> None:
+def _merge_into(dest: Path, out: Path, shards: Sequence[ShardFolder], roots: tuple[Path, Path]) -> None:
+    """Write the merged folder ``out`` into ``dest``; ``roots`` are shard 0's top folder and the
+    merged one (a path under the first in shard 0's manifest names the second's)."""
     records: list[Record] = []
     for folder in shards:
         kept, _ = keep_planned(folder.path, read_records(folder.path / "records.jsonl"))
@@ -238,7 +240,7 @@ def _merge_into(dest: Path, out: Path, shards: Sequence[ShardFolder]) -> None:
         if (shards[0].path / name).is_file():
             shutil.copyfile(shards[0].path / name, dest / name)
     merge_stores(dest / CACHE_DIR, [folder.path / CACHE_DIR for folder in shards])
-    _write_manifest(dest, out, shards)
+    _write_manifest(dest, out, shards, roots)
     record_outcome(dest, dest / "records.jsonl", None, [])
 
 
@@ -278,7 +280,7 @@ def merge_stores(target: Path, sources: Sequence[Path]) -> int:
     return n
 
 
-def _write_manifest(dest: Path, out: Path, shards: Sequence[ShardFolder]) -> None:
+def _write_manifest(dest: Path, out: Path, shards: Sequence[ShardFolder], roots: tuple[Path, Path]) -> None:
     manifest = json.loads(json.dumps(shards[0].manifest))  # a deep copy
     for key in ("shard", "outcome", "stopped", "concurrency", "rate_budget"):  # the shards' own
         manifest.pop(key, None)
@@ -286,6 +288,9 @@ def _write_manifest(dest: Path, out: Path, shards: Sequence[ShardFolder]) -> Non
     if isinstance(config, dict):
         config["shard"] = None
         config["out"] = str(out)
+        cache_dir = config.get("cache_dir")
+        if isinstance(cache_dir, str) and Path(cache_dir).is_relative_to(roots[0]):  # shard 0's own store
+            config["cache_dir"] = str(roots[1] / Path(cache_dir).relative_to(roots[0]))
     command = manifest.get("command")
     if isinstance(command, list):  # shard 0's command without its --shard: the run's
         manifest["command"] = _without_shard(command)
@@ -380,7 +385,7 @@ def merge_grids(grid_dirs: Sequence[Path], out: Path, *, baseline: str = "none",
     def build(tmp: Path) -> None:
         for rel, shards in checked.items():
             (tmp / rel).mkdir(parents=True, exist_ok=True)
-            _merge_into(tmp / rel, out / rel, shards)
+            _merge_into(tmp / rel, out / rel, shards, (checked[Path(".")][0].path, out))
         source = checked[Path(".")][0].path  # shard 0's grid folder
         for rel in _grid_files(source, every):
             (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
