@@ -28,6 +28,7 @@ from medmis.experiments._cli_flags import (
     add_plugin_flag,
     add_request_flags,
     add_scale_flags,
+    add_shard_flags,
     base_url_list,
     decoding_options,
     parse_defenders,
@@ -131,6 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--no-progress", action="store_true", help="no progress bar or progress lines")
     add_cache_flags(run)
     add_scale_flags(run)
+    add_shard_flags(run)
     add_plugin_flag(run)
 
     rep = sub.add_parser("report", help="(re)write DIR/metrics.json, metrics.csv, report.md (and plots/HTML)")
@@ -162,7 +164,17 @@ def build_parser() -> argparse.ArgumentParser:
                      help="as for `medmis run`: resume into an --out holding a run with other settings")
     abl.add_argument("--no-progress", action="store_true", help="no progress bar or progress lines")
     abl.add_argument("--retry-errors", action="store_true", help="as for `medmis run`, in every run of the grid")
+    add_shard_flags(abl)
     add_plugin_flag(abl)
+
+    mrg = sub.add_parser("merge", help="join the shard folders of one run (or ablation grid) into one folder",
+                         epilog=EXIT_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    mrg.add_argument("shards", nargs="+", metavar="SHARD_DIR",
+                     help="every shard's folder (its --out), shards 0..N-1 once each, in any order")
+    mrg.add_argument("--out", required=True, help="the merged run folder (new, or an empty folder)")
+    mrg.add_argument("--config", default=None, metavar="CONFIG.toml",
+                     help="for the grid folders of `medmis ablate --shard`: the config, for its baseline and "
+                          "[verdict] settings (default: the report's defaults)")
 
     from medmis.experiments._data_cli import add_data_parsers
 
@@ -272,6 +284,9 @@ def _run_command(args: argparse.Namespace, argv: Sequence[str]) -> int:
         batch_discount=args.batch_discount,
         progress=not args.no_progress,
         accept_changes=accept_change_fields(args.accept_change),
+        shard=args.shard,
+        max_rps=args.max_rps,
+        max_tpm=args.max_tpm,
     )
     from medmis.experiments.benchmark import DataError
 
@@ -375,10 +390,21 @@ def _cmd_ablate(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if args.data is not None:
         overrides.append(f"data={json.dumps(args.data)}")
     overrides += [f"limit={args.limit}"] * (args.limit is not None) + ["retry_errors=true"] * args.retry_errors
+    if args.shard is not None:
+        overrides.append(f"shard={{index={args.shard.index}, count={args.shard.count}}}")
+    overrides += [f"{key}={value}" for key in ("max_rps", "max_tpm") if (value := getattr(args, key)) is not None]
     return ablate_command(args.config, out=args.out, dry_run=args.dry_run,
                           progress=not args.no_progress, argv=["medmis", *argv],
                           overrides=overrides, accept_changes=accept_change_fields(args.accept_change),
                           plugins=args.plugin)
+
+
+def _cmd_merge(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from medmis.experiments.shards import merge_command
+
+    return merge_command([Path(d) for d in args.shards], Path(args.out), config=args.config, notice=_notice)
 
 
 def _dispatch(args: argparse.Namespace, argv: Sequence[str]) -> int:
@@ -388,6 +414,8 @@ def _dispatch(args: argparse.Namespace, argv: Sequence[str]) -> int:
         return _cmd_report(args)
     if args.command == "ablate":
         return _cmd_ablate(args, argv)
+    if args.command == "merge":
+        return _cmd_merge(args)
     if args.command == "data":
         from medmis.experiments._data_cli import run_data
 

@@ -18,6 +18,9 @@ from ._ablate import (
 from ._ablate import (
     ablate_command as ablate_command,  # `medmis ablate` (importable; not in __all__)
 )
+from ._folders import (
+    STABILITY_DIR as STABILITY_DIR,  # the re-runs' folder (importable; not in __all__)
+)
 
 __all__ = [
     "AblationConfig",

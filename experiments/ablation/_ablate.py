@@ -242,6 +242,9 @@ def _run_config(config: AblationConfig, out: Path, *, progress: bool, shuffled: 
         batch=config.batch,
         batch_poll_s=config.batch_poll_s,
         batch_discount=config.batch_discount,
+        shard=config.shard,
+        max_rps=config.max_rps,
+        max_tpm=config.max_tpm,
         # a stability re-run is read by the main report's stability section only; a share run's
         # tables are written after it (without figures), its figures are the main report's
         write_report=examinee_seed is None and poison is None,
@@ -413,7 +416,7 @@ def ablate_command(path: str, *, out: str | None = None, dry_run: bool = False, 
     # every run folder of the grid with its own cases (the folders the run walks, in its order),
     # planned once: the estimate, the budget check, the check for work left and the runs use it
     plans = plan_grid(config, dataset.items, out_dir)
-    if not plans[0].cases:
+    if not plans[0].cases and config.shard is None:  # a shard may hold no item of a small data set
         raise ConfigError(f"{path}: the selection has no cases (check data, subset, limit, protocols)")
     # the folders' fingerprints first, as `medmis run` checks them: a complete folder of another
     # run is refused, never reported as "nothing to do"; an accepted change goes on to the run,

@@ -22,7 +22,13 @@ from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 
-from medmis.agents import AdaptiveLimiter, RetryPolicy, accepts_logprobs, aclose_transports
+from medmis.agents import (
+    AdaptiveLimiter,
+    RateBudget,
+    RetryPolicy,
+    accepts_logprobs,
+    aclose_transports,
+)
 from medmis.defenses import (
     Defender,
     DefenderConfigError,
@@ -74,6 +80,7 @@ from ._prepare import (
     ClaimedFolder,
     check_fingerprint,
     check_out_path,
+    check_shard,
     check_writable,
     write_invalid_rows,
 )
@@ -134,7 +141,9 @@ class Harness:
             deadline_s=config.retry_deadline_s,
         )
         # every model call of the run (not each case) takes a slot; 429s lower the limit
-        self.limiter = AdaptiveLimiter(config.max_connections)
+        budget = config.rate_budget()  # --max-rps / --max-tpm: this folder's share, paced before the limiter
+        self.limiter = AdaptiveLimiter(config.max_connections, budget=RateBudget(
+            budget["per_shard"]["max_rps"], budget["per_shard"]["max_tpm"]) if budget else None)
         # the models live apart from the harness: a defender's context reaches the pool's
         # factory, and through it nothing of the run's config, data or cases
         self._pool = ModelPool(
@@ -247,7 +256,7 @@ class Harness:
         if self._given_plan is not None and dataset is self._dataset:
             return self._given_plan
         return plan_cases(dataset.items, self.config.protocols, seed=self.config.seed,
-                          type1_targets=self.config.type1_targets)
+                          type1_targets=self.config.type1_targets, shard=self.config.shard)
 
     def fingerprint(self, dataset: Dataset) -> Fingerprint:
         """The run's fingerprint (``._fingerprint``), from the models as built."""
@@ -277,6 +286,7 @@ class Harness:
         self.check_outputs()
         self.check_models()
         dataset = dataset if dataset is not None else self.load_dataset()
+        check_shard(self.out, self.config.shard)
         return check_fingerprint(self.out, self.fingerprint(dataset), self.config.accept_changes)[1]
 
     def write_manifest(self, dataset: Dataset, n_cases: int, claim: ClaimedFolder | None = None) -> None:
@@ -396,7 +406,7 @@ class Harness:
         with noting_signals():
             try:
                 with ClaimedFolder(self.out, fingerprint, accept_changes=self.config.accept_changes,
-                                   notice=self.notice) as claim:
+                                   notice=self.notice, shard=self.config.shard) as claim:
                     try:
                         return await self._run_claimed(planned, dataset, claim)
                     except OSError as exc:  # the cases' own failures are on their records: this is the folder's
@@ -424,6 +434,7 @@ class Harness:
         rest); the records' progress figures are added to ``stats`` and the clean answers to the
         returned map. Missing keys come from a columnar scan, not a Record per line."""
         cfg = self.config
+        records_path.touch()  # a shard may hold no item of a small data set: still a run folder, finished
         plan = CasePlan(cfg.models, [d.label for d in self.defenders],
                         [(protocol, items[i].key, target) for i, protocol, target in planned])
         resumed = resume_state(records_path, plan, retry_errors=cfg.retry_errors,

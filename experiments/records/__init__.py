@@ -30,6 +30,7 @@ from ._plan import (
     planned_records_view,
     restrict_view,
     write_plan,
+    write_plan_of,
 )
 from ._record import PROTOCOLS, ProtocolName, Record, item_key
 from ._scan import (
@@ -43,6 +44,7 @@ from ._scan import (
     records_view,
     scan_jsonl,
 )
+from ._shard import SCHEDULER_VARIABLES, Shard, shard_of
 
 __all__ = [
     "GRADE_HINT",
@@ -51,11 +53,13 @@ __all__ = [
     "PLAN_FILE",
     "PROTOCOLS",
     "RECORD_COLUMNS",
+    "SCHEDULER_VARIABLES",
     "Outside",
     "Plan",
     "ProtocolName",
     "Record",
     "RecordsFileError",
+    "Shard",
     "UngradedRunError",
     "WriteFailed",
     "answer_format_of",
@@ -80,7 +84,9 @@ __all__ = [
     "restrict_view",
     "scan_jsonl",
     "scrub_lines",
+    "shard_of",
     "unreadable_record",
     "warn_rewritten",
     "write_plan",
+    "write_plan_of",
 ]
