@@ -4,9 +4,11 @@ Every SDK takes its HTTP client through a public argument (openai's and LangChai
 ``http_client`` / ``http_async_client``, anthropic's ``http_client``, google-genai's
 ``HttpOptions.httpx_client`` / ``httpx_async_client``). What they get here are the toolkit's
 bounded clients (:mod:`medmis.tools._bounded`): the library's own transport and connection
-pool, plus one deadline for the whole request and a cap on the reply's decoded size. The
-openai SDK and google-genai take ``httpx`` clients; the anthropic SDK (2.x) takes only
-``httpx2`` clients, hence the two families.
+pool, plus one deadline for the whole request and a cap on the reply's decoded size.
+google-genai (and LangChain's other integrations) take ``httpx`` clients; the anthropic SDK
+(2.x) takes only ``httpx2`` clients, and the openai SDK (3.x) gets ``httpx2`` ones too, its own
+default family: under many connections ``httpx2``'s pool costs a fraction of legacy
+``httpx``'s (docs/performance.md), hence the two families.
 
 An ``httpx`` client's connection pool belongs to the event loop it was used in. A run uses its
 models in one loop; :func:`aclose_transports` closes the asynchronous clients made here when
@@ -44,7 +46,7 @@ def sync_client(timeout_s: float, *, max_response_bytes: int | None = DEFAULT_MA
 
 
 def httpx2_async_client(timeout_s: float, *, max_response_bytes: int | None = DEFAULT_MAX_RESPONSE_BYTES) -> Any:
-    """:func:`async_client` for an SDK that speaks ``httpx2`` (anthropic)."""
+    """:func:`async_client` for an SDK that speaks ``httpx2`` (anthropic, openai)."""
     import httpx2
 
     from medmis.tools import Httpx2BoundedAsyncClient
@@ -56,7 +58,7 @@ def httpx2_async_client(timeout_s: float, *, max_response_bytes: int | None = DE
 
 
 def httpx2_sync_client(timeout_s: float, *, max_response_bytes: int | None = DEFAULT_MAX_RESPONSE_BYTES) -> Any:
-    """:func:`sync_client` for an SDK that speaks ``httpx2`` (anthropic)."""
+    """:func:`sync_client` for an SDK that speaks ``httpx2`` (anthropic, openai)."""
     import httpx2
 
     from medmis.tools import Httpx2BoundedClient

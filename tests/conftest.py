@@ -17,9 +17,10 @@ FIXTURES = ROOT / "fixtures"
 
 @pytest.fixture(autouse=True)
 def _httpx2_through_respx(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """In tests that take ``respx_mock``, the anthropic SDK's ``httpx2`` requests reach respx's
-    routes too (:mod:`httpx2_respx`); other tests keep ``httpx2``'s own transport."""
-    if "respx_mock" not in request.fixturenames:
+    """In tests that take ``respx_mock`` or whose module uses ``respx.mock``, the SDKs' ``httpx2``
+    requests (openai's and anthropic's) reach respx's routes too (:mod:`httpx2_respx`); other
+    tests keep ``httpx2``'s own transport."""
+    if "respx_mock" not in request.fixturenames and not hasattr(request.module, "respx"):
         yield
         return
     with routed_to_respx(monkeypatch):

@@ -11,7 +11,7 @@ import pytest
 
 from medmis.agents import ModelOptions, aclose_transports, classify, load_model
 from medmis.experiments.bench._fake_openai import FakeOpenAIServer
-from medmis.tools import BoundedAsyncClient
+from medmis.tools import Httpx2BoundedAsyncClient
 
 
 def _free_port() -> int:
@@ -32,7 +32,7 @@ def test_an_openai_model_sends_through_a_bounded_client_in_one_loop_then_another
     async def both() -> tuple[str, int]:
         async with FakeOpenAIServer(latency_s=0.0, reply="Final answer: B") as server:
             chat = load_model("openai/local", ModelOptions(base_url=server.base_url))
-            assert isinstance(chat.http_async_client, BoundedAsyncClient)  # type: ignore[attr-defined]
+            assert isinstance(chat.http_async_client, Httpx2BoundedAsyncClient)  # type: ignore[attr-defined]
             return await ask(server, chat), server.requests
 
     assert asyncio.run(both()) == ("Final answer: B", 20)
