@@ -18,6 +18,7 @@ from ._ablate import (
 from ._ablate import (
     ablate_command as ablate_command,  # `medmis ablate` (importable; not in __all__)
 )
+from ._ray import ablate_on_ray as ablate_on_ray  # `medmis ablate --ray` (importable; not in __all__)
 
 __all__ = [
     "AblationConfig",
