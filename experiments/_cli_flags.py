@@ -153,6 +153,30 @@ def add_scale_flags(p: argparse.ArgumentParser) -> None:
     add_batch_flags(p)
 
 
+def shard_value(text: str) -> Any:
+    """``--shard K/N|auto[/N]`` as a :class:`~medmis.experiments.records.Shard` (a bad value,
+    or ``auto`` without scheduler variables, is the parser's one-line usage error)."""
+    from medmis.experiments.records import Shard
+    from medmis.tools import ConfigError
+
+    try:
+        return Shard.parse(text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix(f"--shard {text}: ")) from None
+
+
+def add_shard_flags(p: argparse.ArgumentParser) -> None:
+    """Spreading a run over machines: ``--shard`` and the rate budget every shard takes a share of."""
+    p.add_argument("--shard", type=shard_value, default=None, metavar="K/N|auto[/N]",
+                   help="run only shard K of N (0-based; every case of an item in one shard); auto reads "
+                        "SLURM array, Kubernetes Indexed Job or NEL_SHARD_IDX/NEL_TOTAL_SHARDS variables "
+                        "(docs/shards.md); join the shard folders with `medmis merge`")
+    p.add_argument("--max-rps", type=_float_range(0.0, None, "requests per second above 0"), default=None,
+                   metavar="R", help="total model requests per second for the run; a shard of N takes R/N")
+    p.add_argument("--max-tpm", type=_float_range(0.0, None, "tokens per minute above 0"), default=None,
+                   metavar="T", help="total model tokens per minute for the run; a shard of N takes T/N")
+
+
 def _float_range(above: float | None, below: float | None, what: str) -> Callable[[str], float]:
     def parse(value: str) -> float:
         try:

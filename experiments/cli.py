@@ -28,6 +28,7 @@ from medmis.experiments._cli_flags import (
     add_plugin_flag,
     add_request_flags,
     add_scale_flags,
+    add_shard_flags,
     base_url_list,
     decoding_options,
     parse_defenders,
@@ -131,6 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--no-progress", action="store_true", help="no progress bar or progress lines")
     add_cache_flags(run)
     add_scale_flags(run)
+    add_shard_flags(run)
     add_plugin_flag(run)
 
     rep = sub.add_parser("report", help="(re)write DIR/metrics.json, metrics.csv, report.md (and plots/HTML)")
@@ -162,6 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="as for `medmis run`: resume into an --out holding a run with other settings")
     abl.add_argument("--no-progress", action="store_true", help="no progress bar or progress lines")
     abl.add_argument("--retry-errors", action="store_true", help="as for `medmis run`, in every run of the grid")
+    add_shard_flags(abl)
     abl.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
                      help="run the grid's shards as Ray tasks and merge them into --out (needs "
                           "`pip install 'medmis[ray]'`); ADDRESS: a cluster (ray://HOST:10001 or HOST:6379), "
@@ -279,6 +282,7 @@ def _run_command(args: argparse.Namespace, argv: Sequence[str]) -> int:
         batch_discount=args.batch_discount,
         progress=not args.no_progress,
         accept_changes=accept_change_fields(args.accept_change),
+        shard=args.shard,
     )
     from medmis.experiments.benchmark import DataError
 
@@ -382,6 +386,8 @@ def _cmd_ablate(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if args.data is not None:
         overrides.append(f"data={json.dumps(args.data)}")
     overrides += [f"limit={args.limit}"] * (args.limit is not None) + ["retry_errors=true"] * args.retry_errors
+    if args.shard is not None:
+        overrides.append(f"shard={{index={args.shard.index}, count={args.shard.count}}}")
     if args.shards is not None and args.ray is None:
         raise CliError("--shards N goes with --ray (to run one shard, give --shard K/N)")
     if args.ray is not None and not args.dry_run:

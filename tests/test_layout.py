@@ -333,7 +333,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("medmis.experiments.analysis", "medmis.experiments.grading"),
     ("medmis.experiments.reporting",),
     ("medmis.experiments.view", "medmis.experiments.export", "medmis.experiments.review"),
-    ("medmis.experiments.generate", "medmis.experiments.ablation", "medmis.experiments.bench"),
+    ("medmis.experiments.generate", "medmis.experiments.ablation", "medmis.experiments.bench",
+     "medmis.experiments.shards"),
     ("medmis.experiments",),  # the CLI, the API and the rest of the top-level modules
     ("medmis.testing",),
 )

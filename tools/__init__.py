@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from ._cache_cli import add_cache_parser as add_cache_parser  # `medmis cache`: not in __all__
     from ._cache_cli import one_line
     from ._cache_cli import run_cache as run_cache
-    from ._cassette import import_cassette
+    from ._cassette import CassetteError, export_cassette, import_cassette
     from ._cli import tools_search, tools_visit
     from ._corpus import (
         CorpusDocument,
@@ -169,7 +169,7 @@ _HOME = {
     ),
     **dict.fromkeys(("Httpx2BoundedAsyncClient", "Httpx2BoundedClient"), "_bounded_httpx2"),
     **dict.fromkeys(("add_cache_parser", "one_line", "run_cache"), "_cache_cli"),
-    **dict.fromkeys(("import_cassette",), "_cassette"),
+    **dict.fromkeys(("CassetteError", "export_cassette", "import_cassette"), "_cassette"),
     **dict.fromkeys(("tools_search", "tools_visit"), "_cli"),
     **dict.fromkeys(("url_key",), "_corpus"),
     **dict.fromkeys(("noting_signals", "sigterm_as_interrupt", "signals_seen"), "_signals"),
@@ -218,6 +218,7 @@ __all__ = [
     "CacheMode",
     "CacheProbe",
     "CaseTools",
+    "CassetteError",
     "ConfigError",
     "CorpusDocument",
     "DuplicateKeyError",
@@ -262,6 +263,7 @@ __all__ = [
     "configured_secrets",
     "corpus_digest",
     "deep_line",
+    "export_cassette",
     "extract_html",
     "fetch_page",
     "focus_text",

@@ -242,6 +242,7 @@ def _run_config(config: AblationConfig, out: Path, *, progress: bool, shuffled: 
         batch=config.batch,
         batch_poll_s=config.batch_poll_s,
         batch_discount=config.batch_discount,
+        shard=config.shard,
         # a stability re-run is read by the main report's stability section only; a share run's
         # tables are written after it (without figures), its figures are the main report's
         write_report=examinee_seed is None and poison is None,

@@ -31,6 +31,7 @@ from medmis.experiments.benchmark import (
     is_hub_address,
 )
 from medmis.experiments.harness import CacheMode, DefenderConfig
+from medmis.experiments.records import Shard
 from medmis.tools import (
     PAGE_STYLES,
     ConfigError,
@@ -259,6 +260,9 @@ class AblationConfig(BaseModel):
     allow_hosts: list[str] = Field(default_factory=list)
     blocklist: str | None = None
     budget_usd: float | None = None
+    shard: Shard | None = None
+    """Run only this shard's items in every run folder of the grid (``medmis ablate --shard
+    K/N``); not part of any fingerprint. ``medmis merge`` joins the shards' grid folders."""
     batch: bool = False
     """Run through provider batch jobs (``medmis run --batch``): openai/ and google/ models,
     single-call defenders; prices are list prices, less ``batch_discount``."""

@@ -66,10 +66,10 @@ def run_cases(config: AblationConfig, items: Sequence[Any], run: GridRun) -> lis
     """The cases of one run of the grid."""
     if run.shuffled:
         return build_cases(items, ["clean", "type2"], seed=config.seed, shuffle_type2=True,
-                           prompt=config.prompt, answer_format=config.answer_format)
+                           prompt=config.prompt, answer_format=config.answer_format, shard=config.shard)
     protocols = poison_protocols(config) if run.share is not None else config.protocols
     return build_cases(items, protocols, seed=config.seed, type1_targets=config.type1_targets,
-                       prompt=config.prompt, answer_format=config.answer_format)
+                       prompt=config.prompt, answer_format=config.answer_format, shard=config.shard)
 
 
 @dataclass(frozen=True)

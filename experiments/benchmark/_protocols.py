@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import hashlib
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Literal
 
 from medmis.defenses import DEFAULT_PROMPT, AnswerFormat
-from medmis.experiments.records import ProtocolName
+from medmis.experiments.records import ProtocolName, Shard
 
 from ._types import Case, ContextSentence, Item
 
@@ -119,17 +119,25 @@ def cases_for_item(
     return out
 
 
+def held_items(items: Sequence[Item], shard: Shard | None) -> Iterator[tuple[int, Item]]:
+    """``(index, item)`` of the items ``shard`` holds (all of them without one): the one place
+    a shard's items are chosen, for :func:`plan_cases` and :func:`build_cases` alike."""
+    return ((i, item) for i, item in enumerate(items) if shard is None or shard.holds(item.key))
+
+
 def plan_cases(
     items: Sequence[Item],
     protocols: Iterable[ProtocolName] = ("clean", "type1", "type2"),
     *,
     seed: int = 0,
     type1_targets: Type1Targets = "sampled",
+    shard: Shard | None = None,
 ) -> list[tuple[int, ProtocolName, str | None]]:
     """``(item index, protocol, target)`` of every case of :func:`build_cases`, in its order.
 
     The same cases as ``build_cases`` with the same arguments, without building them: a
-    run plans its keys with this and builds only the cases it still has to run.
+    run plans its keys with this and builds only the cases it still has to run. With a
+    ``shard``, only the cases of the items it holds (item indexes stay those of ``items``).
     """
     if isinstance(protocols, str):
         raise ValueError(f"protocols must be a sequence of names, got the string {protocols!r}")
@@ -137,7 +145,7 @@ def plan_cases(
     order = {"clean": 0, "type1": 1, "type2": 2}
     planned = [
         (i, protocol, target)
-        for i, item in enumerate(items)
+        for i, item in held_items(items, shard)
         for protocol, target in case_keys_for_item(item, wanted, seed=seed, type1_targets=type1_targets)
     ]
     return sorted(planned, key=lambda c: order[c[1]])  # stable: item order kept
@@ -152,12 +160,14 @@ def build_cases(
     shuffle_type2: bool = False,
     prompt: str = DEFAULT_PROMPT,
     answer_format: AnswerFormat = "mcq",
+    shard: Shard | None = None,
 ) -> list[Case]:
-    """All cases for a dataset, ordered clean -> type1 -> type2 across items."""
+    """All cases for a dataset, ordered clean -> type1 -> type2 across items (with a
+    ``shard``, of the items it holds only: :func:`held_items`)."""
     order = {"clean": 0, "type1": 1, "type2": 2}
     cases = [
         c
-        for item in items
+        for _, item in held_items(items, shard)
         for c in cases_for_item(
             item, protocols, seed=seed, type1_targets=type1_targets,
             shuffle_type2=shuffle_type2, prompt=prompt, answer_format=answer_format,

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from medmis.agents import ModelOptions
 from medmis.defenses import AnswerFormat
 from medmis.experiments.benchmark import PROTOCOLS, PromptName, ProtocolName, Record, Type1Targets
+from medmis.experiments.records import Shard
 from medmis.tools import ConfigError, PoisonSettings
 
 if TYPE_CHECKING:
@@ -180,6 +181,10 @@ class RunOptions(BaseModel):
     accept_changes: list[str] = Field(default_factory=list)
     """Fingerprint fields allowed to differ from the run already in ``out`` (see
     ``_fingerprint.ACCEPTABLE_CHANGES``); each accepted change is recorded in the manifest."""
+    shard: Shard | None = None
+    """Run only the items of this shard (``--shard K/N``): a partition by item, named in the
+    manifest (``"shard"``) and not in the fingerprint (the shards of a run share it); a folder
+    holds one shard, and ``medmis merge`` joins them."""
 
 
 class RunConfig(RunOptions, RunSpec):

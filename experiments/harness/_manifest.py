@@ -141,6 +141,8 @@ def write_manifest(
         manifest["poison"] = poison_manifest(config.poison)
     if config.search_ambient is not None:  # a named condition: the file, its sha256, its passages
         manifest["search_ambient"] = ambient_manifest(config.search_ambient)
+    if config.shard is not None:  # which items the folder holds; `medmis merge` joins the shards
+        manifest["shard"] = config.shard.to_json()
     if config.batch:  # its prices are list prices; the report takes the batch discount off them
         manifest["batch"] = {"enabled": True, "discount": config.batch_discount}
     if fingerprint is not None:

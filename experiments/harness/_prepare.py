@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from medmis.experiments.benchmark import Dataset
+from medmis.experiments.records import Shard
 from medmis.tools import UserFileError, json_file
 
 from ._config import INVALID_ROWS_FILE, RunSetupError
@@ -22,7 +23,7 @@ from ._fingerprint import Fingerprint, FingerprintDiff, accept_name
 from ._identity import describe_medmis
 from ._lock import RunLock
 
-__all__ = ["ClaimedFolder", "check_fingerprint", "check_out_path", "check_writable", "recorded_fingerprint",
+__all__ = ["ClaimedFolder", "check_fingerprint", "check_out_path", "check_shard", "check_writable", "recorded_fingerprint",
            "write_invalid_rows"]
 
 
@@ -71,9 +72,8 @@ def _check_parent(path: Path) -> None:
             return
 
 
-def recorded_fingerprint(out: Path) -> Fingerprint | None:
-    """The fingerprint in ``out/manifest.json``: None for a new folder; for a manifest written
-    before fingerprints existed, the fields it can still vouch for."""
+def _recorded_manifest(out: Path) -> dict[str, Any] | None:
+    """``out/manifest.json`` (None for a new folder or one that is not a JSON object)."""
     path = out / "manifest.json"
     if not path.exists():
         return None
@@ -83,7 +83,38 @@ def recorded_fingerprint(out: Path) -> Fingerprint | None:
         raise RunSetupError(f"{exc}; unreadable manifest, choose another --out") from None
     except OSError as exc:
         raise RunSetupError(f"{path}: unreadable manifest ({exc}); choose another --out") from None
-    if not isinstance(manifest, dict):
+    return manifest if isinstance(manifest, dict) else None
+
+
+def check_shard(out: Path, shard: Shard | None) -> None:
+    """Refuse to resume a folder that holds another shard of the run (or a whole run, for a
+    shard; or a shard, for a whole run): its records and plan are of other items.
+
+    Raises:
+        RunSetupError: One line naming the folder's shard and the one asked for.
+    """
+    manifest = _recorded_manifest(out)
+    if manifest is None:
+        return
+    recorded = manifest.get("shard")
+    try:
+        held = Shard.model_validate(recorded) if recorded is not None else None
+    except ValueError:
+        raise RunSetupError(f"{out / 'manifest.json'}: its shard is malformed ({recorded!r}); "
+                            "choose another --out") from None
+    if held == shard:
+        return
+    what = f"shard {held.label()}" if held is not None else "a whole run (no --shard)"
+    asked = f"--shard {shard.label()}" if shard is not None else "a whole run (no --shard)"
+    raise RunSetupError(f"{out} holds {what}, not {asked}; give each shard its own --out")
+
+
+def recorded_fingerprint(out: Path) -> Fingerprint | None:
+    """The fingerprint in ``out/manifest.json``: None for a new folder; for a manifest written
+    before fingerprints existed, the fields it can still vouch for."""
+    path = out / "manifest.json"
+    manifest = _recorded_manifest(out)
+    if manifest is None:
         return None
     try:
         return Fingerprint.from_manifest(manifest)
@@ -143,8 +174,9 @@ class ClaimedFolder:
     """
 
     def __init__(self, out: Path, fingerprint: Fingerprint, *, accept_changes: Sequence[str] = (),
-                 notice: Callable[[str], None] | None = None) -> None:
+                 notice: Callable[[str], None] | None = None, shard: Shard | None = None) -> None:
         self.out = out
+        self.shard = shard
         self.fingerprint = fingerprint
         self.accept_changes = list(accept_changes)
         self.notice = notice
@@ -176,6 +208,7 @@ class ClaimedFolder:
             shutil.rmtree(self.out, ignore_errors=True)
 
     def _check(self) -> None:
+        check_shard(self.out, self.shard)
         self.recorded, diff = check_fingerprint(self.out, self.fingerprint, self.accept_changes)
         if diff is None:
             return

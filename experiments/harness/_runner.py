@@ -74,6 +74,7 @@ from ._prepare import (
     ClaimedFolder,
     check_fingerprint,
     check_out_path,
+    check_shard,
     check_writable,
     write_invalid_rows,
 )
@@ -247,7 +248,7 @@ class Harness:
         if self._given_plan is not None and dataset is self._dataset:
             return self._given_plan
         return plan_cases(dataset.items, self.config.protocols, seed=self.config.seed,
-                          type1_targets=self.config.type1_targets)
+                          type1_targets=self.config.type1_targets, shard=self.config.shard)
 
     def fingerprint(self, dataset: Dataset) -> Fingerprint:
         """The run's fingerprint (``._fingerprint``), from the models as built."""
@@ -277,6 +278,7 @@ class Harness:
         self.check_outputs()
         self.check_models()
         dataset = dataset if dataset is not None else self.load_dataset()
+        check_shard(self.out, self.config.shard)
         return check_fingerprint(self.out, self.fingerprint(dataset), self.config.accept_changes)[1]
 
     def write_manifest(self, dataset: Dataset, n_cases: int, claim: ClaimedFolder | None = None) -> None:
@@ -396,7 +398,7 @@ class Harness:
         with noting_signals():
             try:
                 with ClaimedFolder(self.out, fingerprint, accept_changes=self.config.accept_changes,
-                                   notice=self.notice) as claim:
+                                   notice=self.notice, shard=self.config.shard) as claim:
                     try:
                         return await self._run_claimed(planned, dataset, claim)
                     except OSError as exc:  # the cases' own failures are on their records: this is the folder's

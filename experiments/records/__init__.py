@@ -43,6 +43,7 @@ from ._scan import (
     records_view,
     scan_jsonl,
 )
+from ._shard import SCHEDULER_VARIABLES, Shard, shard_of
 
 __all__ = [
     "GRADE_HINT",
@@ -51,11 +52,13 @@ __all__ = [
     "PLAN_FILE",
     "PROTOCOLS",
     "RECORD_COLUMNS",
+    "SCHEDULER_VARIABLES",
     "Outside",
     "Plan",
     "ProtocolName",
     "Record",
     "RecordsFileError",
+    "Shard",
     "UngradedRunError",
     "WriteFailed",
     "answer_format_of",
@@ -80,6 +83,7 @@ __all__ = [
     "restrict_view",
     "scan_jsonl",
     "scrub_lines",
+    "shard_of",
     "unreadable_record",
     "warn_rewritten",
     "write_plan",
