@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import logging
 import os
 import re
 import sys
@@ -72,6 +73,26 @@ def _earlier_count(out: Path) -> int | None:
     return counts.pop() if len(counts) == 1 else None
 
 
+def _merged_already(out: Path, shards: int | None) -> int | None:
+    """The exit status of a grid an earlier ``--ray`` run merged into ``out`` from its shard
+    folders ("nothing to do"); None when ``out`` is new or empty.
+
+    Raises:
+        ConfigError: ``out`` holds something else (before any shard runs; the merge needs a new folder).
+    """
+    from medmis.tools import json_file
+
+    if not out.is_dir() or not any(out.iterdir()):
+        return None
+    manifest = json_file(out / "manifest.json") if (out / "manifest.json").is_file() else {}
+    merged = manifest.get("merged") or {}
+    count = shards or _earlier_count(out)
+    if count and merged.get("from") == [str(shard_folder(out, k, count)) for k in range(count)]:
+        print(f"nothing to do: {out} holds the merged grid of its {count} shards ({shards_root(out)})")
+        return int((manifest.get("outcome") or {}).get("exit_code", 0))
+    raise ConfigError(f"--out {out} holds another run; the shards are merged into a new folder (give --out)")
+
+
 def run_shard(path: str, out: str, index: int, count: int, overrides: Sequence[str],
               accept_changes: Sequence[str], plugins: Sequence[str], argv: Sequence[str] | None) -> ShardOutcome:
     """Run shard ``index`` of ``count`` of the grid into ``out``: the Ray task's body.
@@ -107,10 +128,11 @@ def _start(ray: Any, address: str | None) -> None:
     # Ray's documented switch for its usage statistics; a user's own setting wins
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     try:
-        if address is None:
-            ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, log_to_driver=False)
+        if address is None:  # "local": a new instance even when one is running (never someone else's)
+            ray.init(address="local", num_cpus=os.cpu_count() or 1, include_dashboard=False,
+                     log_to_driver=False, logging_level=logging.WARNING)
         else:
-            ray.init(address=address, log_to_driver=False)
+            ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
     except (ConnectionError, RuntimeError, ValueError) as exc:
         where = f"the cluster at {address}" if address else "a local Ray instance"
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -175,9 +197,13 @@ def ablate_on_ray(path: str, *, address: str | None, shards: int | None = None, 
         return code
     if problem := _check_keys(config):
         raise ConfigError(problem)
+    if config.grading is not None:
+        raise ConfigError(f"{path}: --ray runs no [grading]; grade the merged folder with `medmis grade`")
     # absolute: a worker of a cluster may start elsewhere (the folders sit on a shared filesystem)
     out_dir = Path(out or config.out).resolve()
     config_path = str(Path(path).resolve())
+    if (done := _merged_already(out_dir, shards)) is not None:
+        return done
     _start(ray, address)
     try:
         count = shards or _earlier_count(out_dir) or max(2, int(ray.cluster_resources().get("CPU", 0)))
@@ -196,8 +222,11 @@ def ablate_on_ray(path: str, *, address: str | None, shards: int | None = None, 
               f"({', '.join(f'{o.index}/{count}' for o in failed)}); the others stay in {shards_root(out_dir)}; "
               "run the same command again to resume", file=sys.stderr)
         return max(o.code for o in failed)
+    from medmis.experiments.analysis import VerdictSettings
     from medmis.experiments.shards import merge_grids
 
-    report = merge_grids([shard_folder(out_dir, k, count) for k in range(count)], out_dir)
-    print(f"merged {count} shards into {out_dir}\nreport: {report}")
+    # the config's baseline and [verdict], as the single run's report reads them
+    merge_grids([shard_folder(out_dir, k, count) for k in range(count)], out_dir, baseline=config.baseline,
+                settings=VerdictSettings.from_mapping(config.verdict.model_dump()))
+    print(f"merged {count} shards into {out_dir}\nreport: {out_dir / 'report.md'}")
     return max(o.code for o in outcomes)
