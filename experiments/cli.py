@@ -174,6 +174,15 @@ def build_parser() -> argparse.ArgumentParser:
                           "CPU count, at least 2)")
     add_plugin_flag(abl)
 
+    mrg = sub.add_parser("merge", help="join the shard folders of one run (or ablation grid) into one folder",
+                         epilog=EXIT_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    mrg.add_argument("shards", nargs="+", metavar="SHARD_DIR",
+                     help="every shard's folder (its --out), shards 0..N-1 once each, in any order")
+    mrg.add_argument("--out", required=True, help="the merged run folder (new, or an empty folder)")
+    mrg.add_argument("--config", default=None, metavar="CONFIG.toml",
+                     help="for the grid folders of `medmis ablate --shard`: the config, for its baseline and "
+                          "[verdict] settings (default: the report's defaults)")
+
     from medmis.experiments._data_cli import add_data_parsers
 
     add_data_parsers(sub)
@@ -391,7 +400,7 @@ def _cmd_ablate(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if args.shards is not None and args.ray is None:
         raise CliError("--shards N goes with --ray (to run one shard, give --shard K/N)")
     if args.ray is not None and not args.dry_run:
-        from medmis.experiments.ablation import ablate_on_ray
+        from medmis.experiments.shards import ablate_on_ray
 
         return ablate_on_ray(args.config, address=args.ray or None, shards=args.shards, out=args.out,
                              overrides=overrides, accept_changes=accept_change_fields(args.accept_change),
@@ -402,6 +411,14 @@ def _cmd_ablate(args: argparse.Namespace, argv: Sequence[str]) -> int:
                           plugins=args.plugin)
 
 
+def _cmd_merge(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from medmis.experiments.shards import merge_command
+
+    return merge_command([Path(d) for d in args.shards], Path(args.out), config=args.config, notice=_notice)
+
+
 def _dispatch(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if args.command == "run":
         return _cmd_run(args, argv)
@@ -409,6 +426,8 @@ def _dispatch(args: argparse.Namespace, argv: Sequence[str]) -> int:
         return _cmd_report(args)
     if args.command == "ablate":
         return _cmd_ablate(args, argv)
+    if args.command == "merge":
+        return _cmd_merge(args)
     if args.command == "data":
         from medmis.experiments._data_cli import run_data
 

@@ -18,7 +18,12 @@ from ._ablate import (
 from ._ablate import (
     ablate_command as ablate_command,  # `medmis ablate` (importable; not in __all__)
 )
-from ._ray import ablate_on_ray as ablate_on_ray  # `medmis ablate --ray` (importable; not in __all__)
+from ._folders import (
+    STABILITY_DIR as STABILITY_DIR,  # the re-runs' folder (importable; not in __all__)
+)
+from ._preflight import (
+    check_keys as check_keys,  # the missing-key line `medmis ablate` refuses with (importable; not in __all__)
+)
 
 __all__ = [
     "AblationConfig",

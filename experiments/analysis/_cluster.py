@@ -77,7 +77,9 @@ def _design_effect(totals: np.ndarray, sizes: np.ndarray, mean: float, naive_var
     k = len(sizes)
     if k < 2 or naive_var <= 0.0:
         return max(1.0, n / max(k, 1))
-    resid = totals - mean * sizes
+    # summed in sorted order: the float result must not depend on the order the clusters come
+    # in (the records' order in the file), so that merged shards give a single run's figures
+    resid = np.sort(totals - mean * sizes)
     var = k / (k - 1) * float(np.dot(resid, resid)) / (n * n)
     return max(1.0, var / naive_var)
 

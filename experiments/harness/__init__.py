@@ -24,6 +24,7 @@ if TYPE_CHECKING:
         Outcome,
         RunInterrupted,
         outcome_of,
+        record_outcome,
     )
     from ._resume import error_texts
     from ._runner import (
@@ -54,7 +55,7 @@ _HOME = {
     **dict.fromkeys(
         (
             "EXIT_CASE_ERRORS", "EXIT_OK", "EXIT_STOPPED", "Outcome", "RunInterrupted",
-            "outcome_of"
+            "outcome_of", "record_outcome"
         ),
         "_outcome",
     ),
@@ -89,6 +90,7 @@ __all__ = [
     "merge_options",
     "outcome_of",
     "package_versions",
+    "record_outcome",
     "run_experiment",
     "spent_usd",
 ]

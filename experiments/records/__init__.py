@@ -30,6 +30,7 @@ from ._plan import (
     planned_records_view,
     restrict_view,
     write_plan,
+    write_plan_of,
 )
 from ._record import PROTOCOLS, ProtocolName, Record, item_key
 from ._scan import (
@@ -87,4 +88,5 @@ __all__ = [
     "unreadable_record",
     "warn_rewritten",
     "write_plan",
+    "write_plan_of",
 ]

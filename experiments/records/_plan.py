@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from ._record import Record
 
 __all__ = ["PLAN_FILE", "Outside", "Plan", "describe_outside", "has_plan", "keep_planned", "load_plan",
-           "outside_plan", "planned_records_view", "restrict_view", "write_plan"]
+           "outside_plan", "planned_records_view", "restrict_view", "write_plan", "write_plan_of"]
 
 PLAN_FILE = "plan.json"
 _FORMAT = 1
@@ -66,10 +66,16 @@ def write_plan(out: Path, models: Iterable[str], defenders: Iterable[str], items
                planned: Sequence[tuple[int, str, str | None]]) -> None:
     """Write ``out/plan.json`` (atomically) for the folder's models and defender labels and
     the planned ``(item index, protocol, target)`` of ``items``."""
-    plan: dict[str, Any] = {"format": _FORMAT, "models": sorted(set(models)), "defenders": sorted(set(defenders)),
+    write_plan_of(out, Plan(tuple(models), tuple(defenders),
+                            tuple((protocol, items[i].key, target) for i, protocol, target in planned)))
+
+
+def write_plan_of(out: Path, planned: Plan) -> None:
+    """Write ``out/plan.json`` (atomically) holding ``planned`` (its cases in their order)."""
+    plan: dict[str, Any] = {"format": _FORMAT, "models": sorted(set(planned.models)),
+                            "defenders": sorted(set(planned.defenders)),
                             "clean": [], "type2": [], "type1_items": [], "type1_targets": []}
-    for i, protocol, target in planned:
-        key = items[i].key
+    for protocol, key, target in planned.cases:
         if protocol == "type1":
             plan["type1_items"].append(key)
             plan["type1_targets"].append(target)

@@ -4,7 +4,7 @@ The grid is split by item into N shards (:class:`~medmis.experiments.records.Sha
 partition ``medmis ablate --shard K/N`` runs); each shard is one Ray task that calls the same
 function the command line calls (:func:`ablate_command`, in the worker's process, with the shard
 as a config override) into its own shard grid folder ``OUT.shards/K-of-N``. When every task has
-finished, :func:`~medmis.experiments.shards.merge_grids` joins the shard folders into ``OUT``
+finished, :func:`merge_grids` joins the shard folders into ``OUT``
 and writes its report, as ``medmis merge`` does for shards run by SLURM or Kubernetes.
 
 A shard folder is an ordinary resumable run folder: a task that failed is named in one line, the
@@ -26,10 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from medmis.experiments.ablation import ablate_command, check_keys, load_config
 from medmis.tools import ConfigError, MedmisError
 
-from ._ablate import ablate_command, load_config
-from ._preflight import _check_keys
+from ._merge import merge_grids
 
 __all__ = ["RAY_INSTALL", "ShardOutcome", "ablate_on_ray", "run_shard", "shard_folder", "shards_root"]
 
@@ -195,7 +195,7 @@ def ablate_on_ray(path: str, *, address: str | None, shards: int | None = None, 
     code = ablate_command(path, out=out, dry_run=True, overrides=overrides, plugins=plugins)
     if code:
         return code
-    if problem := _check_keys(config):
+    if problem := check_keys(config):
         raise ConfigError(problem)
     if config.grading is not None:
         raise ConfigError(f"{path}: --ray runs no [grading]; grade the merged folder with `medmis grade`")
@@ -223,7 +223,6 @@ def ablate_on_ray(path: str, *, address: str | None, shards: int | None = None, 
               "run the same command again to resume", file=sys.stderr)
         return max(o.code for o in failed)
     from medmis.experiments.analysis import VerdictSettings
-    from medmis.experiments.shards import merge_grids
 
     # the config's baseline and [verdict], as the single run's report reads them
     merge_grids([shard_folder(out_dir, k, count) for k in range(count)], out_dir, baseline=config.baseline,
