@@ -20,7 +20,6 @@ compared without the latency percentiles.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
 import types
@@ -99,80 +98,96 @@ def single(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def run_in(where: Path, argv: list[str]) -> int:
-    cwd = Path.cwd()
-    os.chdir(where)
-    try:
-        return main(argv)
-    finally:
-        os.chdir(cwd)
+# -- SLURM and Kubernetes: each recipe's shard command for every shard, then its merge ------------
 
 
-# -- SLURM: the array job's command for every array task, then the merge job's ------------------
+SHELL_VAR = re.compile(r"\$(\w+)")  # bash's $NAME
+KUBE_VAR = re.compile(r"\$\((\w+)\)")  # a container command's $(NAME)
 
 
-def test_the_slurm_recipe_merged_is_the_single_run(tmp_path: Path, single: Path, fixed_clock: None,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def substitute(pattern: re.Pattern[str], env: dict[str, str], text: str) -> str:
+    """``text`` with its variable references replaced from ``env`` (an unknown one fails the test)."""
+    return pattern.sub(lambda m: env[m[1]], text)
+
+
+def slurm_commands() -> tuple[list[list[str]], list[str]]:
+    """The array job's command for every array task (``$SLURM_...`` expanded as bash expands
+    it, with SLURM's variables for that task) and the merge job's command."""
     scripts = [b for b in blocks("bash") if "#SBATCH" in b]
     array = next(s for s in scripts if "--array=" in s)
     first, last = map(int, re.search(r"#SBATCH --array=(\d+)-(\d+)", array).groups())  # type: ignore[union-attr]
     shard_cmd = next(line for line in array.splitlines() if line.startswith("medmis ablate"))
     merge_cmd = next(line for s in scripts for line in s.splitlines() if line.startswith("medmis merge"))
     assert "--shard auto" in shard_cmd and (first, last) == (0, 3)
-    where = workdir(tmp_path / "clone")
-    for task in range(first, last + 1):  # as SLURM sets them in each array task
+    tasks = []
+    for task in range(first, last + 1):
         env = {"SLURM_ARRAY_TASK_ID": str(task), "SLURM_ARRAY_TASK_MIN": str(first),
                "SLURM_ARRAY_TASK_COUNT": str(last - first + 1)}
-        for name, value in env.items():
-            monkeypatch.setenv(name, value)
-        argv = shlex.split(os.path.expandvars(shard_cmd))  # as bash expands $SLURM_ARRAY_TASK_ID
-        assert run_in(where, [*argv[1:], *REDUCED]) == 0
-    for name in ("SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_MIN", "SLURM_ARRAY_TASK_COUNT"):
-        monkeypatch.delenv(name)
-    assert run_in(where, shlex.split(merge_cmd)[1:]) == 0
-    out = shlex.split(merge_cmd)[shlex.split(merge_cmd).index("--out") + 1]
-    assert outputs(where / out) == outputs(single)
+        tasks.append([f"{k}={v}" for k, v in env.items()] + shlex.split(substitute(SHELL_VAR, env, shard_cmd)))
+    return tasks, shlex.split(merge_cmd)
 
 
-# -- Kubernetes: the Indexed Job's container command for every index, then the merge Job's ------
-
-
-def _expand(command: list[str], env: dict[str, str], mount: str, volume: Path) -> list[str]:
-    """A container command as the kubelet runs it: ``$(NAME)`` from the container's env, the
-    volume's mount path on the test's folder."""
-    expanded = [re.sub(r"\$\((\w+)\)", lambda m: env[m[1]], part) for part in command]
-    return [str(volume) + part[len(mount):] if part.startswith(mount) else part for part in expanded]
-
-
-def test_the_kubernetes_recipe_merged_is_the_single_run(tmp_path: Path, single: Path, fixed_clock: None,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def k8s_commands(volume: Path) -> tuple[list[list[str]], list[str]]:
+    """The Indexed Job's container command for every completion index (``$(NAME)`` from the
+    container's env as the kubelet expands it, the volume's mount path on ``volume``) with the
+    env each pod gets, and the merge Job's command."""
     jobs = [doc for b in blocks("yaml") for doc in yaml.safe_load_all(b)]
     indexed = next(j for j in jobs if j["spec"].get("completionMode") == "Indexed")
-    merge = next(j for j in jobs if j is not indexed)
-    completions = indexed["spec"]["completions"]
+    merge = next(j for j in jobs if j is not indexed)["spec"]["template"]["spec"]["containers"][0]
     container = indexed["spec"]["template"]["spec"]["containers"][0]
-    mount = container["volumeMounts"][0]["mountPath"]
-    where = workdir(tmp_path / "clone")
-    volume = tmp_path / "volume"
-    for index in range(completions):
-        env: dict[str, str] = {}
+
+    def expand(command: list[str], env: dict[str, str], mount: str) -> list[str]:
+        done = [substitute(KUBE_VAR, env, part) for part in command]
+        return [str(volume) + part[len(mount):] if part.startswith(mount) else part for part in done]
+
+    pods = []
+    for index in range(indexed["spec"]["completions"]):
+        env = {"JOB_COMPLETION_INDEX": str(index)}  # the Job controller sets it in every pod
         for var in container["env"]:  # the downward API's annotation is the completion index
             if "valueFrom" in var:
                 assert "job-completion-index" in var["valueFrom"]["fieldRef"]["fieldPath"]
             env[var["name"]] = str(index) if "valueFrom" in var else var["value"]
-        env.setdefault("JOB_COMPLETION_INDEX", str(index))  # the Job controller's own
-        for name, value in env.items():
-            monkeypatch.setenv(name, value)
-        argv = _expand(container["command"], env, mount, volume)
-        assert argv[:2] == ["medmis", "ablate"] and "auto" in argv
-        assert run_in(where, [*argv[1:], *REDUCED]) == 0
-    for name in env:
-        monkeypatch.delenv(name)
-    merge_container = merge["spec"]["template"]["spec"]["containers"][0]
-    argv = _expand(merge_container["command"], {}, merge_container["volumeMounts"][0]["mountPath"], volume)
-    assert len([a for a in argv if a.startswith(str(volume / "shards"))]) == completions
-    assert run_in(where, argv[1:]) == 0
-    assert outputs(Path(argv[argv.index("--out") + 1])) == outputs(single)
+        command = expand(container["command"], env, container["volumeMounts"][0]["mountPath"])
+        pods.append([f"{k}={v}" for k, v in env.items()] + command)
+    return pods, expand(merge["command"], {}, merge["volumeMounts"][0]["mountPath"])
+
+
+def run_with_env(where: Path, line: list[str], monkeypatch: pytest.MonkeyPatch, *extra: str) -> int:
+    """``NAME=VALUE ... medmis ARGS`` in-process in ``where``, the variables set for it only."""
+    with monkeypatch.context() as mp:
+        while "=" in line[0]:
+            name, value = line[0].split("=", 1)
+            mp.setenv(name, value)
+            line = line[1:]
+        assert line[0] == "medmis"
+        mp.chdir(where)
+        return main([*line[1:], *extra])
+
+
+def test_the_slurm_and_kubernetes_recipes_merged_are_the_single_run(
+        tmp_path: Path, single: Path, fixed_clock: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The SLURM array runs the shards; the Indexed Job's pods, on a volume holding the same
+    folders, resume them: each pod must name the shard its array task ran (another shard's
+    folder, or another run's, is refused) and finds nothing to do. Both merges are the single run."""
+    where = workdir(tmp_path / "clone")
+    tasks, slurm_merge = slurm_commands()
+    for task in tasks:
+        assert run_with_env(where, task, monkeypatch, *REDUCED) == 0
+    assert run_with_env(where, slurm_merge, monkeypatch) == 0
+    slurm_out = where / slurm_merge[slurm_merge.index("--out") + 1]
+    assert outputs(slurm_out) == outputs(single)
+
+    pods, k8s_merge = k8s_commands(where)  # the volume mounted where the array wrote
+    assert len(pods) == len(tasks)
+    shards = sorted((where / "shards").iterdir())
+    before = [(p / "records.jsonl").read_bytes() for p in shards]
+    for pod in pods:
+        assert "--shard" in pod and "auto" in pod
+        assert run_with_env(where, pod, monkeypatch, *REDUCED) == 0
+    assert [(p / "records.jsonl").read_bytes() for p in shards] == before  # resumed: nothing re-run
+    assert run_with_env(where, k8s_merge, monkeypatch) == 0
+    k8s_out = Path(k8s_merge[k8s_merge.index("--out") + 1])
+    assert k8s_out != slurm_out and outputs(k8s_out) == outputs(single)
 
 
 # -- Ray ------------------------------------------------------------------------------------------
@@ -211,29 +226,35 @@ def ray_cluster() -> Iterator[str]:
             cluster.shutdown()
 
 
-def test_ray_on_two_workers_matches_the_single_run_and_a_failed_shard_resumes(
+def test_ray_runs_the_grid_matches_the_single_run_and_a_failed_shard_resumes(
         tmp_path: Path, single: Path, ray_cluster: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """First on a local Ray instance the command starts itself (no ADDRESS) with one shard's
+    folder blocked: that shard is named, the other finishes and stays; then on the 2-node
+    cluster (its ADDRESS) the same command resumes: the finished shard is not re-run and the
+    merged grid is the single run's. A third run finds the merged grid: nothing to do."""
     import ray
 
     out = tmp_path / "grid"
     blocked = tmp_path / "grid.shards" / "1-of-2"
     blocked.parent.mkdir()
     blocked.write_text("not a folder\n", encoding="utf-8")  # shard 1 cannot make its folder
-    argv = ["ablate", str(DEMO), "--ray", ray_cluster, "--out", str(out), *REDUCED]
-    code = main(argv)
+    argv = ["ablate", str(DEMO), "--out", str(out), *REDUCED]
+    code = main([*argv, "--ray", "--shards", "2"])
     err = capsys.readouterr().err
     assert code == 2, err
+    assert "medmis: 2 shards on Ray (local instance)" in err
     assert re.search(r"^medmis: shard 1/2: failed \(exit 2\): .*1-of-2", err, re.M), err
     assert "medmis: shard 0/2: finished" in err and "1 of 2 shards did not finish (1/2)" in err
     assert "Traceback" not in err and not out.exists() and not ray.is_initialized()
     finished = (tmp_path / "grid.shards" / "0-of-2" / "records.jsonl").read_bytes()
 
     blocked.unlink()
-    assert main(argv) == 0  # shards: 2, from the folders the first run left
-    assert "medmis: 2 shards on Ray" in capsys.readouterr().err
+    assert main([*argv, "--ray", ray_cluster]) == 0  # 2 shards: those the first run left
+    assert f"medmis: 2 shards on Ray ({ray_cluster})" in capsys.readouterr().err
     assert (tmp_path / "grid.shards" / "0-of-2" / "records.jsonl").read_bytes() == finished  # not re-run
     assert outputs(out, latency=False) == outputs(single, latency=False)
     assert json.loads((out / "manifest.json").read_text(encoding="utf-8"))["merged"]["shards"] == 2
+    assert not ray.is_initialized()
 
-    assert main(argv) == 0  # the merged grid: nothing to do, nothing started
+    assert main([*argv, "--ray", ray_cluster]) == 0  # the merged grid: nothing to do, nothing started
     assert "nothing to do" in capsys.readouterr().out
