@@ -100,7 +100,7 @@ def run_shard(path: str, out: str, index: int, count: int, overrides: Sequence[s
     The same call as ``medmis ablate CONFIG --shard K/N --out OUT``; a domain error becomes the
     exit status and the one line the command line would print, so the driver can name the shard.
     """
-    from medmis.experiments._errors import error_lines
+    from medmis.experiments.cli_args import error_lines
 
     shard = [f"shard={{index={index}, count={count}}}"]
     err = io.StringIO()
