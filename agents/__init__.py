@@ -39,7 +39,7 @@ if TYPE_CHECKING:
         TransientModelError,
     )
     from ._http import aclose_transports
-    from ._limiter import AdaptiveLimiter, LimiterState
+    from ._limiter import AdaptiveLimiter, LimiterState, RateBudget
     from ._mock import ScriptedChatModel, cycle, estimate_tokens, message_text
     from ._registry import (
         PROVIDERS,
@@ -76,7 +76,7 @@ _HOME = {
         "_capabilities",
     ),
     **dict.fromkeys(("decoding_fingerprint", "decoding_record", "decoding_table"), "_decoding"),
-    **dict.fromkeys(("AdaptiveLimiter", "LimiterState"), "_limiter"),
+    **dict.fromkeys(("AdaptiveLimiter", "LimiterState", "RateBudget"), "_limiter"),
     **dict.fromkeys(("effective_base_url",), "_registry"),
     **dict.fromkeys(("content_text",), "_text"),
     "Usage": "_usage",
@@ -99,6 +99,7 @@ __all__ = [
     "ModelConfigError",
     "ModelError",
     "ModelOptions",
+    "RateBudget",
     "RetryPolicy",
     "ScriptedChatModel",
     "StructuredOutput",

@@ -95,6 +95,82 @@ def server_wait(headers: httpx.Headers | None, wall: Callable[[], float] = time.
     return max(waits) if waits else None
 
 
+class RateBudget:
+    """A pacer in front of the limiter: at most ``rps`` call starts a second and ``tpm``
+    tokens a minute (token buckets, each holding at most one second's calls and one minute's
+    tokens, as providers count them). A run's share of a total budget (``--max-rps`` /
+    ``--max-tpm`` divided by its shards) is one of these; the AIMD limiter behind it still
+    adapts to the 429s the shard sees.
+
+    Tokens are counted from the usage of each call: a call takes its prompt's estimate before
+    it starts (:meth:`take`) and the difference to what it actually used once it returns
+    (:meth:`settle`), so a long answer is paid for by the calls after it.
+
+    Args:
+        rps: Call starts per second (None: no cap).
+        tpm: Tokens (input + output) per minute (None: no cap).
+        clock: Monotonic seconds (injectable for tests).
+        sleep: Awaitable sleep (injectable for tests).
+    """
+
+    def __init__(self, rps: float | None = None, tpm: float | None = None, *,
+                 clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+        if (rps is not None and rps <= 0) or (tpm is not None and tpm <= 0):
+            raise ValueError(f"rates must be above 0, got rps={rps}, tpm={tpm}")
+        self.rps, self.tpm = rps, tpm
+        self._clock, self._sleep = clock, sleep
+        self._calls = max(1.0, rps) if rps else 0.0  # start full: one second's calls
+        self._tokens = float(tpm) if tpm else 0.0  # and one minute's tokens
+        self._at = clock()
+        self.waited_s = 0.0
+
+    def _refill(self) -> None:
+        now = self._clock()
+        elapsed, self._at = max(0.0, now - self._at), now
+        if self.rps:
+            self._calls = min(max(1.0, self.rps), self._calls + elapsed * self.rps)
+        if self.tpm:
+            self._tokens = min(float(self.tpm), self._tokens + elapsed * self.tpm / 60.0)
+
+    def wait_s(self) -> float:
+        """Seconds until a call may start (0: now)."""
+        self._refill()
+        wait = 0.0
+        if self.rps and self._calls < 1.0:
+            wait = (1.0 - self._calls) / self.rps
+        if self.tpm and self._tokens <= 0.0:  # in debt after a long call: wait until it is paid
+            wait = max(wait, -self._tokens / (self.tpm / 60.0) + 1e-6)
+        return wait
+
+    async def take(self, tokens: int = 0) -> None:
+        """Wait until a call estimated at ``tokens`` may start, then charge it."""
+        while (wait := self.wait_s()) > 0:
+            self.waited_s += wait
+            await self._sleep(wait)
+        if self.rps:
+            self._calls -= 1.0
+        if self.tpm:
+            self._tokens -= tokens
+
+    def settle(self, estimated: int, used: int) -> None:
+        """Correct a call's charge from its estimate to the tokens it used."""
+        if self.tpm:
+            self._tokens += estimated - used
+
+    def summary(self) -> dict[str, Any]:
+        """The caps and how long calls were held back by them (for the manifest)."""
+        return {"max_rps": self.rps, "max_tpm": self.tpm, "waited_s": round(self.waited_s, 3)}
+
+
+def reply_tokens(reply: Any) -> int | None:
+    """Input plus output tokens a LangChain reply reports (None when it reports none)."""
+    meta = getattr(reply, "usage_metadata", None)
+    if not meta:
+        return None
+    return int(meta.get("input_tokens", 0) or 0) + int(meta.get("output_tokens", 0) or 0)
+
+
 @dataclass(frozen=True)
 class LimiterState:
     """A snapshot for progress lines: the current limit, its ceiling and throttling."""
@@ -127,6 +203,8 @@ class AdaptiveLimiter:
         clock: Monotonic seconds (injectable for tests).
         sleep: Awaitable sleep (injectable for tests).
         wall: Wall-clock seconds, for rate-limit resets given as dates.
+        budget: A rate budget every call passes before it takes a slot (``--max-rps`` /
+            ``--max-tpm``).
     """
 
     def __init__(
@@ -137,6 +215,7 @@ class AdaptiveLimiter:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         wall: Callable[[], float] = time.time,
+        budget: RateBudget | None = None,
     ) -> None:
         if ceiling < 1:
             raise ValueError(f"ceiling must be at least 1, got {ceiling}")
@@ -155,6 +234,7 @@ class AdaptiveLimiter:
         self._sleep = sleep
         self._wall = wall
         self._changed: asyncio.Event | None = None
+        self.budget = budget
 
     def _event(self) -> asyncio.Event:
         if self._changed is None:  # made on first use, inside the running loop
@@ -173,7 +253,7 @@ class AdaptiveLimiter:
 
     def summary(self) -> dict[str, Any]:
         """What the limiter did over a run (written to the run's manifest)."""
-        return {
+        summary: dict[str, Any] = {
             "ceiling": self.ceiling,
             "final": self.limit,
             "lowest": self.lowest,
@@ -181,6 +261,9 @@ class AdaptiveLimiter:
             "decreases": self.decreases,
             "waited_s": round(self.waited_s, 3),
         }
+        if self.budget is not None:
+            summary["rate_budget"] = self.budget.summary()
+        return summary
 
     async def acquire(self) -> int:
         """Wait for a slot; returns the episode the call starts in (pass it to :meth:`release`)."""
@@ -217,8 +300,12 @@ class AdaptiveLimiter:
                 self._successes = 0
         self._wake()
 
-    async def run(self, fn: Callable[[], Awaitable[T]]) -> T:
-        """Call ``fn`` within a slot; a 429 it raises adapts the limit and is re-raised."""
+    async def run(self, fn: Callable[[], Awaitable[T]], *, tokens: int = 0) -> T:
+        """Call ``fn`` within a slot (after the rate budget, when there is one, lets it start:
+        ``tokens`` is the call's estimate, corrected from the reply's usage); a 429 it raises
+        adapts the limit and is re-raised."""
+        if self.budget is not None:
+            await self.budget.take(tokens)
         epoch = await self.acquire()
         try:
             result = await fn()
@@ -229,4 +316,6 @@ class AdaptiveLimiter:
                          wait=server_wait(headers, self._wall) if limited else None)
             raise
         self.release(epoch)
+        if self.budget is not None and (used := reply_tokens(result)) is not None:
+            self.budget.settle(tokens, used)
         return result

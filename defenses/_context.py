@@ -32,6 +32,7 @@ from medmis.agents import (
     accepts_call_settings,
     accepts_logprobs,
     accepts_structured_output,
+    estimate_tokens,
     message_text,
     provider_family,
     reply_logprobs,
@@ -173,10 +174,14 @@ class DefenderContext:
             with cache_probe() as probe:
                 limiter = self.limiter
 
+                # a --max-tpm budget charges the prompt's estimate up front (corrected from usage)
+                tokens = sum(estimate_tokens(message_text(m)) for m in messages) \
+                    if limiter is not None and limiter.budget is not None else 0
+
                 async def call() -> Any:
                     if limiter is None:
                         return await runnable.ainvoke(list(messages))
-                    return await limiter.run(lambda: runnable.ainvoke(list(messages)))
+                    return await limiter.run(lambda: runnable.ainvoke(list(messages)), tokens=tokens)
 
                 reply = await retry_async(call, self.retry)
         except Exception as exc:

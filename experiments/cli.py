@@ -292,6 +292,8 @@ def _run_command(args: argparse.Namespace, argv: Sequence[str]) -> int:
         progress=not args.no_progress,
         accept_changes=accept_change_fields(args.accept_change),
         shard=args.shard,
+        max_rps=args.max_rps,
+        max_tpm=args.max_tpm,
     )
     from medmis.experiments.benchmark import DataError
 
@@ -397,6 +399,7 @@ def _cmd_ablate(args: argparse.Namespace, argv: Sequence[str]) -> int:
     overrides += [f"limit={args.limit}"] * (args.limit is not None) + ["retry_errors=true"] * args.retry_errors
     if args.shard is not None:
         overrides.append(f"shard={{index={args.shard.index}, count={args.shard.count}}}")
+    overrides += [f"{key}={value}" for key in ("max_rps", "max_tpm") if (value := getattr(args, key)) is not None]
     if args.shards is not None and args.ray is None:
         raise CliError("--shards N goes with --ray (to run one shard, give --shard K/N)")
     if args.ray is not None and not args.dry_run:

@@ -243,6 +243,8 @@ def _run_config(config: AblationConfig, out: Path, *, progress: bool, shuffled: 
         batch_poll_s=config.batch_poll_s,
         batch_discount=config.batch_discount,
         shard=config.shard,
+        max_rps=config.max_rps,
+        max_tpm=config.max_tpm,
         # a stability re-run is read by the main report's stability section only; a share run's
         # tables are written after it (without figures), its figures are the main report's
         write_report=examinee_seed is None and poison is None,

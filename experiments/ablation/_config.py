@@ -260,6 +260,10 @@ class AblationConfig(BaseModel):
     allow_hosts: list[str] = Field(default_factory=list)
     blocklist: str | None = None
     budget_usd: float | None = None
+    max_rps: float | None = Field(default=None, gt=0)
+    """As ``medmis run --max-rps``: total model requests per second (a shard of N takes 1/N)."""
+    max_tpm: float | None = Field(default=None, gt=0)
+    """As ``medmis run --max-tpm``: total model tokens per minute (a shard of N takes 1/N)."""
     shard: Shard | None = None
     """Run only this shard's items in every run folder of the grid (``medmis ablate --shard
     K/N``); not part of any fingerprint. ``medmis merge`` joins the shards' grid folders."""

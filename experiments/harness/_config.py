@@ -181,10 +181,30 @@ class RunOptions(BaseModel):
     accept_changes: list[str] = Field(default_factory=list)
     """Fingerprint fields allowed to differ from the run already in ``out`` (see
     ``_fingerprint.ACCEPTABLE_CHANGES``); each accepted change is recorded in the manifest."""
+    max_rps: float | None = Field(default=None, gt=0)
+    """Total model requests per second for the whole run (``--max-rps``): a shard of N paces
+    itself at ``max_rps / N`` (:meth:`rate_budget`)."""
+    max_tpm: float | None = Field(default=None, gt=0)
+    """Total model tokens (input + output) per minute for the whole run (``--max-tpm``): a shard
+    of N takes ``max_tpm / N``."""
     shard: Shard | None = None
     """Run only the items of this shard (``--shard K/N``): a partition by item, named in the
     manifest (``"shard"``) and not in the fingerprint (the shards of a run share it); a folder
     holds one shard, and ``medmis merge`` joins them."""
+
+
+    def rate_budget(self) -> dict[str, Any] | None:
+        """The rate budget as the manifest states it: the totals, this folder's share of them
+        (1/N for a shard of N) and the values it paces itself at (None without a budget)."""
+        if self.max_rps is None and self.max_tpm is None:
+            return None
+        share = 1.0 / self.shard.count if self.shard is not None else 1.0
+        return {
+            "total": {"max_rps": self.max_rps, "max_tpm": self.max_tpm},
+            "share": share,
+            "per_shard": {"max_rps": None if self.max_rps is None else self.max_rps * share,
+                          "max_tpm": None if self.max_tpm is None else self.max_tpm * share},
+        }
 
 
 class RunConfig(RunOptions, RunSpec):

@@ -143,6 +143,8 @@ def write_manifest(
         manifest["search_ambient"] = ambient_manifest(config.search_ambient)
     if config.shard is not None:  # which items the folder holds; `medmis merge` joins the shards
         manifest["shard"] = config.shard.to_json()
+    if (budget := config.rate_budget()) is not None:  # the total, this folder's share, its pace
+        manifest["rate_budget"] = budget
     if config.batch:  # its prices are list prices; the report takes the batch discount off them
         manifest["batch"] = {"enabled": True, "discount": config.batch_discount}
     if fingerprint is not None:

@@ -22,7 +22,13 @@ from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 
-from medmis.agents import AdaptiveLimiter, RetryPolicy, accepts_logprobs, aclose_transports
+from medmis.agents import (
+    AdaptiveLimiter,
+    RateBudget,
+    RetryPolicy,
+    accepts_logprobs,
+    aclose_transports,
+)
 from medmis.defenses import (
     Defender,
     DefenderConfigError,
@@ -135,7 +141,9 @@ class Harness:
             deadline_s=config.retry_deadline_s,
         )
         # every model call of the run (not each case) takes a slot; 429s lower the limit
-        self.limiter = AdaptiveLimiter(config.max_connections)
+        budget = config.rate_budget()  # --max-rps / --max-tpm: this folder's share, paced before the limiter
+        self.limiter = AdaptiveLimiter(config.max_connections, budget=RateBudget(
+            budget["per_shard"]["max_rps"], budget["per_shard"]["max_tpm"]) if budget else None)
         # the models live apart from the harness: a defender's context reaches the pool's
         # factory, and through it nothing of the run's config, data or cases
         self._pool = ModelPool(
@@ -426,6 +434,7 @@ class Harness:
         rest); the records' progress figures are added to ``stats`` and the clean answers to the
         returned map. Missing keys come from a columnar scan, not a Record per line."""
         cfg = self.config
+        records_path.touch()  # a shard may hold no item of a small data set: still a run folder, finished
         plan = CasePlan(cfg.models, [d.label for d in self.defenders],
                         [(protocol, items[i].key, target) for i, protocol, target in planned])
         resumed = resume_state(records_path, plan, retry_errors=cfg.retry_errors,

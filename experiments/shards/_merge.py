@@ -206,9 +206,19 @@ def build_then_move(out: Path, build: Any) -> None:
         raise
 
 
-def _order(record: Record) -> tuple[int, str, str, str, str, str]:
-    return (PROTOCOLS.index(record.protocol), record.model, record.defender, record.subset, record.item_id,
-            record.target or "")
+def run_order(manifest: dict[str, Any]) -> Any:
+    """The sort key that lists records as a run queues its cases: clean ones first, then by
+    model and defender in the run's order (the report lists them in the order they first
+    appear), protocol, item and target."""
+    models = {m: i for i, m in enumerate(manifest.get("models") or [])}
+    labels = {d.get("label"): i for i, d in enumerate(manifest.get("defenders") or []) if isinstance(d, dict)}
+
+    def key(record: Record) -> tuple[bool, int, str, int, str, int, str, str, str]:
+        return (record.protocol != "clean", models.get(record.model, len(models)), record.model,
+                labels.get(record.defender, len(labels)), record.defender, PROTOCOLS.index(record.protocol),
+                record.subset, record.item_id, record.target or "")
+
+    return key
 
 
 def _merge_into(dest: Path, out: Path, shards: Sequence[ShardFolder]) -> None:
@@ -216,7 +226,7 @@ def _merge_into(dest: Path, out: Path, shards: Sequence[ShardFolder]) -> None:
     for folder in shards:
         kept, _ = keep_planned(folder.path, read_records(folder.path / "records.jsonl"))
         records += kept
-    append_records(dest / "records.jsonl", sorted(records, key=_order))
+    append_records(dest / "records.jsonl", sorted(records, key=run_order(shards[0].manifest)))
     _merge_traces(dest, shards)
     plans = [load_plan(folder.path) for folder in shards]
     if all(plan is not None for plan in plans):
@@ -270,18 +280,35 @@ def merge_stores(target: Path, sources: Sequence[Path]) -> int:
 
 def _write_manifest(dest: Path, out: Path, shards: Sequence[ShardFolder]) -> None:
     manifest = json.loads(json.dumps(shards[0].manifest))  # a deep copy
-    for key in ("shard", "outcome", "stopped", "concurrency"):
+    for key in ("shard", "outcome", "stopped", "concurrency", "rate_budget"):  # the shards' own
         manifest.pop(key, None)
     config = manifest.get("config")
     if isinstance(config, dict):
         config["shard"] = None
         config["out"] = str(out)
+    command = manifest.get("command")
+    if isinstance(command, list):  # shard 0's command without its --shard: the run's
+        manifest["command"] = _without_shard(command)
     manifest["cases_per_model_defender"] = sum(int(s.manifest.get("cases_per_model_defender") or 0)
                                                for s in shards)
     manifest["created"] = min(str(s.manifest.get("created", "")) for s in shards)
     manifest["updated"] = datetime.now(UTC).isoformat(timespec="seconds")
     manifest["merged"] = {"shards": len(shards), "from": [str(s.path) for s in shards]}
     (dest / MANIFEST).write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def _without_shard(command: list[str]) -> list[str]:
+    kept: list[str] = []
+    skip = False
+    for arg in command:
+        if skip or arg.startswith("--shard="):
+            skip = False
+            continue
+        if arg == "--shard":
+            skip = True
+            continue
+        kept.append(arg)
+    return kept
 
 
 def finish_merged(out: Path, *, report: bool, baseline: str, figures: bool,
