@@ -210,6 +210,18 @@ def test_shards_without_ray_is_a_usage_error(tmp_path: Path, capsys: pytest.Capt
     assert not (tmp_path / "grid").exists()
 
 
+def test_ray_refuses_an_out_holding_another_run_before_starting(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    ray = pytest.importorskip("ray")
+    out = tmp_path / "grid"
+    out.mkdir()
+    (out / "records.jsonl").write_text("", encoding="utf-8")  # a run's folder, not a merged grid
+    assert main(["ablate", str(DEMO), "--ray", "--out", str(out), *REDUCED]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "holds another run; the shards are merged into a new folder" in err[0]
+    assert not (tmp_path / "grid.shards").exists() and not ray.is_initialized()
+
+
 @pytest.fixture(scope="module")
 def ray_cluster() -> Iterator[str]:
     """A local Ray cluster of two nodes with one CPU each; yields its address."""

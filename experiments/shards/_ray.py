@@ -4,8 +4,8 @@ The grid is split by item into N shards (:class:`~medmis.experiments.records.Sha
 partition ``medmis ablate --shard K/N`` runs); each shard is one Ray task that calls the same
 function the command line calls (:func:`ablate_command`, in the worker's process, with the shard
 as a config override) into its own shard grid folder ``OUT.shards/K-of-N``. When every task has
-finished, :func:`merge_grids` joins the shard folders into ``OUT``
-and writes its report, as ``medmis merge`` does for shards run by SLURM or Kubernetes.
+finished, :func:`merge_grids` joins the shard folders into ``OUT`` and writes its report, as
+``medmis merge`` does for shards run by SLURM or Kubernetes.
 
 A shard folder is an ordinary resumable run folder: a task that failed is named in one line, the
 shards that finished stay on disk, and running the same command again resumes them (a finished
@@ -139,7 +139,7 @@ def _start(ray: Any, address: str | None) -> None:
         raise ConfigError(f"--ray: cannot start or reach {where}: {first}") from None
 
 
-def _failure(ray: Any, index: int, count: int, exc: BaseException) -> ShardOutcome:
+def _failure(index: int, count: int, exc: BaseException) -> ShardOutcome:
     """A task that raised or whose worker died, as a stopped shard with one line."""
     cause = getattr(exc, "cause", None) or exc  # a RayTaskError carries the task's own exception
     text = str(cause).strip().splitlines()
@@ -156,7 +156,7 @@ def _collect(ray: Any, refs: dict[Any, int], count: int) -> list[ShardOutcome]:
             try:
                 outcome = ray.get(ref)
             except ray.exceptions.RayError as exc:
-                outcome = _failure(ray, refs[ref], count, exc)
+                outcome = _failure(refs[ref], count, exc)
             print(f"medmis: {outcome.describe()}", file=sys.stderr)
             outcomes.append(outcome)
     return sorted(outcomes, key=lambda o: o.index)
@@ -191,19 +191,20 @@ def ablate_on_ray(path: str, *, address: str | None, shards: int | None = None, 
     config = load_config(path, overrides)
     if config.shard is not None:
         raise ConfigError("--ray runs every shard of the grid itself; drop --shard (or run the shards without --ray)")
-    # the whole grid's plan and estimate, every check of `medmis ablate` that needs no key
-    code = ablate_command(path, out=out, dry_run=True, overrides=overrides, plugins=plugins)
-    if code:
-        return code
-    if problem := check_keys(config):
-        raise ConfigError(problem)
     if config.grading is not None:
         raise ConfigError(f"{path}: --ray runs no [grading]; grade the merged folder with `medmis grade`")
+    if problem := check_keys(config):
+        raise ConfigError(problem)
     # absolute: a worker of a cluster may start elsewhere (the folders sit on a shared filesystem)
     out_dir = Path(out or config.out).resolve()
     config_path = str(Path(path).resolve())
+    plugins = [str(Path(p).resolve()) for p in plugins]
     if (done := _merged_already(out_dir, shards)) is not None:
         return done
+    # the whole grid's plan and estimate, and every other check `medmis ablate` makes before it runs
+    code = ablate_command(config_path, out=str(out_dir), dry_run=True, overrides=overrides, plugins=plugins)
+    if code:
+        return code
     _start(ray, address)
     try:
         count = shards or _earlier_count(out_dir) or max(2, int(ray.cluster_resources().get("CPU", 0)))
