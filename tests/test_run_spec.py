@@ -20,7 +20,7 @@ OTHER_OPTIONS: dict[str, Any] = {
     "tool_timeout_s": 5.0, "case_timeout_s": 12.0, "cache": "record", "cache_dir": "c", "allow_hosts": ["a.org"],
     "blocklist": "b.txt", "retry_errors": True, "progress": False, "write_report": False,
     "prices": {"mock/examinee": (1.0, 2.0)}, "batch": True, "batch_poll_s": 2.0, "batch_discount": 0.25,
-    "accept_changes": ["seed"],
+    "accept_changes": ["seed"], "max_rps": 5.0, "max_tpm": 1000.0, "shard": {"index": 1, "count": 2},
 }
 
 

@@ -416,7 +416,7 @@ def ablate_command(path: str, *, out: str | None = None, dry_run: bool = False, 
     # every run folder of the grid with its own cases (the folders the run walks, in its order),
     # planned once: the estimate, the budget check, the check for work left and the runs use it
     plans = plan_grid(config, dataset.items, out_dir)
-    if not plans[0].cases:
+    if not plans[0].cases and config.shard is None:  # a shard may hold no item of a small data set
         raise ConfigError(f"{path}: the selection has no cases (check data, subset, limit, protocols)")
     # the folders' fingerprints first, as `medmis run` checks them: a complete folder of another
     # run is refused, never reported as "nothing to do"; an accepted change goes on to the run,
