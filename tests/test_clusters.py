@@ -33,6 +33,10 @@ import yaml
 from medmis.experiments.cli import main
 from medmis.experiments.records import read_records
 
+# one xdist worker for the module under `--dist loadgroup`: the single run and the Ray cluster
+# are module fixtures, made once per worker that runs a test needing them
+pytestmark = pytest.mark.xdist_group("clusters")
+
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "experiments" / "configs" / "demo.toml"
 PAGE = ROOT / "docs" / "clusters.md"
