@@ -226,6 +226,20 @@ def test_ray_refuses_an_out_holding_another_run_before_starting(
     assert not (tmp_path / "grid.shards").exists() and not ray.is_initialized()
 
 
+def test_ray_refuses_an_address_nothing_answers_on(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    ray = pytest.importorskip("ray")
+    import socket
+
+    with socket.socket() as probe:  # a port that was free a moment ago: nothing listens on it
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    out = tmp_path / "grid"
+    assert main(["ablate", str(DEMO), "--ray", f"127.0.0.1:{port}", "--out", str(out), *REDUCED]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"--ray 127.0.0.1:{port}: nothing answers there" in err[0], err
+    assert not out.exists() and not (tmp_path / "grid.shards").exists() and not ray.is_initialized()
+
+
 @pytest.fixture(scope="module")
 def ray_cluster() -> Iterator[str]:
     """A local Ray cluster of two nodes with one CPU each; yields its address."""

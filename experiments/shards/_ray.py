@@ -123,6 +123,25 @@ def _import_ray() -> Any:
     return ray
 
 
+CONNECT_TIMEOUT_S = 10.0
+"""How long the head's port may take to accept a connection before ``--ray ADDRESS`` gives up."""
+
+
+def _reachable(address: str) -> None:
+    """Refuse, in one line, a ``HOST:PORT`` or ``ray://HOST:PORT`` nothing listens on: Ray itself
+    retries an unreachable head for minutes, printing a warning every few seconds."""
+    import socket
+
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not port.isdigit():
+        return  # "auto" or a form Ray resolves itself
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as exc:
+        raise ConfigError(f"--ray {address}: nothing answers there ({exc.strerror or exc}); "
+                          "start the cluster's head, or check the address") from None
+
+
 def _start(ray: Any, address: str | None) -> None:
     """Start a local Ray instance (no ADDRESS) or connect to a cluster (a head address or ``ray://``)."""
     # Ray's documented switch for its usage statistics; a user's own setting wins
@@ -185,7 +204,8 @@ def ablate_on_ray(path: str, *, address: str | None, shards: int | None = None, 
 
     Raises:
         ConfigError: Ray is not installed, the config asks for one shard itself, a key is
-            missing, or the cluster cannot be reached (before any shard runs).
+            missing, ``out`` holds another run, or the cluster cannot be reached (before any
+            shard runs).
     """
     ray = _import_ray()
     config = load_config(path, overrides)
@@ -201,6 +221,8 @@ def ablate_on_ray(path: str, *, address: str | None, shards: int | None = None, 
     plugins = [str(Path(p).resolve()) for p in plugins]
     if (done := _merged_already(out_dir, shards)) is not None:
         return done
+    if address is not None:
+        _reachable(address)
     # the whole grid's plan and estimate, and every other check `medmis ablate` makes before it runs
     code = ablate_command(config_path, out=str(out_dir), dry_run=True, overrides=overrides, plugins=plugins)
     if code:
