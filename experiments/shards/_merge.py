@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -158,8 +158,8 @@ def merge_runs(shard_dirs: Sequence[Path], out: Path, *, report: bool = True, ba
                figures: bool = True, settings: VerdictSettings | None = None) -> Path:
     """Merge the shard folders of one run into the run folder ``out`` and write its report.
 
-    The records (latest per key, those of each shard's plan) are written in one canonical order
-    (protocol, model, defender, item, target), the traces file by file, the plans as one, the
+    The records (latest per key, those of each shard's plan) are written in the order a run
+    queues its cases (:func:`run_order`), the traces file by file, the plans as one, the
     shards' own record/replay stores as one store (a key two shards recorded with different
     values is refused, as ``medmis cache import`` refuses it). The manifest is shard 0's
     without the shard, counting every shard's cases; the outcome is decided from the merged
@@ -183,12 +183,12 @@ def merge_runs(shard_dirs: Sequence[Path], out: Path, *, report: bool = True, ba
     """
     shards = check_shards(shard_dirs)
     check_out(out, [s.path for s in shards])
-    build_then_move(out, lambda tmp: _merge_into(tmp, out, shards))
+    build_then_move(out, lambda tmp: _merge_into(tmp, out, shards, (shards[0].path, out)))
     finish_merged(out, report=report, baseline=baseline, figures=figures, settings=settings)
     return out
 
 
-def build_then_move(out: Path, build: Any) -> None:
+def build_then_move(out: Path, build: Callable[[Path], None]) -> None:
     """Build ``out``'s content in a hidden folder beside it (``build(folder)``), then move it
     into place; on any failure remove what was made (folders above ``out`` included)."""
     created = [p for p in out.parents if not p.exists()]  # nearest first
@@ -206,7 +206,7 @@ def build_then_move(out: Path, build: Any) -> None:
         raise
 
 
-def run_order(manifest: dict[str, Any]) -> Any:
+def run_order(manifest: dict[str, Any]) -> Callable[[Record], tuple[Any, ...]]:
     """The sort key that lists records as a run queues its cases: clean ones first, then by
     model and defender in the run's order (the report lists them in the order they first
     appear), protocol, item and target."""
@@ -221,7 +221,9 @@ def run_order(manifest: dict[str, Any]) -> Any:
     return key
 
 
-def _merge_into(dest: Path, out: Path, shards: Sequence[ShardFolder]) -> None:
+def _merge_into(dest: Path, out: Path, shards: Sequence[ShardFolder], roots: tuple[Path, Path]) -> None:
+    """Write the merged folder ``out`` into ``dest``; ``roots`` are shard 0's top folder and the
+    merged one (a path under the first in shard 0's manifest names the second's)."""
     records: list[Record] = []
     for folder in shards:
         kept, _ = keep_planned(folder.path, read_records(folder.path / "records.jsonl"))
@@ -238,7 +240,7 @@ def _merge_into(dest: Path, out: Path, shards: Sequence[ShardFolder]) -> None:
         if (shards[0].path / name).is_file():
             shutil.copyfile(shards[0].path / name, dest / name)
     merge_stores(dest / CACHE_DIR, [folder.path / CACHE_DIR for folder in shards])
-    _write_manifest(dest, out, shards)
+    _write_manifest(dest, out, shards, roots)
     record_outcome(dest, dest / "records.jsonl", None, [])
 
 
@@ -278,7 +280,7 @@ def merge_stores(target: Path, sources: Sequence[Path]) -> int:
     return n
 
 
-def _write_manifest(dest: Path, out: Path, shards: Sequence[ShardFolder]) -> None:
+def _write_manifest(dest: Path, out: Path, shards: Sequence[ShardFolder], roots: tuple[Path, Path]) -> None:
     manifest = json.loads(json.dumps(shards[0].manifest))  # a deep copy
     for key in ("shard", "outcome", "stopped", "concurrency", "rate_budget"):  # the shards' own
         manifest.pop(key, None)
@@ -286,6 +288,9 @@ def _write_manifest(dest: Path, out: Path, shards: Sequence[ShardFolder]) -> Non
     if isinstance(config, dict):
         config["shard"] = None
         config["out"] = str(out)
+        cache_dir = config.get("cache_dir")
+        if isinstance(cache_dir, str) and Path(cache_dir).is_relative_to(roots[0]):  # shard 0's own store
+            config["cache_dir"] = str(roots[1] / Path(cache_dir).relative_to(roots[0]))
     command = manifest.get("command")
     if isinstance(command, list):  # shard 0's command without its --shard: the run's
         manifest["command"] = _without_shard(command)
@@ -380,7 +385,7 @@ def merge_grids(grid_dirs: Sequence[Path], out: Path, *, baseline: str = "none",
     def build(tmp: Path) -> None:
         for rel, shards in checked.items():
             (tmp / rel).mkdir(parents=True, exist_ok=True)
-            _merge_into(tmp / rel, out / rel, shards)
+            _merge_into(tmp / rel, out / rel, shards, (checked[Path(".")][0].path, out))
         source = checked[Path(".")][0].path  # shard 0's grid folder
         for rel in _grid_files(source, every):
             (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -394,7 +399,7 @@ def merge_grids(grid_dirs: Sequence[Path], out: Path, *, baseline: str = "none",
 
 
 def merge_command(shard_dirs: Sequence[Path], out: Path, *, config: str | None = None,
-                  notice: Any = print) -> int:
+                  notice: Callable[[str], None] = print) -> int:
     """``medmis merge``: the shards of a run (or, when they hold sub-run folders or ``config``
     is given, of an ablation grid) merged into ``out``; returns the exit status."""
     baseline, settings = "none", None
