@@ -33,6 +33,13 @@ import yaml
 from medmis.experiments.cli import main
 from medmis.experiments.records import read_records
 
+ray: Any
+try:  # here, not inside a test: Ray's log handler keeps the stderr of its first import, and a
+    import ray  # test's captured stderr is closed when that test ends
+except ImportError:  # the `ray` extra is optional: its tests are skipped
+    ray = None
+needs_ray = pytest.mark.skipif(ray is None, reason="needs the ray extra (pip install 'medmis[ray]')")
+
 # one xdist worker for the module under `--dist loadgroup`: the single run and the Ray cluster
 # are module fixtures, made once per worker that runs a test needing them
 pytestmark = pytest.mark.xdist_group("clusters")
@@ -214,9 +221,9 @@ def test_shards_without_ray_is_a_usage_error(tmp_path: Path, capsys: pytest.Capt
     assert not (tmp_path / "grid").exists()
 
 
+@needs_ray
 def test_ray_refuses_an_out_holding_another_run_before_starting(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    ray = pytest.importorskip("ray")
     out = tmp_path / "grid"
     out.mkdir()
     (out / "records.jsonl").write_text("", encoding="utf-8")  # a run's folder, not a merged grid
@@ -226,8 +233,8 @@ def test_ray_refuses_an_out_holding_another_run_before_starting(
     assert not (tmp_path / "grid.shards").exists() and not ray.is_initialized()
 
 
+@needs_ray
 def test_ray_refuses_an_address_nothing_answers_on(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    ray = pytest.importorskip("ray")
     import socket
 
     with socket.socket() as probe:  # a port that was free a moment ago: nothing listens on it
@@ -243,7 +250,8 @@ def test_ray_refuses_an_address_nothing_answers_on(tmp_path: Path, capsys: pytes
 @pytest.fixture(scope="module")
 def ray_cluster() -> Iterator[str]:
     """A local Ray cluster of two nodes with one CPU each; yields its address."""
-    pytest.importorskip("ray")
+    if ray is None:
+        pytest.skip("needs the ray extra (pip install 'medmis[ray]')")
     from ray.cluster_utils import Cluster
 
     with pytest.MonkeyPatch.context() as mp:
@@ -263,8 +271,6 @@ def test_ray_runs_the_grid_matches_the_single_run_and_a_failed_shard_resumes(
     folder blocked: that shard is named, the other finishes and stays; then on the 2-node
     cluster (its ADDRESS) the same command resumes: the finished shard is not re-run and the
     merged grid is the single run's. A third run finds the merged grid: nothing to do."""
-    import ray
-
     out = tmp_path / "grid"
     blocked = tmp_path / "grid.shards" / "1-of-2"
     blocked.parent.mkdir()
