@@ -165,6 +165,13 @@ def build_parser() -> argparse.ArgumentParser:
     abl.add_argument("--no-progress", action="store_true", help="no progress bar or progress lines")
     abl.add_argument("--retry-errors", action="store_true", help="as for `medmis run`, in every run of the grid")
     add_shard_flags(abl)
+    abl.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                     help="run the grid's shards as Ray tasks and merge them into --out (needs "
+                          "`pip install 'medmis[ray]'`); ADDRESS: a cluster (ray://HOST:10001 or HOST:6379), "
+                          "none: a local Ray instance (docs/clusters.md)")
+    abl.add_argument("--shards", type=int_at_least(1), default=None, metavar="N",
+                     help="with --ray: how many shards (default: an earlier --ray run's, else the cluster's "
+                          "CPU count, at least 2)")
     add_plugin_flag(abl)
 
     mrg = sub.add_parser("merge", help="join the shard folders of one run (or ablation grid) into one folder",
@@ -393,6 +400,14 @@ def _cmd_ablate(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if args.shard is not None:
         overrides.append(f"shard={{index={args.shard.index}, count={args.shard.count}}}")
     overrides += [f"{key}={value}" for key in ("max_rps", "max_tpm") if (value := getattr(args, key)) is not None]
+    if args.shards is not None and args.ray is None:
+        raise CliError("--shards N goes with --ray (to run one shard, give --shard K/N)")
+    if args.ray is not None and not args.dry_run:
+        from medmis.experiments.shards import ablate_on_ray
+
+        return ablate_on_ray(args.config, address=args.ray or None, shards=args.shards, out=args.out,
+                             overrides=overrides, accept_changes=accept_change_fields(args.accept_change),
+                             plugins=args.plugin, argv=["medmis", *argv])
     return ablate_command(args.config, out=args.out, dry_run=args.dry_run,
                           progress=not args.no_progress, argv=["medmis", *argv],
                           overrides=overrides, accept_changes=accept_change_fields(args.accept_change),

@@ -171,21 +171,21 @@ def test_paper_search_config_names_every_missing_key(
 
 def test_key_check_knows_anthropic_and_langchain_specs(monkeypatch: pytest.MonkeyPatch) -> None:
     from medmis.experiments.ablation import ModelEntry
-    from medmis.experiments.ablation._ablate import _check_keys
+    from medmis.experiments.ablation._ablate import check_keys
 
     for var in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "OPENAI_BASE_URL", "GOOGLE_API_KEY", "GEMINI_API_KEY"):
         monkeypatch.delenv(var, raising=False)
     config = load_config(ROOT / "experiments" / "configs" / "hle_mitigation.toml")
     specs = ["anthropic/claude-sonnet-4-6", "langchain:anthropic:claude-opus-4-6", "langchain:openai:gpt-5.4"]
     config = config.model_copy(update={"models": [ModelEntry(spec=s) for s in specs], "search": "local"})
-    problem = _check_keys(config)
+    problem = check_keys(config)
     assert problem is not None and "\n" not in problem
     assert "anthropic/claude-sonnet-4-6 needs ANTHROPIC_API_KEY" in problem
     assert "langchain:anthropic:claude-opus-4-6 needs ANTHROPIC_API_KEY" in problem
     assert "langchain:gpt-5.4" not in problem and "langchain:openai:gpt-5.4 needs OPENAI_API_KEY" in problem
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant")
     monkeypatch.setenv("OPENAI_API_KEY", "sk")
-    assert _check_keys(config) is None
+    assert check_keys(config) is None
 
 
 def _choices(out: Path) -> dict[tuple[str, str, str | None], str | None]:

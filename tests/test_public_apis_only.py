@@ -8,7 +8,7 @@ Over every ``.py`` file of the five package folders (nothing is imported):
 2. **No private name of another library**: no ``from <lib> import _x``, no import of a private
    module (``langchain_core._api``), and no underscore attribute reached through a name bound to
    one of those libraries (``types.GenerateContentResponse._from_response``), for LangChain,
-   LangGraph, httpx, httpx2, openai, anthropic, google-genai and aiohttp. One shim is allowed, in
+   LangGraph, httpx, httpx2, openai, anthropic, google-genai, aiohttp and Ray. One shim is allowed, in
    :data:`SHIM` (the batch result parsing, which says why in its code).
 
 A violation names the file and line.
@@ -24,7 +24,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = ("agents", "tools", "graphs", "defenses", "experiments")
 LIBRARIES = ("langchain", "langchain_core", "langchain_openai", "langchain_anthropic", "langgraph",
-             "httpx", "httpx2", "openai", "anthropic", "google.genai", "aiohttp")
+             "httpx", "httpx2", "openai", "anthropic", "google.genai", "aiohttp", "ray")
 FORBIDDEN_CALLS = {("os", "fork"), ("os", "_exit"), ("gc", "freeze"), ("atexit", "_run_exitfuncs"),
                    ("asyncio", "_set_running_loop")}
 SHIM = {"experiments/harness/_batch_model.py"}

@@ -21,6 +21,9 @@ from ._ablate import (
 from ._folders import (
     STABILITY_DIR as STABILITY_DIR,  # the re-runs' folder (importable; not in __all__)
 )
+from ._preflight import (
+    check_keys as check_keys,  # the missing-key line `medmis ablate` refuses with (importable; not in __all__)
+)
 
 __all__ = [
     "AblationConfig",

@@ -57,7 +57,7 @@ from ._folders import (
     plan_grid,
     poison_protocols,
 )
-from ._preflight import _check_keys, check_config, worst_outcome
+from ._preflight import check_config, check_keys, worst_outcome
 
 __all__ = [
     "AblationConfig",
@@ -393,7 +393,7 @@ def ablate_command(path: str, *, out: str | None = None, dry_run: bool = False, 
                 "(multiple choice only; an open-ended case shows no options)")
     if not dry_run:
         # before loading data: the HLE config reads the hub, which a keyless user may not reach
-        problem = _check_keys(config)
+        problem = check_keys(config)
         if problem:
             raise ConfigError(problem)
     out_dir = Path(out or config.out)

@@ -25,7 +25,7 @@ from medmis.tools import ConfigError
 
 from ._config import ROOT, AblationConfig
 
-__all__ = ["check_config", "pending_cases", "worst_outcome"]
+__all__ = ["check_config", "check_keys", "pending_cases", "worst_outcome"]
 
 
 def check_config(config: AblationConfig) -> None:
@@ -85,7 +85,7 @@ def worst_outcome(outcomes: Sequence[Outcome | None]) -> Outcome:
     return max(present, key=lambda o: rank.get(o.code, 3), default=Outcome(EXIT_OK))
 
 
-def _check_keys(config: AblationConfig) -> str | None:
+def check_keys(config: AblationConfig) -> str | None:
     """A one-line explanation when a real provider's key is missing (before anything runs)."""
     import os
 
