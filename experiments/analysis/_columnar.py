@@ -397,7 +397,8 @@ def records_into(con: duckdb.DuckDBPyConnection, records: Iterable[Record], name
         d = r.model_dump(mode="json")
         row = {c: d.get(c) for c in RECORD_COLUMNS if c != "usage"}
         row |= {"input_tokens": r.usage.input_tokens, "output_tokens": r.usage.output_tokens,
-                "extra": json.dumps(d.get("extra") or {}, ensure_ascii=False)}
+                "extra": json.dumps(d.get("extra") or {}, ensure_ascii=False),
+                "epoch": r.epoch}  # a line leaves epoch 0 out
         rows.append(row)
     types = RECORD_COLUMNS | {"input_tokens": "BIGINT", "output_tokens": "BIGINT"}
     cols = [c for c in RECORD_COLUMNS if c != "usage"] + ["input_tokens", "output_tokens"]

@@ -153,7 +153,7 @@ def _python_rows(path: Path) -> Any:
         d = r.model_dump(mode="json")
         rows.append({k: d.get(k) for k in _OUTPUT_COLUMNS}
                     | {"input_tokens": r.usage.input_tokens, "output_tokens": r.usage.output_tokens,
-                       "extra": _json(d.get("extra") or {})})
+                       "extra": _json(d.get("extra") or {}), "epoch": r.epoch})  # a line leaves epoch 0 out
     return pa.Table.from_pylist(rows) if rows else None
 
 
