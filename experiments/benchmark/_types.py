@@ -129,9 +129,10 @@ class Case(BaseModel):
     context, answered again by a model that samples. Not shown to the defender."""
 
     @property
-    def key(self) -> tuple[str, str, str | None, int]:
-        """``(item.key, protocol, target, epoch)``: one case of one item."""
-        return (self.item.key, self.protocol, self.target, self.epoch)
+    def key(self) -> tuple[str, str, str | None]:
+        """``(item.key, protocol, target)``: one case of one item, in every epoch (a record's
+        key, ``Record.key``, adds the epoch)."""
+        return (self.item.key, self.protocol, self.target)
 
     @property
     def context_texts(self) -> list[str]:
