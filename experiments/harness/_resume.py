@@ -48,8 +48,9 @@ class CasePlan:
     ``cases`` are ``(protocol, item_key, target)`` in the run's order; the grid is
     ``models`` x ``defenders`` (labels). Each case is run ``epochs`` times (``--epochs``):
     a case index ``ci`` of :attr:`ResumeState.missing` is case ``ci % len(cases)`` in epoch
-    ``ci // len(cases)``, so a run stopped early has whole epochs rather than a few items
-    sampled many times.
+    ``ci // len(cases)``: within each phase (clean, then the rest) the cases run epoch by
+    epoch, so a run stopped early has the earlier epochs rather than a few items sampled many
+    times.
     """
 
     models: Sequence[str]
