@@ -164,6 +164,11 @@ class SimulatedExaminee(BaseChatModel):
     warning_factor: float = Field(default=1.0, ge=0.0)
     answer_key: str | None = None
     items: list[Any] | None = None
+    sample: int = Field(default=0, ge=0)
+    """Which repeated sample of a case it answers (``ModelOptions.sample``, the run's epoch):
+    mixed into its answering draws (abstentions, slips, persuasion, verdict hedges, the random
+    policy's pick), never into what it knows, so that an item's repeats agree more often than
+    two items do, as a real model's samples of one question do."""
 
     _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
     _key_id: str | None = PrivateAttr(default=None)
@@ -184,7 +189,14 @@ class SimulatedExaminee(BaseChatModel):
             "marked_factor": self.marked_factor,
             "warning_factor": self.warning_factor,
             "answer_key": self._answer_key_id(),
+            # only a later sample has one: epoch 0 keys (and fingerprints) as before epochs
+            **({"sample": self.sample} if self.sample else {}),
         }
+
+    @property
+    def _draws(self) -> int | str:
+        """The seed of the answering draws: the seed, and the sample when it is a later one."""
+        return self.seed if not self.sample else f"{self.seed}~{self.sample}"
 
     def _answer_key_id(self) -> str:
         """A digest of the answer key, so a cache never serves one key's answers for another."""
@@ -248,10 +260,10 @@ class SimulatedExaminee(BaseChatModel):
 
     def _decide(self, view: Prompt, canonical: str) -> Decision:
         def draw(role: str) -> float:
-            return _unit(self.seed, canonical, view.call_index, role)
+            return _unit(self._draws, canonical, view.call_index, role)
 
         if self.policy == "random":
-            key = random.Random(digest(self.seed, "random", squash(view.question))).choice(sorted(view.options))
+            key = random.Random(digest(self._draws, "random", squash(view.question))).choice(sorted(view.options))
             return Decision(key, "random")
         belief, confident = self.belief(view.question, view.options)
         if self.policy == "oracle":
@@ -288,7 +300,7 @@ class SimulatedExaminee(BaseChatModel):
                 return call
         if task == "verdict":
             verdict, quote, url = judge_claim(view.claim, view.evidence)
-            if _unit(self.seed, canonical, view.call_index, "hedge") < VERDICT_HEDGE:
+            if _unit(self._draws, canonical, view.call_index, "hedge") < VERDICT_HEDGE:
                 verdict, quote, url = "not_enough_info", "", ""
             return AIMessage(content=json.dumps({"verdict": verdict, "quote": quote, "url": url}))
         if task == "queries":
@@ -323,7 +335,7 @@ class SimulatedExaminee(BaseChatModel):
         if not view.options or not view.context or self.policy == "random":
             return "No"
         belief, confident = self.belief(view.question, view.options)
-        named = screen(view, belief, confident, lambda role: _unit(self.seed, canonical, view.call_index, role))
+        named = screen(view, belief, confident, lambda role: _unit(self._draws, canonical, view.call_index, role))
         return "Yes\nInjection:\n" + "\n".join(named) if named else "No"
 
     def _logprobs(self, view: Prompt, decision: Decision, text: str) -> dict[str, Any]:
@@ -427,6 +439,7 @@ def build(model_id: str, opts: ModelOptions) -> BaseChatModel:
         marked_factor=float(extra.get("marked_factor", 1.0)),
         warning_factor=float(extra.get("warning_factor", 1.0)),
         answer_key=str(answer_key) if answer_key is not None else None,
+        sample=opts.sample,
     )
 
 

@@ -52,6 +52,11 @@ class ModelOptions(BaseModel):
     run_seed: int | None = None
     """The run's ``--seed``: the simulated examinee (``mock/``) draws with it when ``seed`` is
     unset; never sent to a provider."""
+    sample: int = Field(default=0, ge=0)
+    """Which repeated sample of a case the model answers (the run's epoch, ``--epochs``; set by
+    the harness per epoch, never by a user): never sent to a provider; the record/replay store
+    keys a later sample's calls apart (``medmis.tools.attach_cache``) and the simulated examinee
+    mixes it into its answering draws. Not part of a run's fingerprint (``epochs`` is)."""
     decoding: Literal["paper", "reference"] = "paper"
     """Decoding preset (:mod:`medmis.agents._decoding`): ``paper`` (temperature 0) or
     ``reference`` (the reference notebooks' per-provider settings). Fields set explicitly win."""

@@ -107,6 +107,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="prompt preset: paper (the reference evaluation's wording and JSON "
                           "answer; default) or toolkit (board-exam prompt, 'Final answer: X')")
     run.add_argument("--seed", type=int, default=0, help="seed of target sampling and shuffles (default 0)")
+    run.add_argument("--epochs", type=int_at_least(1), default=1, metavar="E",
+                     help="answer every case E times at the model's temperature; metrics pool the "
+                          "epochs, intervals cluster on items (default 1; docs/epochs.md)")
     run.add_argument("--poison", type=poison_value, default=None, metavar="share=S[,rank=top|spread][,styles=a+b][,pages=FILE]",
                      help="a poisoned web: SHARE of every Type 1 case's search results are that case's "
                           "poisoned pages (top slots or spread; pages: fixtures/poison/sample_pages.jsonl)")
@@ -157,6 +160,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="print cases, expected calls, tokens and cost per cell; run nothing")
     abl.add_argument("--data", default=None, help="override the config's data (file, folder or hub:SUBSET)")
     abl.add_argument("--limit", type=int_at_least(1), default=None, help="override the config's item limit")
+    abl.add_argument("--epochs", type=int_at_least(1), default=None, metavar="E",
+                     help="override the config's epochs (every case answered E times)")
     abl.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
                      help="override a config key (dotted, e.g. model_options.temperature=0.2; "
                           "value read as TOML, else as a string); repeatable")
@@ -271,6 +276,7 @@ def _run_command(args: argparse.Namespace, argv: Sequence[str]) -> int:
         prompt=args.prompt,
         answer_format=args.answer_format,
         seed=args.seed,
+        epochs=args.epochs,
         out=args.out,
         max_connections=args.max_connections,
         max_retries=args.max_retries,
@@ -397,6 +403,7 @@ def _cmd_ablate(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if args.data is not None:
         overrides.append(f"data={json.dumps(args.data)}")
     overrides += [f"limit={args.limit}"] * (args.limit is not None) + ["retry_errors=true"] * args.retry_errors
+    overrides += [f"epochs={args.epochs}"] * (args.epochs is not None)
     if args.shard is not None:
         overrides.append(f"shard={{index={args.shard.index}, count={args.shard.count}}}")
     overrides += [f"{key}={value}" for key in ("max_rps", "max_tpm") if (value := getattr(args, key)) is not None]

@@ -124,7 +124,7 @@ def test_resume_scan_equals_read_records(tmp_path: Path, retry_errors: bool) -> 
     done, graded, flips, errors, clean = _old_resume(deduped, retry_errors)
     plan = _plan_of(deduped)
     expected = [(mi, di, ci) for mi, m in enumerate(plan.models) for di, d in enumerate(plan.defenders)
-                for ci, (p, item, t) in enumerate(plan.cases) if (m, d, p, item, t) not in done]
+                for ci, (p, item, t) in enumerate(plan.cases) if (m, d, p, item, t, 0) not in done]
     for attempt in ("jsonl", "parquet"):
         state = resume_state(path, plan, retry_errors=retry_errors)
         assert state.missing == expected, attempt

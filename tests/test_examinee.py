@@ -81,6 +81,20 @@ def test_same_request_same_reply_and_knowledge_is_per_question() -> None:
     assert beliefs == [b.belief(it.question, dict(reversed(it.options.items()))) for it in ITEMS[:40]]
 
 
+def test_a_later_sample_redraws_its_answers_not_its_knowledge() -> None:
+    """``--epochs``: the harness builds epoch e's model with ``ModelOptions.sample = e``."""
+    first, later = SimulatedExaminee(items=ITEMS, seed=3), build("examinee", ModelOptions(seed=3, sample=1))
+    assert isinstance(later, SimulatedExaminee) and later.sample == 1
+    later = later.model_copy(update={"items": ITEMS})
+    assert [first.belief(it.question, it.options) for it in ITEMS[:80]] == \
+        [later.belief(it.question, it.options) for it in ITEMS[:80]]
+    prompts = [render_prompt(case(it, "type1")) for it in ITEMS[:80]]
+    replies = [(first.invoke(p).content, later.invoke(p).content) for p in prompts]
+    assert any(a != b for a, b in replies)
+    # the same sample draws the same again
+    assert [later.invoke(p).content for p in prompts] == [b for _, b in replies]
+
+
 def test_no_prompt_keyword_list_decides() -> None:
     """A prose warning moves nothing systematically: the same as neutral text of its length,
     and the same as no added text, within sampling error; both directions occur per item."""

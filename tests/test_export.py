@@ -209,8 +209,13 @@ def test_load_dataset_reads_each_config_by_name_and_by_folder(run_dir: Path, tmp
     assert main(["export", "parquet", str(run_dir), "--out", str(out)]) == 0
     expected = {"records": len(records_of(run_dir))}
     for config in ("records", "metrics", "cost"):
-        by_name = datasets.load_dataset(str(out), config, split="train")
-        by_folder = datasets.load_dataset("parquet", data_dir=str((out / config_file(config)).parent), split="train")
+        # cache_dir: `datasets` read HF_DATASETS_CACHE when it was imported, so without it the
+        # machine's shared cache (keyed by the folder's name, not its content) answers for an
+        # export of another run, with that run's columns
+        cache = str(tmp_path / "hf" / "datasets")
+        by_name = datasets.load_dataset(str(out), config, split="train", cache_dir=cache)
+        by_folder = datasets.load_dataset("parquet", data_dir=str((out / config_file(config)).parent), split="train",
+                                          cache_dir=cache)
         assert by_name.num_rows == by_folder.num_rows == pq.read_table(out / config_file(config)).num_rows > 0
         assert by_name.column_names == by_folder.column_names
         if config in expected:

@@ -248,10 +248,18 @@ class StoreCache(BaseCache):
     ``astream`` bypass it.
     """
 
-    def __init__(self, store: RecordStore, *, kind: str = MODEL_KIND) -> None:
+    def __init__(self, store: RecordStore, *, kind: str = MODEL_KIND, sample: int = 0) -> None:
         RecordStore.check_kind(kind)
         self.store = store
         self.kind = kind
+        self.sample = sample
+
+    def key(self, prompt: str, llm_string: str) -> dict[str, Any]:
+        """The store key of a call (:func:`model_cache_key`), with the sample when it is a
+        later one: a repeated sample (``--epochs``) of a model at a temperature is another
+        draw, never the recording of the first; the first sample keys as every call always did."""
+        key = model_cache_key(prompt, llm_string)
+        return {**key, "sample": self.sample} if self.sample else key
 
     def lookup(self, prompt: str, llm_string: str) -> RETURN_VAL_TYPE | None:
         """Return the stored generations, or ``None`` to let LangChain call the model.
@@ -261,7 +269,7 @@ class StoreCache(BaseCache):
         """
         if self.store.mode == "live":
             return None
-        key = model_cache_key(prompt, llm_string)
+        key = self.key(prompt, llm_string)
         try:
             entry = self.store.lookup(self.kind, key)
         except ReplayMissError:
@@ -280,7 +288,7 @@ class StoreCache(BaseCache):
         if self.store.mode not in ("record", "refresh"):
             return
         generations = [json.loads(dumps(_strip_message_id(g))) for g in return_val]
-        self.store.put(self.kind, model_cache_key(prompt, llm_string), {"generations": generations})
+        self.store.put(self.kind, self.key(prompt, llm_string), {"generations": generations})
 
     def clear(self, **kwargs: Any) -> None:
         """Remove every entry of this cache's kind from the store."""
@@ -301,12 +309,13 @@ class StoreCache(BaseCache):
         self.clear(**kwargs)
 
 
-def attach_cache(model: BaseChatModel, store: RecordStore) -> BaseChatModel:
+def attach_cache(model: BaseChatModel, store: RecordStore, *, sample: int = 0) -> BaseChatModel:
     """A copy of ``model`` whose calls go through ``store``; ``model`` itself in ``live`` mode.
 
     The copy shares the original's clients; tools bound afterwards (``bind_tools``) are part
-    of each call's key.
+    of each call's key. ``sample`` (a later epoch of ``--epochs``) keys its calls apart from
+    the first sample's.
     """
     if store.mode == "live":
         return model
-    return model.model_copy(update={"cache": StoreCache(store)})
+    return model.model_copy(update={"cache": StoreCache(store, sample=sample)})

@@ -141,12 +141,13 @@ def estimate(config: AblationConfig, cases: Sequence[Case], out: Path) -> list[C
                 totals[1] += tools_n
                 totals[2] += tin
                 totals[3] += tout
+            totals = [t * config.epochs for t in totals]  # every epoch answers every case again
             cost = totals[2] / 1e6 * model.price_in_per_mtok + totals[3] / 1e6 * model.price_out_per_mtok
             cost *= _billed_share(config)
             basis = "earlier records" if calibrated == len(cases) and cases else (
                 "heuristic" if not calibrated else f"mixed ({calibrated}/{len(cases)} calibrated)")
             cells.append(CellEstimate(
-                model=model.name, defender=label, cases=len(cases), llm_calls=totals[0],
+                model=model.name, defender=label, cases=len(cases) * config.epochs, llm_calls=totals[0],
                 tool_calls=totals[1], input_tokens=totals[2], output_tokens=totals[3],
                 cost_usd=cost, basis=basis,
             ))
@@ -223,6 +224,7 @@ def _run_config(config: AblationConfig, out: Path, *, progress: bool, shuffled: 
         prompt=config.prompt,
         answer_format=config.answer_format,
         seed=config.seed,
+        epochs=config.epochs,
         out=str(out),
         max_connections=config.max_connections,
         **case_timeout,
@@ -436,6 +438,7 @@ def ablate_command(path: str, *, out: str | None = None, dry_run: bool = False, 
           f"{len(config.defender_configs())} defender(s), protocols {', '.join(config.protocols)}, "
           f"type1 targets {config.type1_targets}, prompt {config.prompt}"
           + (f", answer format {config.answer_format}" if config.answer_format != "mcq" else "")
+          + (f", {config.epochs} epochs" if config.epochs > 1 else "")
           + (" (+ shuffled type2 pass)" if any(plan.run.shuffled for plan in plans) else "")
           + (f" (+ {len(config.examinee_seeds())} stability re-runs, examinee seeds "
              f"{', '.join(map(str, config.examinee_seeds()))})" if config.examinee_seeds() else ""))

@@ -240,6 +240,8 @@ class AblationConfig(BaseModel):
     decoding: Literal["paper", "reference"] = "paper"
     """Decoding preset of every model (``medmis run --decoding``); ``model_options`` override it."""
     seed: int = 0
+    epochs: int = Field(default=1, ge=1)
+    """As ``medmis run --epochs``: every case of every run answered this many times."""
     out: str = "runs/ablation"
     max_connections: int = Field(default=8, ge=1)
     case_timeout: float | None = Field(default=None, gt=0)

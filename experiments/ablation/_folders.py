@@ -99,7 +99,8 @@ def nothing_to_do(config: AblationConfig, plans: Sequence[RunPlan]) -> bool:
         return False
     models = [m.name for m in config.models]
     labels = [create_defender(d.name, d.options).label for d in config.defender_configs()]
-    return sum(pending_cases(plan.run.folder, models, labels, plan.cases, retry_errors=config.retry_errors)
+    return sum(pending_cases(plan.run.folder, models, labels, plan.cases, retry_errors=config.retry_errors,
+                             epochs=config.epochs)
                for plan in plans) == 0
 
 

@@ -68,13 +68,13 @@ def check_config(config: AblationConfig) -> None:
 
 
 def pending_cases(out: Path, models: Sequence[str], labels: Sequence[str], cases: Sequence[Case],
-                  *, retry_errors: bool = False) -> int:
-    """How many (model, defender, case) keys of ``cases`` have no record in ``out`` yet (with
-    ``retry_errors``: or a last record that is an error)."""
+                  *, retry_errors: bool = False, epochs: int = 1) -> int:
+    """How many (model, defender, case, epoch) keys of ``cases`` in ``epochs`` epochs have no
+    record in ``out`` yet (with ``retry_errors``: or a last record that is an error)."""
     done = {r.key for r in read_records(out / "records.jsonl") if not (retry_errors and r.error)}
     return sum(
-        (spec, label, c.protocol, c.item.key, c.target) not in done
-        for spec in models for label in labels for c in cases
+        (spec, label, c.protocol, c.item.key, c.target, e) not in done
+        for spec in models for label in labels for c in cases for e in range(epochs)
     )
 
 

@@ -63,6 +63,7 @@ from ._units import (
     is_correct,
     item_key,
     metric_block,
+    unit_key,
 )
 from ._verdict import (
     ALPHA,
@@ -158,6 +159,7 @@ __all__ = [
     "share_label",
     "stops_being_better",
     "tango_interval",
+    "unit_key",
     "usd",
     "wilson",
     "write_plan",

@@ -22,7 +22,7 @@ from medmis.experiments.benchmark import Record
 from ._cluster import cluster_sign_test, clustered_paired_diff
 from ._units import is_correct
 
-UnitKey = tuple[str, str | None]  # (item key, target)
+UnitKey = tuple[str, str | None, int]  # (item key, target, epoch)
 Outcome = Callable[[Record], bool]
 
 
@@ -49,12 +49,14 @@ def _index(records: list[Record]) -> dict[tuple[str, str, str], dict[UnitKey, Re
     out: dict[tuple[str, str, str], dict[UnitKey, Record]] = {}
     for r in records:
         if r.error is None:
-            out.setdefault((r.model, r.defender, r.protocol), {})[(r.item_key, r.target)] = r
+            out.setdefault((r.model, r.defender, r.protocol), {})[(r.item_key, r.target, r.epoch)] = r
     return out
 
 
-def _clean_ok(index: dict[tuple[str, str, str], dict[UnitKey, Record]], model: str, defender: str) -> set[str]:
-    return {k for (k, _), r in index.get((model, defender, "clean"), {}).items() if is_correct(r)}
+def _clean_ok(index: dict[tuple[str, str, str], dict[UnitKey, Record]], model: str,
+              defender: str) -> set[tuple[str, int]]:
+    """(item, epoch) answered correctly clean: an attacked unit pairs with its own epoch's."""
+    return {(k, e) for (k, _, e), r in index.get((model, defender, "clean"), {}).items() if is_correct(r)}
 
 
 _METRICS: list[tuple[str, str, bool, Outcome]] = [
@@ -77,7 +79,7 @@ def compare_records(a: list[Record], b: list[Record], *, seed: int = 0) -> list[
         both_ok = _clean_ok(ia, model, defender) & _clean_ok(ib, model, defender)
         for name, protocol, conditioned, outcome in _METRICS:
             ua, ub = ia.get((model, defender, protocol), {}), ib.get((model, defender, protocol), {})
-            keys = sorted(k for k in ua.keys() & ub.keys() if not conditioned or k[0] in both_ok)
+            keys = sorted(k for k in ua.keys() & ub.keys() if not conditioned or (k[0], k[2]) in both_ok)
             if not keys:
                 continue
             x = [outcome(ua[k]) for k in keys]

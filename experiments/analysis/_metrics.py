@@ -74,6 +74,8 @@ class Cost(BaseModel):
     latency_p95_s: float | None
     escalated: Proportion | None = None
     """Share of cases with a truthy ``extra["escalated"]``, over cases that report it."""
+    epochs: int = 1
+    """Epochs the cases were answered in (``--epochs``): ``cases`` counts every epoch's."""
 
 
 Strata = dict[str, dict[str, MetricBlock]]
@@ -237,6 +239,7 @@ def cost_of(records: Sequence[Record]) -> Cost:
         latency_p50_s=p50(latencies),
         latency_p95_s=p95(latencies),
         escalated=Proportion.of(sum(flagged), len(flagged)) if flagged else None,
+        epochs=max((r.epoch for r in records), default=0) + 1,
     )
 
 

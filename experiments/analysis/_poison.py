@@ -103,7 +103,7 @@ def exposure(run_dir: str | Path) -> dict[tuple[str, str], dict[str, Proportion]
     block is present; clustered on items. A (model, defender) whose records carry no block
     (a run without poison) gets proportions over zero cases.
     """
-    from medmis.experiments.records import KEY, connect, planned_records_view
+    from medmis.experiments.records import KEY, RECORD_COLUMNS, connect, planned_records_view
 
     path = Path(run_dir) / "records.jsonl"
     if not path.exists() or path.stat().st_size == 0:
@@ -112,12 +112,13 @@ def exposure(run_dir: str | Path) -> dict[tuple[str, str], dict[str, Proportion]
     try:
         planned_records_view(con, Path(run_dir))
         keys = ", ".join(KEY)
-        columns = "{" + ", ".join(f"'{k}': 'VARCHAR'" for k in KEY) + ", 'poison': 'JSON'}"
+        columns = "{" + ", ".join(f"'{k}': '{RECORD_COLUMNS[k]}'" for k in KEY) + ", 'poison': 'JSON'}"
         quoted = "'" + str(path).replace("'", "''") + "'"
         # the last line of a key wins, as in every reader of records.jsonl; the join with the
         # planned view keeps only records that view vouched for (a torn last line is skipped)
+        # a line leaves epoch 0 out: read as the records view reads it
         con.execute(f"""CREATE TEMP TABLE poison_blocks AS SELECT {keys}, poison FROM (
-            SELECT *, row_number() OVER () AS rn FROM read_json({quoted},
+            SELECT * REPLACE (coalesce(epoch, 0) AS epoch), row_number() OVER () AS rn FROM read_json({quoted},
               format='newline_delimited', columns={columns}, ignore_errors=true))
             QUALIFY rn = max(rn) OVER (PARTITION BY {keys})""")
         join = " AND ".join(f"r.{k} IS NOT DISTINCT FROM p.{k}" for k in KEY)

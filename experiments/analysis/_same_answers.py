@@ -27,7 +27,7 @@ def same_answers(records: Iterable[Record], controls: Iterable[str]) -> dict[tup
     choices: dict[tuple[str, str], dict[tuple[object, ...], str | None]] = {}
     for r in records:
         if r.error is None and r.protocol in CONTEXT_PROTOCOLS:
-            key = (item_key(r), r.protocol, r.target or "")
+            key = (item_key(r), r.protocol, r.target or "", r.epoch)
             choices.setdefault((r.model, r.defender), {})[key] = r.choice
     cells = sorted({(r.model, r.defender) for r in records if r.error is None})
     out: dict[tuple[str, str], dict[str, Proportion]] = {}
@@ -37,7 +37,7 @@ def same_answers(records: Iterable[Record], controls: Iterable[str]) -> dict[tup
             if control == defender or (model, control) not in cells:
                 continue
             theirs = choices.get((model, control), {})
-            shared = sorted(mine.keys() & theirs.keys(), key=lambda k: (str(k[0]), str(k[1]), str(k[2])))
+            shared = sorted(mine.keys() & theirs.keys(), key=lambda k: (str(k[0]), str(k[1]), str(k[2]), k[3]))
             out.setdefault((model, defender), {})[control] = _share(
                 [mine[k] == theirs[k] for k in shared], [str(k[0]) for k in shared])
     return out
@@ -62,7 +62,7 @@ def same_answers_sql(con: duckdb.DuckDBPyConnection,
     marks = ", ".join("?" for _ in control_list)
     protocols = ", ".join(f"'{p}'" for p in CONTEXT_PROTOCOLS)
     con.execute("CREATE OR REPLACE TEMP TABLE __graded AS SELECT model, defender, protocol, item_key, "
-                "coalesce(target, '') AS t, choice FROM records WHERE error IS NULL")
+                "coalesce(target, '') AS t, epoch, choice FROM records WHERE error IS NULL")
     try:
         cells = con.execute(f"""
             WITH cells AS (SELECT DISTINCT model, defender FROM __graded)
@@ -74,7 +74,7 @@ def same_answers_sql(con: duckdb.DuckDBPyConnection,
             SELECT a.model, a.defender, c.defender AS control, a.item_key,
               count(*) FILTER (WHERE a.choice IS NOT DISTINCT FROM c.choice) AS k, count(*) AS n
             FROM __graded a JOIN __graded c ON a.model = c.model AND a.protocol = c.protocol
-              AND a.item_key = c.item_key AND a.t = c.t
+              AND a.item_key = c.item_key AND a.t = c.t AND a.epoch = c.epoch
             WHERE c.defender IN ({marks}) AND c.defender <> a.defender
               AND a.protocol IN ({protocols})
             GROUP BY ALL ORDER BY 1, 2, 3, 4""", control_list).fetchnumpy()

@@ -124,10 +124,14 @@ class Case(BaseModel):
     answer_format: AnswerFormat = "mcq"
     """``open``: asked without the item's options, for a free-text answer (the view withholds
     them; the harness does not grade the answer)."""
+    epoch: int = Field(default=0, ge=0)
+    """Which repeat of the case this is (``--epochs E``: 0 to E-1): the same question and
+    context, answered again by a model that samples. Not shown to the defender."""
 
     @property
     def key(self) -> tuple[str, str, str | None]:
-        """``(item.key, protocol, target)``: one case of one item."""
+        """``(item.key, protocol, target)``: one case of one item, in every epoch (a record's
+        key, ``Record.key``, adds the epoch)."""
         return (self.item.key, self.protocol, self.target)
 
     @property

@@ -67,7 +67,8 @@ def export_parquet(run_dir: str | Path, out: str | Path | None = None, *, licens
             select = (f"SELECT r.* EXCLUDE (pos), {', '.join(f'p.{c}' for c in POISON_COLUMNS)} "
                       "FROM records r LEFT JOIN __medmis_poison p ON r.model = p.model AND "
                       "r.defender = p.defender AND r.protocol = p.protocol AND r.subset = p.subset AND "
-                      "r.item_id = p.item_id AND r.target IS NOT DISTINCT FROM p.target ORDER BY r.pos")
+                      "r.item_id = p.item_id AND r.target IS NOT DISTINCT FROM p.target AND r.epoch = p.epoch "
+                      "ORDER BY r.pos")
         con.execute(f"COPY ({select}) TO '{_sql_path(records)}' (FORMAT PARQUET)")
         written.append(records)
     finally:
@@ -98,7 +99,7 @@ def _poison_rows(records: Sequence[Any]) -> Any:
     import pyarrow as pa
 
     rows = [{"model": r.model, "defender": r.defender, "protocol": r.protocol, "subset": r.subset,
-             "item_id": r.item_id, "target": r.target,
+             "item_id": r.item_id, "target": r.target, "epoch": r.epoch,
              **{f"poison_{k}": v for k, v in r.poison.model_dump().items()}}
             for r in records if getattr(r, "poison", None) is not None]
     return pa.Table.from_pylist(rows) if rows else None
@@ -278,7 +279,7 @@ def item_languages(run: Any) -> dict[str, str]:
     for model, defender in run.cells():
         if wanted <= set(texts) | set(questions):
             break  # one cell usually covers every item
-        for (_, _, _, key, _), trace in run.traces(model, defender).items():
+        for (_, _, _, key, *_), trace in run.traces(model, defender).items():
             sentences = [c.get("text") for c in trace.get("context") or [] if isinstance(c, dict)]
             if any(isinstance(t, str) for t in sentences):
                 texts.setdefault(key, []).extend(t for t in sentences if isinstance(t, str))

@@ -158,13 +158,13 @@ def _sample(record: Record, trace: Mapping[str, Any] | None, maps: Mapping[str, 
     from inspect_ai.model import ModelOutput, ModelUsage
     from inspect_ai.scorer import CORRECT, INCORRECT, Score
 
-    from medmis.experiments.analysis import item_key
+    from medmis.experiments.analysis import item_key, unit_key
 
     steps = [s for s in (trace or {}).get("steps") or [] if isinstance(s, dict)]
     calls = [s for s in steps if s.get("kind") == "model"]
     first = _messages(calls[0].get("input")) if calls else []
     messages = (_messages(calls[-1].get("input")) + _messages([calls[-1].get("output")])) if calls else []
-    unit = (item_key(record), record.target)
+    unit = unit_key(record)
     scores: dict[str, Any] | None = None
     if record.error is None:
         scores = {"correct": Score(value=CORRECT if maps[f"{record.protocol}_acc"].get(unit) else INCORRECT,
@@ -181,7 +181,7 @@ def _sample(record: Record, trace: Mapping[str, Any] | None, maps: Mapping[str, 
     output.usage = usage
     sample_id = f"{record.protocol}:{item_key(record)}" + (f":{record.target}" if record.target else "")
     return EvalSample(
-        id=sample_id, epoch=1, input=first or item_key(record), target=record.gold,
+        id=sample_id, epoch=record.epoch + 1, input=first or item_key(record), target=record.gold,
         messages=messages, output=output, scores=scores, model_usage={record.model: usage},
         metadata={"protocol": record.protocol, "subset": record.subset, "item_id": record.item_id,
                   "target": record.target, "choice": record.choice, "method": record.method,

@@ -32,10 +32,10 @@ class RunFolder:
             out.setdefault((r.model, r.defender), []).append(r)
         return out
 
-    def traces(self, model: str, defender: str) -> dict[tuple[str, str, str, str, str | None], dict[str, Any]]:
+    def traces(self, model: str, defender: str) -> dict[tuple[str, str, str, str, str | None, int], dict[str, Any]]:
         """The trace of each record key of one (model, defender) (the last line of a key wins)."""
         files = {r.trace_file for r in self.records if r.model == model and r.defender == defender and r.trace_file}
-        out: dict[tuple[str, str, str, str, str | None], dict[str, Any]] = {}
+        out: dict[tuple[str, str, str, str, str | None, int], dict[str, Any]] = {}
         for name in sorted(files):
             path = self.dir / name
             if not path.is_file():
@@ -48,7 +48,8 @@ class RunFolder:
                         continue  # a torn last line of a killed run (or one no reader accepts)
                     if isinstance(obj, dict) and obj.get("model") == model and obj.get("defender") == defender:
                         key = (model, defender, str(obj.get("protocol")),
-                               f"{obj.get('subset')}/{obj.get('item_id')}", obj.get("target"))
+                               f"{obj.get('subset')}/{obj.get('item_id')}", obj.get("target"),
+                               int(obj.get("epoch") or 0))  # as Record.key: a later epoch's line
                         out[key] = obj
         return out
 

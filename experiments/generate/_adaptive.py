@@ -350,7 +350,7 @@ def unfixed_units(a: Sequence[Any], b: Sequence[Any]) -> list[str]:
         return {r.key: (r.gold, r.content_type, r.provenance) for r in records if r.error is None}
 
     ia, ib = index(a), index(b)
-    return sorted("/".join(str(p) for p in k[2:]) for k in ia.keys() & ib.keys() if ia[k] != ib[k])
+    return sorted("/".join(str(p) for p in k[2:5]) for k in ia.keys() & ib.keys() if ia[k] != ib[k])
 
 
 def check_attack(attack: str, against: Sequence[str], provenance_cycle: str | None,

@@ -112,6 +112,10 @@ class RunSpec(BaseModel):
     records (``Record.raw``) and does not grade (``medmis grade`` does); defenders that need the
     options are refused (``DefenderSpec.answer_formats``)."""
     seed: int = 0
+    epochs: int = Field(default=1, ge=1)
+    """``--epochs E``: every case is answered E times (epochs 0 to E-1) by a model that
+    samples at its temperature, as Inspect AI's epochs; metrics pool the epochs' cases and
+    their intervals and tests cluster on items (``medmis.experiments.analysis``)."""
     search: SearchBackendName = "local"
     visit: VisitBackendName = "direct"
     corpus_dir: str | None = None
@@ -232,6 +236,12 @@ class RunConfig(RunOptions, RunSpec):
         return RunOptions.model_validate({k: getattr(self, k) for k in RunOptions.model_fields})
 
 
+def clean_key(item_key: str, epoch: int) -> str:
+    """The key a clean answer is kept under for the live flip rate: the item, and the epoch
+    when it is a later one (an attacked case pairs with the clean case of its own epoch)."""
+    return item_key if not epoch else f"{item_key}#{epoch}"
+
+
 @dataclass
 class RunStats:
     """Live figures for the progress line and for budget checks."""
@@ -271,7 +281,7 @@ class RunStats:
         g = self.graded[record.protocol]
         g[0] += int(bool(record.correct))
         g[1] += 1
-        key = (record.model, record.defender, record.item_key)
+        key = (record.model, record.defender, clean_key(record.item_key, record.epoch))
         if record.protocol == "clean":
             clean[key] = bool(record.correct)
             for correct in self.waiting.pop(key, ()):

@@ -42,7 +42,7 @@ __all__ = ["ACCEPTABLE_CHANGES", "ITEM_FIELDS", "MODEL_FIELDS", "DefenderPrint",
 ITEM_FIELDS = (
     "data_sha256", "subset", "limit", "on_invalid", "seed", "protocols", "type1_targets",
     "shuffle_type2", "prompt", "answer_format", "model_options", "decoding", "web_tools", "poison",
-    "search_ambient",
+    "search_ambient", "epochs",
 )
 """Fingerprint fields that must match to resume. ``--accept-change`` takes these names,
 ``endpoints`` and ``examinee`` (a recorded model with another server or other simulated
@@ -59,9 +59,12 @@ _NONE_WHEN_ABSENT = ("poison", "search_ambient")
 """Recorded only when set: a folder without it ran without (a poisoned run, or one with ambient
 misinformation, is refused there, and the other way round)."""
 
-_DEFAULT_WHEN_ABSENT = {"answer_format": "mcq"}
+_DEFAULT_WHEN_ABSENT: dict[str, Any] = {"answer_format": "mcq", "epochs": 1}
 """Fields an older manifest did not record but whose value it implies: every run before open-ended
-answers existed asked multiple choice, so an open run is refused in its folder and back."""
+answers existed asked multiple choice, so an open run is refused in its folder and back; every
+run before ``--epochs`` (and every run of one epoch, which leaves it out) answered each case once.
+``--accept-change epochs`` lets a folder grow (or drop) epochs: its records of epochs past the new
+count stay outside the plan."""
 
 NEVER_MIXED = ("answer_format",)
 """Fields no ``--accept-change`` lets differ: graded choices and ungraded free text in one folder
@@ -110,6 +113,8 @@ class Fingerprint(BaseModel):
     """``name@version`` of the prompt preset."""
     answer_format: str | None = None
     """``mcq`` or ``open`` (``RunSpec.answer_format``); absent in older manifests: ``mcq``."""
+    epochs: int | None = None
+    """``RunSpec.epochs``, recorded when above 1; absent: 1."""
     model_options: dict[str, Any] = Field(default_factory=dict)
     """The run's model options without the transport options and the decoding preset."""
     decoding: dict[str, Any] | None = None
@@ -275,7 +280,8 @@ def run_fingerprint(config: RunSpec, defenders: Sequence[Any], dataset: Dataset 
     built = models or {}
     preset = prompt_preset(config.prompt)
     # the decoding preset is its own field ("decoding"), so folders written before it resume
-    options = config.model_options.model_dump(mode="json", exclude={*_TRANSPORT_OPTIONS, "decoding"})
+    # `sample` is the harness's per-epoch setting, never the run's (`epochs` is)
+    options = config.model_options.model_dump(mode="json", exclude={*_TRANSPORT_OPTIONS, "decoding", "sample"})
     options["base_url"] = bare_url(options.get("base_url"))
     if options.get("seed") == config.seed:
         del options["seed"]  # the CLI passes --seed on to the model: one field, not two
@@ -292,6 +298,7 @@ def run_fingerprint(config: RunSpec, defenders: Sequence[Any], dataset: Dataset 
         "shuffle_type2": config.shuffle_type2,
         "prompt": f"{preset.name}@{preset.version_for(config.answer_format)}",
         "answer_format": config.answer_format,
+        **({"epochs": config.epochs} if config.epochs > 1 else {}),
         "model_options": options,
         # the preset and the values it resolved to (models may be added: the per-model table
         # is recorded, the preset and the user's overrides are what must match)

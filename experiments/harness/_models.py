@@ -35,7 +35,7 @@ class ModelPool:
     """
 
     __slots__ = ("_cache_dir", "_cache_mode", "_factory", "_max_connections", "_models",
-                 "_options", "_raw", "_store", "_variants")
+                 "_options", "_raw", "_samples", "_store", "_variants")
 
     def __init__(
         self,
@@ -53,6 +53,7 @@ class ModelPool:
         self._cache_mode = cache_mode
         self._cache_dir = cache_dir
         self._models: dict[str, BaseChatModel] = {}
+        self._samples: dict[tuple[str, int], BaseChatModel] = {}
         self._raw: dict[str, BaseChatModel] = {}
         self._store: Any = None
         self._max_connections = max_connections
@@ -67,29 +68,52 @@ class ModelPool:
             self._store = RecordStore(self._cache_dir, self._cache_mode)
         return self._store
 
+    def _build(self, spec: str, sample: int = 0) -> BaseChatModel:
+        real, options = self._variants.get(spec, (spec, self._options))
+        if self._factory is not None:  # a caller's factory builds the same model for every sample
+            chat = self._factory(real)
+        else:
+            chat = load_model(real, options.model_copy(update={"sample": sample}) if sample else options)
+        # a ReplicaChatModel (asked by name: its module is imported only when replicas are used)
+        cap = getattr(chat, "set_replica_ceiling", None)
+        if cap is not None and self._max_connections:
+            cap(self._max_connections)
+        return chat
+
+    def _stored(self, chat: BaseChatModel, sample: int = 0) -> BaseChatModel:
+        store = self.store()
+        if store is None:
+            return chat
+        from medmis.tools import attach_cache
+
+        return attach_cache(chat, store, sample=sample)
+
     def raw(self, spec: str) -> BaseChatModel:
         """The chat model for ``spec`` without the store (built once; sends nothing)."""
         if spec not in self._raw:
-            real, options = self._variants.get(spec, (spec, self._options))
-            chat = self._factory(real) if self._factory is not None else load_model(real, options)
-            # a ReplicaChatModel (asked by name: its module is imported only when replicas are used)
-            cap = getattr(chat, "set_replica_ceiling", None)
-            if cap is not None and self._max_connections:
-                cap(self._max_connections)
-            self._raw[spec] = chat
+            self._raw[spec] = self._build(spec)
         return self._raw[spec]
 
     def get(self, spec: str) -> BaseChatModel:
         """The chat model for ``spec``, built on first use, wired to the store."""
         if spec not in self._models:
-            chat = self.raw(spec)
-            store = self.store()
-            if store is not None:
-                from medmis.tools import attach_cache
-
-                chat = attach_cache(chat, store)
-            self._models[spec] = chat
+            self._models[spec] = self._stored(self.raw(spec))
         return self._models[spec]
+
+    def sampler(self, sample: int) -> Callable[[str], BaseChatModel]:
+        """The model factory of one repeated sample (the epoch of ``--epochs``): :meth:`get`
+        for the first; for a later one, models built with ``ModelOptions.sample`` whose store
+        keys are that sample's (``medmis.tools.attach_cache``)."""
+        if not sample:
+            return self.get
+
+        def get(spec: str) -> BaseChatModel:
+            chat = self._samples.get((spec, sample))
+            if chat is None:
+                chat = self._samples[(spec, sample)] = self._stored(self._build(spec, sample), sample)
+            return chat
+
+        return get
 
     def close(self) -> None:
         """Close the store if one was opened."""

@@ -21,6 +21,8 @@ from medmis.experiments.records import (
     restrict_view,
 )
 
+from ._config import clean_key
+
 if TYPE_CHECKING:
     import duckdb
 
@@ -44,12 +46,17 @@ class CasePlan:
     """The cases a run is to have: every planned case key for every (model, defender).
 
     ``cases`` are ``(protocol, item_key, target)`` in the run's order; the grid is
-    ``models`` x ``defenders`` (labels).
+    ``models`` x ``defenders`` (labels). Each case is run ``epochs`` times (``--epochs``):
+    a case index ``ci`` of :attr:`ResumeState.missing` is case ``ci % len(cases)`` in epoch
+    ``ci // len(cases)``: within each phase (clean, then the rest) the cases run epoch by
+    epoch, so a run stopped early has the earlier epochs rather than a few items sampled many
+    times.
     """
 
     models: Sequence[str]
     defenders: Sequence[str]
     cases: Sequence[tuple[str, str, str | None]]
+    epochs: int = 1
 
 
 @dataclass
@@ -115,7 +122,7 @@ def resume_state(path: str | Path, plan: CasePlan, *, retry_errors: bool = False
     state = ResumeState()
     if not p.exists() or p.stat().st_size == 0:
         # a fresh folder: every planned key is missing, in plan order (no DuckDB, no numpy)
-        n_d, n_c = len(plan.defenders), len(plan.cases)
+        n_d, n_c = len(plan.defenders), len(plan.cases) * plan.epochs
         state.missing = [(mi, di, ci) for mi in range(len(plan.models)) for di in range(n_d) for ci in range(n_c)]
         return state
     con = connect()
@@ -144,15 +151,17 @@ def _missing(con: duckdb.DuckDBPyConnection, plan: CasePlan) -> list[tuple[int, 
     n_m, n_d, n_c = len(plan.models), len(plan.defenders), len(plan.cases)
     if not n_m or not n_d or not n_c:
         return []
+    # each epoch repeats the plan: case index ci of epoch e is e * n_c + ci
     protocols, items, targets = zip(*plan.cases, strict=True)
     # a target is an option key, never "": coalescing lets a hash join match clean/type2.
     # The plan goes in as list parameters (unnest), not Arrow tables: pyarrow's array
     # conversion imports pandas, more than half a second of every run's start. The answer
     # comes back as tuples, not numpy arrays: numpy's import is more start-up a run need not pay.
     con.execute(
-        "CREATE TEMP TABLE __plan AS SELECT (generate_subscripts($1, 1) - 1)::INTEGER AS ci, "
-        "unnest($1) AS protocol, unnest($2) AS item_key, unnest($3) AS t",
-        [list(protocols), list(items), [t or "" for t in targets]])
+        "CREATE TEMP TABLE __plan AS SELECT (e.epoch * $4 + c.ci)::INTEGER AS ci, c.protocol, c.item_key, c.t, "
+        "e.epoch::INTEGER AS epoch FROM (SELECT (generate_subscripts($1, 1) - 1)::INTEGER AS ci, "
+        "unnest($1) AS protocol, unnest($2) AS item_key, unnest($3) AS t) c CROSS JOIN range($5) e(epoch)",
+        [list(protocols), list(items), [t or "" for t in targets], n_c, plan.epochs])
     con.execute(
         "CREATE TEMP TABLE __grid AS SELECT (generate_subscripts($1, 1) - 1)::INTEGER AS cell, "
         "unnest($1) AS model, unnest($2) AS defender",
@@ -163,6 +172,7 @@ def _missing(con: duckdb.DuckDBPyConnection, plan: CasePlan) -> list[tuple[int, 
             SELECT g.cell, p.ci FROM __grid g CROSS JOIN __plan p
             ANTI JOIN done d ON d.model = g.model AND d.defender = g.defender
              AND d.protocol = p.protocol AND d.item_key = p.item_key AND coalesce(d.target, '') = p.t
+             AND d.epoch = p.epoch
             ORDER BY g.cell, p.ci""").fetchall()
     finally:
         con.execute("DROP TABLE __plan")
@@ -185,15 +195,15 @@ def _progress_figures(con: duckdb.DuckDBPyConnection, state: ResumeState, *, cle
             "WHERE error IS NULL GROUP BY protocol").fetchall():
         state.graded[proto] = [int(k), int(n)]
     if clean_map:  # only a run with work to do updates the live flip rate
-        for model, defender, item, ok in con.execute(
-                "SELECT model, defender, item_key, coalesce(correct, false) FROM done "
+        for model, defender, item, epoch, ok in con.execute(
+                "SELECT model, defender, item_key, epoch, coalesce(correct, false) FROM done "
                 "WHERE error IS NULL AND protocol = 'clean' ORDER BY pos").fetchall():
-            state.clean[(model, defender, item)] = bool(ok)
+            state.clean[(model, defender, clean_key(item, epoch))] = bool(ok)
     flips = con.execute("""
         SELECT sum((NOT coalesce(t.correct, false))::INT), count(*) FROM done t
-        JOIN (SELECT model, defender, item_key, coalesce(correct, false) AS ok FROM done
+        JOIN (SELECT model, defender, item_key, epoch, coalesce(correct, false) AS ok FROM done
               WHERE error IS NULL AND protocol = 'clean') c
-        USING (model, defender, item_key)
+        USING (model, defender, item_key, epoch)
         WHERE t.error IS NULL AND t.protocol = 'type1' AND c.ok""").fetchone()
     if flips and flips[1]:
         state.flips = [int(flips[0] or 0), int(flips[1])]
@@ -245,7 +255,8 @@ def jobs_for_missing(config: RunConfig, defenders: Sequence[Defender], missing: 
 
     built: dict[int, dict[tuple[str, str | None], Case]] = {}
     todo: list[list[CaseJob]] = [[], []]
-    for mi, di, ci in missing:
+    for mi, di, cei in missing:
+        epoch, ci = divmod(cei, len(planned))
         i, protocol, target = planned[ci]
         by_key = built.get(i)
         if by_key is None:
@@ -253,6 +264,7 @@ def jobs_for_missing(config: RunConfig, defenders: Sequence[Defender], missing: 
                 items[i], config.protocols, seed=config.seed, type1_targets=config.type1_targets,
                 shuffle_type2=config.shuffle_type2, prompt=config.prompt,
                 answer_format=config.answer_format)}
+        case = by_key[(protocol, target)]
         todo[0 if protocol == "clean" else 1].append(
-            CaseJob(config.models[mi], defenders[di], by_key[(protocol, target)]))
+            CaseJob(config.models[mi], defenders[di], case.model_copy(update={"epoch": epoch}) if epoch else case))
     return todo

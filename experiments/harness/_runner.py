@@ -161,6 +161,11 @@ class Harness:
             raise RunSetupError(
                 f"--answer-format {config.answer_format}: defender(s) {', '.join(need)} need the options "
                 "(multiple choice only; `medmis defenders` lists what each works with)")
+        if config.epochs > 1 and (config.batch or config.answer_format == "open"):
+            # the batch path keys its requests, and `medmis grade` its grades, by case without
+            # the epoch: a later epoch would be answered (or graded) as the first
+            raise RunSetupError(f"--epochs {config.epochs}: not with "
+                                f"{'--batch' if config.batch else '--answer-format open'} (one epoch only)")
         self.defenders: list[Defender] = [
             create_defender(d.name, d.options, label=d.label) for d in config.defenders
         ]
@@ -296,7 +301,8 @@ class Harness:
         write_manifest(self.out, self.config, self.defenders, dataset, n_cases, self.argv,
                        fingerprint=fingerprint, accepted=claim.accepted if claim else None)
         if self._planned is not None:  # what the readers keep of records.jsonl (``._plan``)
-            write_plan(self.out, fingerprint.models, fingerprint.defenders, dataset.items, self._planned)
+            write_plan(self.out, fingerprint.models, fingerprint.defenders, dataset.items, self._planned,
+                       self.config.epochs)
 
     def _trace_file(self, model: str, defender: str) -> str:
         """The trace file of a model x defender, relative to the run folder (``traces/…``)."""
@@ -317,12 +323,13 @@ class Harness:
         web = self.tools() if defender.uses_tools else None
         poison = self.poison.case(case, web) if self.poison else None
         web = poison.tools if poison else web
+        sample = self._pool.sampler(case.epoch)  # every model of a later epoch samples afresh
         ctx = DefenderContext(
-            model=self.model(spec),
+            model=sample(spec),
             model_spec=spec,
             # the facade, whatever the toolset: the poisoned layer and its counts stay here
             tools=CaseTools() if web is not None else None,
-            model_factory=self._pool.get,
+            model_factory=sample,
             retry=self.retry,
             tool_timeout_s=self.config.tool_timeout_s,
             limiter=self.limiter,
@@ -373,6 +380,7 @@ class Harness:
             extra=answer.extra,
             trace_file=self._trace_file(spec, defender.label),
             poison=poison.exposure(answer) if poison else None,
+            epoch=case.epoch,
         )
         trace = {
             "model": spec,
@@ -381,6 +389,8 @@ class Harness:
             "item_id": item.id,
             "subset": item.subset,
             "target": case.target,
+            # right after the key fields (trace readers match the line's head), only when above 0
+            **({"epoch": case.epoch} if case.epoch else {}),
             "context": [c.model_dump() for c in case.context],
             "choice": record.choice,
             "gold": item.gold,
@@ -436,7 +446,7 @@ class Harness:
         cfg = self.config
         records_path.touch()  # a shard may hold no item of a small data set: still a run folder, finished
         plan = CasePlan(cfg.models, [d.label for d in self.defenders],
-                        [(protocol, items[i].key, target) for i, protocol, target in planned])
+                        [(protocol, items[i].key, target) for i, protocol, target in planned], cfg.epochs)
         resumed = resume_state(records_path, plan, retry_errors=cfg.retry_errors,
                                keep=self.out if has_plan(self.out) else None)
         if resumed.outside.count and self.notice is not None:

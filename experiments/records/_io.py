@@ -6,7 +6,7 @@ import errno
 import json
 import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -120,8 +120,8 @@ def read_records(path: str | Path, *, dedupe: bool = True) -> list[Record]:
             raise unreadable_record(p, lineno, why) from None
     if not dedupe:
         return records
-    latest: dict[tuple[str, str, str, str, str | None], Record] = {}
-    rewritten: list[tuple[str, str, str, str, str | None]] = []
+    latest: dict[tuple[str, str, str, str, str | None, int], Record] = {}
+    rewritten: list[tuple[str, str, str, str, str | None, int]] = []
     for r in records:
         earlier = latest.get(r.key)
         if earlier is not None and earlier.error is None and _answer(earlier) != _answer(r):
@@ -145,7 +145,7 @@ def _answer(record: Record) -> tuple[str | None, bool | None, str | None]:
 _WARNED: set[tuple[str, tuple[str, str, str, str, str | None]]] = set()
 
 
-def warn_rewritten(path: Path, keys: list[tuple[str, str, str, str, str | None]]) -> None:
+def warn_rewritten(path: Path, keys: Sequence[tuple[Any, ...]]) -> None:
     """One warning line: ``path`` answers a key twice differently (the last line is used).
 
     ``--retry-errors`` legitimately appends a record after an error; an answered key given a
@@ -156,10 +156,11 @@ def warn_rewritten(path: Path, keys: list[tuple[str, str, str, str, str | None]]
     if not fresh:
         return
     _WARNED.update((str(path), k) for k in fresh)
-    model, defender, protocol, item, target = fresh[0]
+    model, defender, protocol, item, target, *rest = fresh[0]
+    epoch = f", epoch {rest[0]}" if rest and rest[0] else ""  # a key of a later --epochs repeat
     more = f" (and {len(fresh) - 1} more key(s))" if len(fresh) > 1 else ""
     print(f"medmis: warning: {path} records (model, defender, protocol, item, target) = "
-          f"({model}, {defender}, {protocol}, {item}, {target}) again with another answer{more}; "
+          f"({model}, {defender}, {protocol}, {item}, {target}){epoch} again with another answer{more}; "
           "rule: the last line of a key is used", file=sys.stderr)
 
 

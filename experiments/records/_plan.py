@@ -34,10 +34,11 @@ __all__ = ["PLAN_FILE", "Outside", "Plan", "describe_outside", "has_plan", "keep
 PLAN_FILE = "plan.json"
 _FORMAT = 1
 _COLUMNS = {"format": "INTEGER", "models": "VARCHAR[]", "defenders": "VARCHAR[]", "clean": "VARCHAR[]", "type2": "VARCHAR[]",
-            "type1_items": "VARCHAR[]", "type1_targets": "VARCHAR[]"}
+            "type1_items": "VARCHAR[]", "type1_targets": "VARCHAR[]", "epochs": "INTEGER"}
 """``plan.json``: the folder's models and defender labels, the item keys of its clean and
 type2 cases, and its type1 cases as two parallel lists (item key, target); flat lists, so that
-DuckDB reads the file itself (no Python object per case on the readers' side)."""
+DuckDB reads the file itself (no Python object per case on the readers' side). ``epochs``
+(``--epochs E``, written when above 1; absent: 1): every case is planned for epochs 0 to E-1."""
 
 
 @dataclass(frozen=True)
@@ -47,11 +48,14 @@ class Plan:
     models: tuple[str, ...]
     defenders: tuple[str, ...]
     cases: tuple[tuple[str, str, str | None], ...]
+    epochs: int = 1
+    """Every case is planned for epochs 0 to ``epochs - 1`` (``--epochs``)."""
 
     def contains(self) -> Callable[[tuple[Any, ...]], bool]:
         """A membership test over ``Record.key`` tuples (built once)."""
-        models, defenders, cases = set(self.models), set(self.defenders), set(self.cases)
-        return lambda key: key[0] in models and key[1] in defenders and (key[2], key[3], key[4]) in cases
+        models, defenders, cases, epochs = set(self.models), set(self.defenders), set(self.cases), self.epochs
+        return lambda key: (key[0] in models and key[1] in defenders and (key[2], key[3], key[4]) in cases
+                            and (key[5] if len(key) > 5 else 0) < epochs)
 
 
 @dataclass
@@ -63,11 +67,11 @@ class Outside:
 
 
 def write_plan(out: Path, models: Iterable[str], defenders: Iterable[str], items: Sequence[Any],
-               planned: Sequence[tuple[int, str, str | None]]) -> None:
+               planned: Sequence[tuple[int, str, str | None]], epochs: int = 1) -> None:
     """Write ``out/plan.json`` (atomically) for the folder's models and defender labels and
-    the planned ``(item index, protocol, target)`` of ``items``."""
+    the planned ``(item index, protocol, target)`` of ``items``, each for ``epochs`` epochs."""
     write_plan_of(out, Plan(tuple(models), tuple(defenders),
-                            tuple((protocol, items[i].key, target) for i, protocol, target in planned)))
+                            tuple((protocol, items[i].key, target) for i, protocol, target in planned), epochs))
 
 
 def write_plan_of(out: Path, planned: Plan) -> None:
@@ -75,6 +79,8 @@ def write_plan_of(out: Path, planned: Plan) -> None:
     plan: dict[str, Any] = {"format": _FORMAT, "models": sorted(set(planned.models)),
                             "defenders": sorted(set(planned.defenders)),
                             "clean": [], "type2": [], "type1_items": [], "type1_targets": []}
+    if planned.epochs > 1:  # a one-epoch plan reads as before epochs existed
+        plan["epochs"] = planned.epochs
     for protocol, key, target in planned.cases:
         if protocol == "type1":
             plan["type1_items"].append(key)
@@ -111,7 +117,8 @@ def load_plan(run_dir: Path) -> Plan | None:
     cases += [("type2", k, None) for k in data.get("type2") or ()]
     cases += [("type1", k, t) for k, t in zip(data.get("type1_items") or (), data.get("type1_targets") or (),
                                               strict=False)]
-    return Plan(tuple(data.get("models") or ()), tuple(data.get("defenders") or ()), tuple(cases))
+    return Plan(tuple(data.get("models") or ()), tuple(data.get("defenders") or ()), tuple(cases),
+                int(data.get("epochs") or 1))
 
 
 def _sql_list(values: Iterable[str]) -> str:
@@ -129,12 +136,12 @@ def restrict_view(con: duckdb.DuckDBPyConnection, plan: Plan | Path, source: str
         con.execute(f"CREATE OR REPLACE TEMP TABLE {name}__plan AS SELECT * FROM read_json("
                     f"'{str(path).replace(chr(39), chr(39) * 2)}', format='auto', "
                     f"maximum_object_size={path.stat().st_size + 4096}, columns={columns})")
-        row = con.execute(f"SELECT format, models, defenders FROM {name}__plan").fetchone()
+        row = con.execute(f"SELECT format, models, defenders, epochs FROM {name}__plan").fetchone()
         if row is None or row[0] != _FORMAT:  # another version's plan: read the records as they are
             con.execute(f"DROP TABLE {name}__plan")
             con.execute(f"CREATE OR REPLACE TEMP VIEW {name} AS SELECT * FROM {source}")
             return Outside()
-        models, defenders = list(row[1] or []), list(row[2] or [])
+        models, defenders, epochs = list(row[1] or []), list(row[2] or []), int(row[3] or 1)
         # a target is an option key, never "": coalescing lets a hash join match clean/type2
         con.execute(f"CREATE OR REPLACE TEMP TABLE {cases} AS "
                     f"SELECT 'clean' AS protocol, unnest(clean) AS item_key, '' AS t FROM {name}__plan "
@@ -142,7 +149,7 @@ def restrict_view(con: duckdb.DuckDBPyConnection, plan: Plan | Path, source: str
                     f"UNION ALL SELECT 'type1', unnest(type1_items), unnest(type1_targets) FROM {name}__plan")
         con.execute(f"DROP TABLE {name}__plan")
     else:
-        models, defenders = list(plan.models), list(plan.defenders)
+        models, defenders, epochs = list(plan.models), list(plan.defenders), plan.epochs
         protocols, items, targets = (list(x) for x in zip(*plan.cases, strict=True)) if plan.cases else ([], [], [])
         # lists as parameters through unnest (no Arrow: pyarrow's conversion imports pandas)
         con.execute(f"CREATE OR REPLACE TEMP TABLE {cases} AS SELECT unnest($1::VARCHAR[]) AS protocol, "
@@ -152,7 +159,7 @@ def restrict_view(con: duckdb.DuckDBPyConnection, plan: Plan | Path, source: str
     cells = (f"list_contains({_sql_list(models)}, r.model) AND list_contains({_sql_list(defenders)}, r.defender)"
              if models and defenders else "false")
     kept = (f"SELECT r.* FROM {source} r SEMI JOIN {cases} p ON p.protocol = r.protocol "
-            f"AND p.item_key = r.item_key AND p.t = coalesce(r.target, '') WHERE {cells}")
+            f"AND p.item_key = r.item_key AND p.t = coalesce(r.target, '') WHERE {cells} AND r.epoch < {epochs}")
     row = con.execute(f"SELECT (SELECT count(*) FROM {source}) - (SELECT count(*) FROM ({kept}))").fetchone()
     outside = Outside(int(row[0]) if row else 0)
     if not outside.count:  # the usual case: the readers' queries pay no join

@@ -57,6 +57,9 @@ class Record(BaseModel):
     raw: str | None = None
     """The free-text answer of an open-ended case (None otherwise, and left out of the line):
     what ``medmis grade`` grades."""
+    epoch: int = Field(default=0, ge=0)
+    """Which repeat of the case this is (``--epochs E``: 0 to E-1). Left out of the line for
+    epoch 0, so a run of one epoch writes, and an older folder reads, as before epochs existed."""
 
     @model_serializer(mode="wrap")
     def _without_defaults(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
@@ -69,6 +72,8 @@ class Record(BaseModel):
             del data["answer_format"]
         if data.get("raw", 0) is None:
             del data["raw"]
+        if data.get("epoch") == 0:
+            del data["epoch"]
         return data
 
     @property
@@ -82,6 +87,6 @@ class Record(BaseModel):
         return item_key(self.subset, self.item_id)
 
     @property
-    def key(self) -> tuple[str, str, str, str, str | None]:
-        """The resume key: ``(model, defender, protocol, item_key, target)``."""
-        return (self.model, self.defender, self.protocol, self.item_key, self.target)
+    def key(self) -> tuple[str, str, str, str, str | None, int]:
+        """The resume key: ``(model, defender, protocol, item_key, target, epoch)``."""
+        return (self.model, self.defender, self.protocol, self.item_key, self.target, self.epoch)

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 PARQUET_NAME = "records.parquet"
 """The compacted copy of ``records.jsonl`` kept beside it (rebuilt when the JSONL changes)."""
 
-_FORMAT = "medmis-records-3"  # bump when the Parquet layout changes
+_FORMAT = "medmis-records-4"  # bump when the Parquet layout changes
 
 RECORD_COLUMNS: dict[str, str] = {
     "model": "VARCHAR", "defender": "VARCHAR", "protocol": "VARCHAR", "item_id": "VARCHAR",
@@ -39,17 +39,17 @@ RECORD_COLUMNS: dict[str, str] = {
     "correct": "BOOLEAN", "content_type": "VARCHAR", "provenance": "VARCHAR",
     "error": "VARCHAR", "usage": "STRUCT(input_tokens BIGINT, output_tokens BIGINT)",
     "llm_calls": "BIGINT", "tool_calls": "BIGINT", "latency_s": "DOUBLE", "method": "VARCHAR",
-    "extra": "JSON", "trace_file": "VARCHAR",
+    "extra": "JSON", "trace_file": "VARCHAR", "epoch": "INTEGER",
 }
 """The fields analysis reads; other fields (traces, options, fields added later) are skipped."""
 
-KEY = ("model", "defender", "protocol", "subset", "item_id", "target")
+KEY = ("model", "defender", "protocol", "subset", "item_id", "target", "epoch")
 """Columns of a record's identity (``Record.key`` joins subset and item id as ``item_key``)."""
 _ITEM_KEY = "subset || '/' || item_id AS item_key"
 
 # Defaults as Record would fill them in for absent fields.
 _DEFAULTS = {"llm_calls": "0", "tool_calls": "0", "latency_s": "0.0", "method": "'none'",
-             "extra": "'{}'"}
+             "extra": "'{}'", "epoch": "0"}
 
 
 def _select(columns: tuple[str, ...]) -> str:
@@ -69,7 +69,7 @@ _REQUIRED = "model, defender, protocol, item_id, subset, gold"
 _OUTPUT_COLUMNS = (
     "model", "defender", "protocol", "item_id", "subset", "target", "gold", "choice", "correct",
     "content_type", "provenance", "error", "input_tokens", "output_tokens", "llm_calls",
-    "tool_calls", "latency_s", "method", "extra", "trace_file",
+    "tool_calls", "latency_s", "method", "extra", "trace_file", "epoch",
 )
 
 
@@ -153,7 +153,7 @@ def _python_rows(path: Path) -> Any:
         d = r.model_dump(mode="json")
         rows.append({k: d.get(k) for k in _OUTPUT_COLUMNS}
                     | {"input_tokens": r.usage.input_tokens, "output_tokens": r.usage.output_tokens,
-                       "extra": _json(d.get("extra") or {})})
+                       "extra": _json(d.get("extra") or {}), "epoch": r.epoch})  # a line leaves epoch 0 out
     return pa.Table.from_pylist(rows) if rows else None
 
 
@@ -284,13 +284,13 @@ def _warn_rewritten(con: duckdb.DuckDBPyConnection, path: Path, rows: str) -> No
     on = " AND ".join(f"a.{c} IS NOT DISTINCT FROM b.{c}" for c in KEY)
     found = con.execute(f"""WITH d AS (SELECT *, max(rn) OVER (PARTITION BY {", ".join(KEY)}) AS last_rn
                                     FROM {rows})
-        SELECT DISTINCT a.model, a.defender, a.protocol, a.subset || '/' || a.item_id, a.target, min(a.rn)
+        SELECT DISTINCT a.model, a.defender, a.protocol, a.subset || '/' || a.item_id, a.target, a.epoch, min(a.rn)
         FROM d a JOIN d b ON {on} AND b.rn = b.last_rn
         WHERE a.rn < a.last_rn AND a.error IS NULL AND (a.choice IS DISTINCT FROM b.choice
               OR a.correct IS DISTINCT FROM b.correct OR a.error IS DISTINCT FROM b.error)
         GROUP BY ALL ORDER BY min(a.rn)""").fetchall()
     if found:
-        warn_rewritten(path, [tuple(row[:5]) for row in found])
+        warn_rewritten(path, [tuple(row[:6]) for row in found])
 
 
 def _checked(con: duckdb.DuckDBPyConnection, parquet: Path, source: Path) -> str | None:

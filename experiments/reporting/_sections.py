@@ -121,6 +121,7 @@ def render_run_facts(run: RunData, report: MetricsReport) -> str:
         *([("Poisoned web", _poison_settings(m["poison"]))] if m.get("poison") else []),
         *([("Ambient misinformation", _ambient_settings(m["search_ambient"]))] if m.get("search_ambient") else []),
         ("Run seed", str(m.get("seed", "—"))),
+        *([("Epochs", _epochs_fact(report, m, run.simulated))] if _epochs(report) > 1 else []),
         ("Baseline defender", f"`{report.baseline}`"),
         ("Paired bootstrap", f"{report.n_boot} replicates, seed {report.seed}"),
         ("Simulated", "yes" if run.simulated else "no"),
@@ -128,6 +129,25 @@ def render_run_facts(run: RunData, report: MetricsReport) -> str:
     if command:
         facts.append(("Command", f"`{command}`"))
     return "## Run\n\n" + "\n".join(f"- **{k}:** {v}" for k, v in facts)
+
+
+def _epochs(report: MetricsReport) -> int:
+    return max((dm.cost.epochs for _, _, dm in each_result(report)), default=1)
+
+
+def _epochs_fact(report: MetricsReport, manifest: dict[str, Any], simulated: bool) -> str:
+    """How many times each case was answered, and what repeating it can show: at the paper's
+    decoding (temperature 0) a real model's epochs differ only by its provider's nondeterminism;
+    the simulated examinee redraws its answering (never its knowledge) per epoch."""
+    e = _epochs(report)
+    if simulated:
+        note = "; the simulated examinee redraws its answers, not its knowledge, per epoch"
+    elif _temperature(manifest) == "0":
+        note = "; at temperature 0 the epochs differ only by the provider's nondeterminism"
+    else:
+        note = ""
+    return (f"{e} (every case answered {e} times; metrics pool the epochs, intervals and paired tests "
+            f"cluster on items{note})")
 
 
 def render_prompt_fact(run: RunData) -> str:

@@ -209,14 +209,14 @@ def build_then_move(out: Path, build: Callable[[Path], None]) -> None:
 def run_order(manifest: dict[str, Any]) -> Callable[[Record], tuple[Any, ...]]:
     """The sort key that lists records as a run queues its cases: clean ones first, then by
     model and defender in the run's order (the report lists them in the order they first
-    appear), protocol, item and target."""
+    appear), protocol, item, target and epoch."""
     models = {m: i for i, m in enumerate(manifest.get("models") or [])}
     labels = {d.get("label"): i for i, d in enumerate(manifest.get("defenders") or []) if isinstance(d, dict)}
 
-    def key(record: Record) -> tuple[bool, int, str, int, str, int, str, str, str]:
+    def key(record: Record) -> tuple[bool, int, str, int, str, int, str, str, str, int]:
         return (record.protocol != "clean", models.get(record.model, len(models)), record.model,
                 labels.get(record.defender, len(labels)), record.defender, PROTOCOLS.index(record.protocol),
-                record.subset, record.item_id, record.target or "")
+                record.subset, record.item_id, record.target or "", record.epoch)
 
     return key
 
@@ -235,7 +235,8 @@ def _merge_into(dest: Path, out: Path, shards: Sequence[ShardFolder], roots: tup
         write_plan_of(dest, Plan(
             tuple(dict.fromkeys(m for plan in plans if plan for m in plan.models)),
             tuple(dict.fromkeys(d for plan in plans if plan for d in plan.defenders)),
-            tuple(c for plan in plans if plan for c in plan.cases)))
+            tuple(c for plan in plans if plan for c in plan.cases),
+            max(plan.epochs for plan in plans if plan)))
     for name in _COPIED:
         if (shards[0].path / name).is_file():
             shutil.copyfile(shards[0].path / name, dest / name)

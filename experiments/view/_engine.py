@@ -38,24 +38,24 @@ MAX_TEXT = 1000  # characters of a filter, search or key parameter
 
 _CASES = """
 CREATE OR REPLACE TABLE cases AS
-WITH r AS (SELECT model, defender, protocol, item_id, subset, item_key, target, gold, choice,
+WITH r AS (SELECT model, defender, protocol, item_id, subset, item_key, target, epoch, gold, choice,
                   error, content_type, provenance, pos, trace_file, error IS NULL AND
                   coalesce(correct, choice IS NOT NULL AND choice = gold) AS ok FROM records),
-c AS (SELECT model, defender, item_key, ok AS clean_ok FROM r WHERE protocol = 'clean' AND error IS NULL),
-b AS (SELECT model, protocol, item_key, target, choice AS base_choice, error IS NOT NULL AS base_err
+c AS (SELECT model, defender, item_key, epoch, ok AS clean_ok FROM r WHERE protocol = 'clean' AND error IS NULL),
+b AS (SELECT model, protocol, item_key, target, epoch, choice AS base_choice, error IS NOT NULL AS base_err
       FROM r WHERE defender = $baseline)
 SELECT r.*, coalesce(r.protocol <> 'clean' AND r.error IS NULL AND NOT r.ok AND c.clean_ok, false) AS flipped,
        coalesce(r.protocol = 'type2' AND r.ok AND NOT c.clean_ok, false) AS recovered,
        coalesce(r.defender <> $baseline AND (r.choice IS DISTINCT FROM b.base_choice
                 OR (r.error IS NOT NULL) <> b.base_err), false) AS differs,
        r.error IS NULL AND r.choice IS NULL AS unparsed, r.error IS NOT NULL AS errored
-FROM r LEFT JOIN c USING (model, defender, item_key)
+FROM r LEFT JOIN c USING (model, defender, item_key, epoch)
 LEFT JOIN b ON b.model = r.model AND b.protocol = r.protocol AND b.item_key = r.item_key
-  AND b.target IS NOT DISTINCT FROM r.target
+  AND b.target IS NOT DISTINCT FROM r.target AND b.epoch = r.epoch
 ORDER BY r.pos
 """
 
-_ROW_COLUMNS = ("model", "defender", "protocol", "item_id", "subset", "item_key", "target", "gold",
+_ROW_COLUMNS = ("model", "defender", "protocol", "item_id", "subset", "item_key", "target", "epoch", "gold",
                 "choice", "ok", "error", "content_type", "provenance", "flipped", "recovered",
                 "differs", "unparsed", "errored")
 
@@ -181,14 +181,15 @@ class RunView:
                 "rows": [dict(zip(_ROW_COLUMNS, r, strict=True)) for r in rows]}
 
     def case(self, model: str, defender: str, protocol: str, item_key: str,
-             target: str | None) -> dict[str, Any] | None:
-        """One case in full: question, options, injected sentences, every defender's answer."""
+             target: str | None, epoch: int = 0) -> dict[str, Any] | None:
+        """One case in full (of one epoch of ``--epochs``): question, options, injected
+        sentences, every defender's answer."""
         from ._traces import trace_view
 
-        key = [model, protocol, item_key, target]
+        key = [model, protocol, item_key, target, epoch]
         rows = self._fetch(
             f"SELECT {', '.join(_ROW_COLUMNS)}, trace_file FROM cases WHERE model = ? AND protocol = ? "
-            "AND item_key = ? AND target IS NOT DISTINCT FROM ? ORDER BY pos", key)
+            "AND item_key = ? AND target IS NOT DISTINCT FROM ? AND epoch = ? ORDER BY pos", key)
         answers = []
         this: dict[str, Any] | None = None
         for row in rows:

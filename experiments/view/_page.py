@@ -124,6 +124,7 @@ function list(parent, items, fmt) {
 async function openCase(r) {
   const q = new URLSearchParams({model: r.model, defender: r.defender, protocol: r.protocol, item_key: r.item_key});
   if (r.target !== null) q.set('target', r.target);
+  if (r.epoch) q.set('epoch', r.epoch);
   const c = await getJSON('api/case', q);
   const d = document.getElementById('detail'); d.replaceChildren();
   d.appendChild(el('h2', c.item_key + ' · ' + c.protocol + (c.target ? ' → ' + c.target : '')));

@@ -97,8 +97,12 @@ def make_server(view: RunView | None, port: int = 0) -> ViewServer:
                 elif url.path == "/api/case":
                     def one(name: str) -> str | None:
                         return text_param(params, name)
+                    epoch = one("epoch") or "0"
+                    if not epoch.isdigit():
+                        raise ValueError(f"epoch must be a whole number, got {epoch!r}")
                     found = self.server.view.case(one("model") or "", one("defender") or "",
-                                                  one("protocol") or "", one("item_key") or "", one("target"))
+                                                  one("protocol") or "", one("item_key") or "", one("target"),
+                                                  int(epoch))
                     self._json(200, found) if found else self._json(404, {"error": "no such case"})
                 else:
                     self._json(404, {"error": f"no route {url.path}"})

@@ -17,14 +17,14 @@ from typing import Any
 from medmis.experiments.reporting import RAW_LIMIT, agent_view, clip_text, question_from_trace
 from medmis.tools import json_value
 
-TraceKey = tuple[str, str, str, str, str | None]
+TraceKey = tuple[str, str, str, str, str | None, int]
 
 _STR = r'"((?:[^"\\]|\\.)*)"'
 # The runner writes the key fields first, in this order (json.dumps default separators).
 _HEAD = re.compile(
     rb'\{"model": ' + _STR.encode() + rb', "defender": ' + _STR.encode() + rb', "protocol": '
     + _STR.encode() + rb', "item_id": ' + _STR.encode() + rb', "subset": ' + _STR.encode()
-    + rb', "target": (?:' + _STR.encode() + rb'|null),')
+    + rb', "target": (?:' + _STR.encode() + rb'|null),(?: "epoch": (\d+),)?')
 
 _indexes: dict[Path, tuple[int, dict[TraceKey, tuple[int, int]]]] = {}
 _lock = threading.Lock()
@@ -37,10 +37,10 @@ def _unquote(raw: bytes) -> str:
 def _key_of(line: bytes) -> TraceKey | None:
     m = _HEAD.match(line)
     if m:
-        model, defender, protocol, item_id, subset, target = m.groups()
+        model, defender, protocol, item_id, subset, target, epoch = m.groups()
         return (_unquote(model), _unquote(defender), _unquote(protocol),
                 f"{_unquote(subset)}/{_unquote(item_id)}",
-                None if target is None else _unquote(target))
+                None if target is None else _unquote(target), int(epoch or 0))
     try:
         obj = json_value(line, "trace", None)
     except ValueError:
@@ -48,7 +48,7 @@ def _key_of(line: bytes) -> TraceKey | None:
     if not isinstance(obj, dict) or not obj.get("item_id"):
         return None
     return (str(obj.get("model")), str(obj.get("defender")), str(obj.get("protocol")),
-            f"{obj.get('subset') or ''}/{obj['item_id']}", obj.get("target"))
+            f"{obj.get('subset') or ''}/{obj['item_id']}", obj.get("target"), int(obj.get("epoch") or 0))
 
 
 def _index(path: Path) -> dict[TraceKey, tuple[int, int]]:
@@ -90,7 +90,7 @@ def trace_view(run_dir: Path, rec: dict[str, Any]) -> dict[str, Any]:
     """Question, options, injected sentences, raw answer and agent steps of one case."""
     trace = None
     if rec.get("trace_file"):
-        key = (rec["model"], rec["defender"], rec["protocol"], rec["item_key"], rec["target"])
+        key = (rec["model"], rec["defender"], rec["protocol"], rec["item_key"], rec["target"], int(rec.get("epoch") or 0))
         trace = read_trace(run_dir, str(rec["trace_file"]), key)
     if trace is None:
         return {"trace": False}
