@@ -260,3 +260,24 @@ def test_a_shard_without_items_merges(tmp_path: Path, capsys: pytest.CaptureFixt
     assert sorted(sizes) == [0, 0, 3]  # one item, three protocols (a sampled target)
     assert main(["merge", *map(str, folders), "--out", str(tmp_path / "merged")]) == 0
     assert len((tmp_path / "merged" / "records.jsonl").read_text().splitlines()) == 3
+
+
+def test_merged_shards_of_an_epochs_run_equal_the_single_run(tmp_path: Path, fixed_clock: None) -> None:
+    """``--epochs`` with ``--shard``: every epoch of an item stays in its item's shard, the
+    merged plan keeps the epochs, and metrics.json / verdict.json are the single run's."""
+    args = ["run", "--data", str(DATA), "--limit", "4", "--model", "mock/examinee", "--defender", "none,warning",
+            "--epochs", "2", "--no-progress"]
+    assert main([*args, "--out", str(tmp_path / "single")]) == 0
+    folders = [tmp_path / f"s{k}" for k in range(2)]
+    for k, folder in enumerate(folders):
+        assert main([*args, "--out", str(folder), "--shard", f"{k}/2"]) == 0
+        epochs_of: dict[str, set[int]] = {}
+        for line in (folder / "records.jsonl").read_text().splitlines():
+            row = json.loads(line)
+            epochs_of.setdefault(row["item_id"], set()).add(row.get("epoch", 0))
+        assert all(e == {0, 1} for e in epochs_of.values())
+    merged = tmp_path / "merged"
+    assert main(["merge", *map(str, folders), "--out", str(merged)]) == 0
+    assert json.loads((merged / "plan.json").read_text())["epochs"] == 2
+    for name in ("metrics.json", "verdict.json"):
+        assert (merged / name).read_bytes() == (tmp_path / "single" / name).read_bytes(), name
