@@ -93,10 +93,10 @@ def test_ablate_on_a_complete_folder_refuses_other_settings(
     assert (tmp_path / "out" / "records.jsonl").read_text() == records  # nothing written
 
 
-def test_ablate_accepts_a_change_on_purpose_and_records_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_ablate_accepts_a_change_on_purpose_and_records_it(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                           complete_ablation: Path) -> None:
     config = ablation(tmp_path)
-    out = tmp_path / "out"
-    assert main(["ablate", str(config), "--no-progress"]) == 0
+    out = shutil.copytree(complete_ablation, tmp_path / "out")
     # the same case keys under another prompt: nothing is left to run, the change is recorded
     assert main(["ablate", str(config), "--no-progress", "--set", "prompt=toolkit",
                  "--accept-change", "prompt"]) == 0

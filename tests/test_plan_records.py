@@ -23,15 +23,10 @@ def run_args(out: Path, *extra: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A finished run of ``run_args``, run once for the module; tests take copies (:func:`copy_of`)."""
+    """A finished run of ``run_args``, run once for the module; tests take copies (``shutil.copytree``
+    of it: the folder ``main(run_args(out))`` would have left)."""
     out = tmp_path_factory.mktemp("plan") / "run"
     assert main(run_args(out)) == 0
-    return out
-
-
-def copy_of(finished: Path, out: Path) -> Path:
-    """``out``: a copy of the module's finished run, as ``main(run_args(out))`` would have left it."""
-    shutil.copytree(finished, out)
     return out
 
 
@@ -63,7 +58,7 @@ def clean_n(out: Path) -> int:
 def test_report_leaves_out_records_outside_the_plan_and_names_them(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], change: dict, finished: Path
 ) -> None:
-    out = copy_of(finished, tmp_path / "run")
+    out = shutil.copytree(finished, tmp_path / "run")
     assert clean_n(out) == 3
     append_foreign(out, **change)
     capsys.readouterr()
@@ -78,7 +73,7 @@ def test_report_leaves_out_records_outside_the_plan_and_names_them(
 
 def test_a_resume_names_them_and_the_outcome_ignores_them(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                           finished: Path) -> None:
-    out = copy_of(finished, tmp_path / "run")
+    out = shutil.copytree(finished, tmp_path / "run")
     append_foreign(out, item_id="not-in-the-data")
     append_foreign(out, item_id="also-not", subset="ELSEWHERE")
     capsys.readouterr()
@@ -125,7 +120,7 @@ name = "none"
 
 
 def test_compare_leaves_them_out(tmp_path: Path, capsys: pytest.CaptureFixture[str], finished: Path) -> None:
-    a, b = copy_of(finished, tmp_path / "a"), copy_of(finished, tmp_path / "b")
+    a, b = shutil.copytree(finished, tmp_path / "a"), shutil.copytree(finished, tmp_path / "b")
     for run in (a, b):  # the same foreign line in both: it would be matched and paired
         append_foreign(run, item_id="not-in-the-data", error=None, choice="A", correct=True)
     capsys.readouterr()
@@ -141,7 +136,7 @@ def test_compare_leaves_them_out(tmp_path: Path, capsys: pytest.CaptureFixture[s
 
 def test_a_folder_without_a_plan_is_read_as_it_is(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                   finished: Path) -> None:
-    out = copy_of(finished, tmp_path / "run")
+    out = shutil.copytree(finished, tmp_path / "run")
     (out / "plan.json").unlink()  # as written before plans existed
     append_foreign(out, item_id="not-in-the-data", error=None, choice="A", correct=True)
     capsys.readouterr()
