@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from medmis.experiments.cli import main
+
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "fixtures" / "medmisbench_sample.jsonl"
 
@@ -96,24 +98,30 @@ def test_a_misbehaving_defender_is_one_case_error_and_the_run_completes(tmp_path
         assert took < 60
 
 
-def test_the_case_timeout_flag_and_config_key(tmp_path: Path) -> None:
+# the command's own checks run in this process (``main``); the misbehaving defenders above run
+# in a child, whose exit status and stderr are what they are about
+
+
+def test_the_case_timeout_flag_and_config_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from medmis.experiments.ablation._config import AblationConfig  # noqa: F401 - the key exists
     from medmis.experiments.harness._config import DEFAULT_CASE_TIMEOUT_S, RunConfig
 
     assert RunConfig(data="d", models=["m"], defenders=[], out="o").case_timeout_s == DEFAULT_CASE_TIMEOUT_S == 1800
-    bad = medmis("run", "--data", str(SAMPLE), "--model", "mock/examinee", "--defender", "none",
-                 "--out", str(tmp_path / "x"), "--case-timeout", "0")
-    assert bad.returncode == 2 and "--case-timeout" in one_line(bad.stderr)
+    with pytest.raises(SystemExit) as usage:  # a usage error: argparse's exit 2
+        main(["run", "--data", str(SAMPLE), "--model", "mock/examinee", "--defender", "none",
+              "--out", str(tmp_path / "x"), "--case-timeout", "0"])
+    assert usage.value.code == 2 and "--case-timeout" in one_line(capsys.readouterr().err)
     assert not (tmp_path / "x").exists()
 
 
-def test_the_case_timeout_is_not_part_of_the_fingerprint(tmp_path: Path) -> None:
+def test_the_case_timeout_is_not_part_of_the_fingerprint(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "run"
     args = ["run", "--data", str(SAMPLE), "--limit", "1", "--model", "mock/examinee", "--defender", "none",
             "--protocol", "clean", "--out", str(out), "--no-progress"]
-    assert medmis(*args).returncode == 0
-    again = medmis(*args, "--case-timeout", "60")  # another deadline: the same run, nothing to do
-    assert again.returncode == 0, again.stderr
+    assert main(args) == 0
+    capsys.readouterr()
+    # another deadline: the same run, nothing to do
+    assert main([*args, "--case-timeout", "60"]) == 0, capsys.readouterr().err
 
 
 @pytest.mark.parametrize("raised", ["KeyboardInterrupt", "SystemExit(5)"])

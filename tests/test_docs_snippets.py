@@ -6,6 +6,14 @@ itself (not restated here) and run offline in a temporary folder that holds the 
 lands in that folder: xdist workers never share a path). A page's blocks run in order in one
 folder, as a reader types them, so a later block may read what an earlier one wrote.
 
+A bash block whose every line stands alone runs line by line, as ``bash -e`` would: its plain
+``medmis ...`` lines through ``medmis.experiments.cli.main`` in this process (the console script
+and ``python -m`` are tested as processes elsewhere; a process per line costs a second and a
+half of start-up each), under the same offline environment and with non-loopback connections
+refused; its other lines (``head``, ``grep``, a redirection) in bash. A block with a construct
+over several lines (a loop, a here-document) or a change of the shell's state (``cd``, a
+variable) runs whole in bash.
+
 A block that cannot run here says why in the comment just above it, ``<!-- skip: REASON -->``
 (a key, a GPU, the hub, a server that runs until Ctrl-C, or another test that runs it with
 checks of its own: the reason names that test). A block without a marker must run; there is
@@ -122,17 +130,110 @@ def test_a_block_with_a_marker_is_read_with_it(tmp_path: Path) -> None:
     # a marker that is not a skip is refused by the census above, so it cannot hide a block
 
 
+# words that start a construct spanning lines or change the shell's state for the lines after
+_SHELL_WORDS = {"if", "then", "else", "elif", "fi", "for", "while", "until", "do", "done", "case", "esac",
+                "function", "{", "}", "(", ")", "!", "[[", "]]", "export", "cd", "set", "source", ".",
+                "alias", "trap", "exec", "pushd", "popd"}
+_OPERATORS = set("();<>|&")
+
+
+def simple_lines(code: str) -> list[tuple[str, list[str]]] | None:
+    """The block's command lines (continuations joined, comments dropped), each with its words,
+    when every line is a command that ``bash -e`` runs on its own; None when one opens a construct
+    over several lines (a loop, a here-document, a quote) or changes the shell's state."""
+    lines = []
+    for line in re.sub(r"\\\n\s*", " ", code).splitlines():
+        lex = shlex.shlex(line, posix=True, punctuation_chars=True)
+        lex.whitespace_split = True
+        try:
+            words = list(lex)
+        except ValueError:  # a quote that spans lines
+            return None
+        if not words:
+            continue
+        if (words[0] in _SHELL_WORDS or "=" in words[0].split("/")[0]
+                or any(w.startswith("<<") or w in ("(", ")", "{", "}") for w in words)
+                or set(words[-1]) <= _OPERATORS):
+            return None
+        lines.append((line, words))
+    return lines
+
+
+def medmis_args(words: list[str]) -> list[str] | None:
+    """A line's arguments to ``medmis`` when it is a plain ``medmis`` command (no redirection,
+    pipe, list, expansion or glob: those lines are bash's)."""
+    if words[0] != "medmis" or any(set(w) <= _OPERATORS or any(c in w for c in "$`*?~[") for w in words):
+        return None
+    return words[1:]
+
+
+def run_in_process(snippet: Snippet, where: Path, env: dict[str, str],
+                   capsys: pytest.CaptureFixture[str]) -> str | None:
+    """Runs a bash block line by line (plain ``medmis`` lines through ``main`` here, the rest in
+    bash, stopping at the first failure, as ``bash -e`` does); what failed, or None. The caller
+    has set the offline environment and changed to ``where``."""
+    lines = simple_lines(snippet.code)
+    assert lines is not None
+    for line, words in lines:
+        args = medmis_args(words)
+        if args is not None:
+            try:
+                code: object = main(args)
+            except SystemExit as stop:  # --help, --version and usage errors end in argparse
+                code = stop.code or 0
+            out, err = capsys.readouterr()
+        else:
+            done = subprocess.run(["bash", "-euo", "pipefail", "-c", line], cwd=where, env=env,
+                                  capture_output=True, text=True, timeout=600)
+            code, out, err = done.returncode, done.stdout, done.stderr
+        if code != 0:
+            return f"{line}\nexited {code}\n--- stdout\n{out[-3000:]}\n--- stderr\n{err[-3000:]}"
+    return None
+
+
+def test_a_block_runs_line_by_line_only_when_each_line_stands_alone() -> None:
+    block = ('medmis run --data d \\\n  --out runs/x   # a comment\n\nhead -3 runs/x/a.csv\n'
+             'grep -A5 "^| a | b" f\nprintf \'a\\nb\\n\' > runs/r.txt\n')
+    lines = simple_lines(block)
+    assert lines is not None
+    assert [words for _, words in lines] == [
+        ["medmis", "run", "--data", "d", "--out", "runs/x"], ["head", "-3", "runs/x/a.csv"],
+        ["grep", "-A5", "^| a | b", "f"], ["printf", "a\\nb\\n", ">", "runs/r.txt"]]
+    assert [medmis_args(words) for _, words in lines] == [["run", "--data", "d", "--out", "runs/x"], None, None, None]
+    for line in ("medmis run > log", "medmis run | tee log", "medmis a && medmis b", "medmis a; medmis b",
+                 "medmis run --out $OUT", "medmis report runs/*"):
+        words = simple_lines(line)
+        assert words is not None and medmis_args(words[0][1]) is None, line  # bash runs it
+    for construct in ("out=runs/x", "for x in a b; do echo $x; done", "cat <<EOF", "medmis run |",
+                      'echo "a\nb', "cd runs", "export A=1", "( cd runs && ls )", "if true; then", "medmis run &"):
+        assert simple_lines(construct) is None, construct  # the whole block goes to bash
+
+
 @pytest.mark.parametrize("page", _page_params())
-def test_the_snippets_of_a_page_run_offline(page: Path, tmp_path: Path) -> None:
+def test_the_snippets_of_a_page_run_offline(page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                            capsys: pytest.CaptureFixture[str],
+                                            medmis_no_network: list[str]) -> None:
     where = workdir(tmp_path)
     env = offline_env(tmp_path)
+    # what this process runs sees what a snippet's process would
+    for key in KEYS:
+        monkeypatch.delenv(key, raising=False)
+    for key in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "NO_PROXY", "no_proxy",
+                "HF_HUB_OFFLINE", "HOME"):
+        monkeypatch.setenv(key, env[key])
+    monkeypatch.chdir(where)
     for snippet in snippets(page):
         if snippet.skipped:
+            continue
+        if snippet.lang == "bash" and simple_lines(snippet.code) is not None:
+            failed = run_in_process(snippet, where, env, capsys)
+            assert failed is None, f"{page.name}:{snippet.line}: {failed}"
             continue
         done = run_snippet(snippet, where, env)
         assert done.returncode == 0, (
             f"{page.name}:{snippet.line} exited {done.returncode}\n{snippet.code}\n"
             f"--- stdout\n{done.stdout[-3000:]}\n--- stderr\n{done.stderr[-3000:]}")
+    assert medmis_no_network == []
 
 
 # -- blocks another test runs with checks of its own (their markers name this file) ----------

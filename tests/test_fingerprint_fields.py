@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -57,6 +58,14 @@ name = "none"
     return path
 
 
+@pytest.fixture(scope="module")
+def complete_ablation(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The out folder of :func:`ablation`'s grid, run once for the module; tests copy it."""
+    where = tmp_path_factory.mktemp("fp")
+    assert main(["ablate", str(ablation(where)), "--no-progress"]) == 0
+    return where / "out"
+
+
 @pytest.mark.parametrize(("edit", "flags", "field"), [
     (("seed = 0", "seed = 7"), [], "seed: 0 -> 7"),
     (('prompt = "paper"', 'prompt = "toolkit"'), [], "prompt: paper@2 -> toolkit@1"),
@@ -67,10 +76,10 @@ name = "none"
 ])
 def test_ablate_on_a_complete_folder_refuses_other_settings(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], edit: tuple[str, str] | None, flags: list[str],
-    field: str,
+    field: str, complete_ablation: Path,
 ) -> None:
     config = ablation(tmp_path)
-    assert main(["ablate", str(config), "--no-progress"]) == 0
+    shutil.copytree(complete_ablation, tmp_path / "out")  # as `medmis ablate config` leaves it
     records = (tmp_path / "out" / "records.jsonl").read_text()
     assert main(["ablate", str(config), "--no-progress"]) == 0
     assert "nothing to do: 6 records complete" in capsys.readouterr().out
@@ -84,10 +93,10 @@ def test_ablate_on_a_complete_folder_refuses_other_settings(
     assert (tmp_path / "out" / "records.jsonl").read_text() == records  # nothing written
 
 
-def test_ablate_accepts_a_change_on_purpose_and_records_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_ablate_accepts_a_change_on_purpose_and_records_it(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                           complete_ablation: Path) -> None:
     config = ablation(tmp_path)
-    out = tmp_path / "out"
-    assert main(["ablate", str(config), "--no-progress"]) == 0
+    out = shutil.copytree(complete_ablation, tmp_path / "out")
     # the same case keys under another prompt: nothing is left to run, the change is recorded
     assert main(["ablate", str(config), "--no-progress", "--set", "prompt=toolkit",
                  "--accept-change", "prompt"]) == 0

@@ -27,10 +27,11 @@ from medmis.agents import (
 )
 from medmis.agents._reading import read
 from medmis.defenses import DefenderContext, create_defender, defender_prompts, get_spec
-from medmis.experiments import Harness, RunConfig
+from medmis.experiments import DefenderConfig, Harness, RunConfig
 from medmis.experiments.analysis import removal_rates
 from medmis.experiments.benchmark import as_view, render_prompt
 from medmis.experiments.cli import main
+from medmis.experiments.harness import CacheMode
 from medmis.graphs import CalibrateOptions, SanitizeOptions, sandwich_messages
 from medmis.graphs._calibrate import mean_token_probability, percentile
 from medmis.graphs._sanitize import (
@@ -317,8 +318,9 @@ async def test_logprobs_through_the_gemini_client(respx_mock: respx.MockRouter, 
 async def test_record_then_replay_is_byte_identical_offline(tmp_path: Path, medmis_no_network: list[str]) -> None:
     cache = tmp_path / "cache"
 
-    def config(out: str, mode: str) -> RunConfig:
-        return RunConfig(data=str(SAMPLE), subset="MEDMISHLE", models=["mock/examinee"], defenders=[{"name": n} for n in NAMES],
+    def config(out: str, mode: CacheMode) -> RunConfig:
+        return RunConfig(data=str(SAMPLE), subset="MEDMISHLE", models=["mock/examinee"],
+                         defenders=[DefenderConfig(name=n) for n in NAMES],
                          out=str(tmp_path / out), cache=mode, cache_dir=str(cache), limit=4)
 
     first = await Harness(config("recorded", "record"), argv=["test"]).run()

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from medmis.experiments.cli import main
+
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "fixtures" / "medmisbench_sample.jsonl"
 
@@ -177,14 +179,16 @@ sweep = {{ preface = ["Read carefully.", "Check the context."] }}
     ("X = 1\n", "defines no defender"),
     (PLUGIN.replace('"local_probe"', '"warning"'), "defender 'warning' is already registered"),
 ])
-def test_a_bad_plugin_file_is_one_line_exit_2(tmp_path: Path, content: str | None, expected: str) -> None:
+def test_a_bad_plugin_file_is_one_line_exit_2(tmp_path: Path, content: str | None, expected: str,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    # in this process: a file that fails registers nothing (the loader undoes what it did), so
+    # no other test sees it; the tests above run the commands as processes
     plugin = tmp_path / "bad.py"
     if content is not None:
         plugin.write_text(content)
     for args in (["defenders", "--plugin", str(plugin)],
                  run_args(tmp_path / "run", plugin)):
-        done = medmis(*args)
-        assert done.returncode == 2, (args, done.stdout)
-        line = one_line(done.stderr)
+        assert main(args) == 2, args
+        line = one_line(capsys.readouterr().err)
         assert line.startswith(f"medmis: plug-in {plugin}: ") and expected in line, line
     assert not (tmp_path / "run").exists()  # nothing created

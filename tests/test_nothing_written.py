@@ -5,21 +5,22 @@ made, by ``medmis run`` and by ``medmis ablate`` (one preflight, ``Harness.check
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from medmis.experiments.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "fixtures" / "medmisbench_sample.jsonl"
 
 
-def medmis(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ}
-    return subprocess.run([sys.executable, "-m", "medmis.experiments.cli", *args], capture_output=True,
-                          text=True, env=env, timeout=120, cwd=ROOT)
+def medmis(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
+    """The command's exit code and stderr (``cli.main`` in this process: the refusal is the
+    command's, not the interpreter's)."""
+    capsys.readouterr()
+    code = main(list(args))
+    return code, capsys.readouterr().err
 
 
 def tree(folder: Path) -> list[str]:
@@ -33,7 +34,7 @@ def tree(folder: Path) -> list[str]:
     ("traces", False, "is a file where the run keeps a folder"),
 ])
 def test_an_unusable_output_path_is_one_line_exit_2_and_nothing_is_made(
-    tmp_path: Path, blocked: str, as_folder: bool, words: str
+    tmp_path: Path, blocked: str, as_folder: bool, words: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "run"
     target = out / blocked
@@ -43,16 +44,17 @@ def test_an_unusable_output_path_is_one_line_exit_2_and_nothing_is_made(
         target.parent.mkdir(parents=True)
         target.write_text("not a folder\n")
     before = tree(out)
-    done = medmis("run", "--data", str(SAMPLE), "--model", "mock/examinee", "--defender", "none",
+    code, err = medmis(capsys, "run", "--data", str(SAMPLE), "--model", "mock/examinee", "--defender", "none",
                   "--protocol", "clean", "--limit", "2", "--out", str(out), "--no-progress")
-    assert done.returncode == 2, done.stderr
-    lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    assert code == 2, err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "Traceback" not in err, err
     assert lines[0] == f"medmis: {target} {words}; move it away or choose another --out"
     assert tree(out) == before  # no lock, manifest, plan or records.jsonl
 
 
-def test_ablate_checks_every_grid_folder_before_anything_is_made(tmp_path: Path) -> None:
+def test_ablate_checks_every_grid_folder_before_anything_is_made(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "grid"
     blocked = out / "traces" / "mock_examinee__none.jsonl"
     blocked.mkdir(parents=True)
@@ -71,9 +73,9 @@ spec = "mock/examinee"
 name = "none"
 """, encoding="utf-8")
     before = tree(tmp_path)
-    done = medmis("ablate", str(config), "--no-progress")
-    assert done.returncode == 2, done.stderr
-    lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    code, err = medmis(capsys, "ablate", str(config), "--no-progress")
+    assert code == 2, err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "Traceback" not in err, err
     assert str(blocked) in lines[0] and "is a folder where the run writes a file" in lines[0]
     assert tree(tmp_path) == before

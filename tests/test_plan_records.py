@@ -5,6 +5,7 @@ and left out of the metrics, the outcome and comparisons, in every reader."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,15 @@ SAMPLE = ROOT / "fixtures" / "medmisbench_sample.jsonl"
 def run_args(out: Path, *extra: str) -> list[str]:
     return ["run", "--data", str(SAMPLE), "--limit", "3", "--model", "mock/examinee", "--defender", "none",
             "--out", str(out), "--no-progress", *extra]
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A finished run of ``run_args``, run once for the module; tests take copies (``shutil.copytree``
+    of it: the folder ``main(run_args(out))`` would have left)."""
+    out = tmp_path_factory.mktemp("plan") / "run"
+    assert main(run_args(out)) == 0
+    return out
 
 
 def append_foreign(out: Path, **change: object) -> dict:
@@ -46,10 +56,9 @@ def clean_n(out: Path) -> int:
     {"defender": "warning"},
 ])
 def test_report_leaves_out_records_outside_the_plan_and_names_them(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], change: dict
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], change: dict, finished: Path
 ) -> None:
-    out = tmp_path / "run"
-    assert main(run_args(out)) == 0
+    out = shutil.copytree(finished, tmp_path / "run")
     assert clean_n(out) == 3
     append_foreign(out, **change)
     capsys.readouterr()
@@ -62,9 +71,9 @@ def test_report_leaves_out_records_outside_the_plan_and_names_them(
     assert metrics["mock/examinee"]["none"]["error_rate"]["k"] == 0
 
 
-def test_a_resume_names_them_and_the_outcome_ignores_them(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    out = tmp_path / "run"
-    assert main(run_args(out)) == 0
+def test_a_resume_names_them_and_the_outcome_ignores_them(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                          finished: Path) -> None:
+    out = shutil.copytree(finished, tmp_path / "run")
     append_foreign(out, item_id="not-in-the-data")
     append_foreign(out, item_id="also-not", subset="ELSEWHERE")
     capsys.readouterr()
@@ -110,9 +119,8 @@ name = "none"
     assert clean_n(out) == 3
 
 
-def test_compare_leaves_them_out(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    a, b = tmp_path / "a", tmp_path / "b"
-    assert main(run_args(a)) == 0 and main(run_args(b)) == 0
+def test_compare_leaves_them_out(tmp_path: Path, capsys: pytest.CaptureFixture[str], finished: Path) -> None:
+    a, b = shutil.copytree(finished, tmp_path / "a"), shutil.copytree(finished, tmp_path / "b")
     for run in (a, b):  # the same foreign line in both: it would be matched and paired
         append_foreign(run, item_id="not-in-the-data", error=None, choice="A", correct=True)
     capsys.readouterr()
@@ -126,9 +134,9 @@ def test_compare_leaves_them_out(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert clean[header.index("n")] == "3"
 
 
-def test_a_folder_without_a_plan_is_read_as_it_is(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    out = tmp_path / "run"
-    assert main(run_args(out)) == 0
+def test_a_folder_without_a_plan_is_read_as_it_is(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                  finished: Path) -> None:
+    out = shutil.copytree(finished, tmp_path / "run")
     (out / "plan.json").unlink()  # as written before plans existed
     append_foreign(out, item_id="not-in-the-data", error=None, choice="A", correct=True)
     capsys.readouterr()

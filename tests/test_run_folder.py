@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -26,6 +27,14 @@ def run_args(out: Path, *extra: str) -> list[str]:
             "--defender", "none", "--out", str(out), "--no-progress", *extra]
 
 
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A finished ``run_args`` run, made once for the module; the tests that resume it take copies."""
+    out = tmp_path_factory.mktemp("finished") / "run"
+    assert main(run_args(out)) == 0
+    return out
+
+
 def one_line(err: str) -> str:
     lines = err.strip().splitlines()
     assert len(lines) == 1, err
@@ -33,9 +42,9 @@ def one_line(err: str) -> str:
     return lines[0]
 
 
-def test_a_seed_change_on_resume_exits_2_naming_the_seed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    out = tmp_path / "run"
-    assert main(run_args(out)) == 0
+def test_a_seed_change_on_resume_exits_2_naming_the_seed(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                         finished: Path) -> None:
+    out = shutil.copytree(finished, tmp_path / "run")  # as main(run_args(out)) leaves it
     before = (out / "records.jsonl").read_text()
     capsys.readouterr()
     assert main(run_args(out, "--seed", "5")) == 2
@@ -52,10 +61,9 @@ def test_a_seed_change_on_resume_exits_2_naming_the_seed(tmp_path: Path, capsys:
     (["--limit", "2"], "limit"),
 ])
 def test_other_item_level_changes_are_refused(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], flag: list[str], field: str
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flag: list[str], field: str, finished: Path,
 ) -> None:
-    out = tmp_path / "run"
-    assert main(run_args(out)) == 0
+    out = shutil.copytree(finished, tmp_path / "run")  # as main(run_args(out)) leaves it
     capsys.readouterr()
     args = run_args(out, *flag)
     if flag[0] == "--limit":
@@ -65,9 +73,8 @@ def test_other_item_level_changes_are_refused(
     assert f"{field}:" in one_line(capsys.readouterr().err)
 
 
-def test_other_data_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    out = tmp_path / "run"
-    assert main(run_args(out)) == 0
+def test_other_data_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str], finished: Path) -> None:
+    out = shutil.copytree(finished, tmp_path / "run")  # as main(run_args(out)) leaves it
     other = tmp_path / "other.jsonl"
     lines = SAMPLE.read_text(encoding="utf-8").splitlines()
     other.write_text("\n".join(reversed(lines)) + "\n", encoding="utf-8")
@@ -78,9 +85,9 @@ def test_other_data_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert "data_sha256:" in one_line(capsys.readouterr().err)
 
 
-def test_adding_a_defender_or_model_is_allowed_and_said(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    out = tmp_path / "run"
-    assert main(run_args(out)) == 0
+def test_adding_a_defender_or_model_is_allowed_and_said(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                        finished: Path) -> None:
+    out = shutil.copytree(finished, tmp_path / "run")  # as main(run_args(out)) leaves it
     capsys.readouterr()
     args = run_args(out)
     args[args.index("--defender") + 1] = "none,warning"
@@ -108,9 +115,9 @@ def test_other_defender_options_make_a_new_label_which_is_added(
     assert "adding defender(s) isolate_vote[margin=2]" in capsys.readouterr().err
 
 
-def test_accept_change_mixes_on_purpose_and_is_recorded(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    out = tmp_path / "run"
-    assert main(run_args(out)) == 0
+def test_accept_change_mixes_on_purpose_and_is_recorded(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                        finished: Path) -> None:
+    out = shutil.copytree(finished, tmp_path / "run")  # as main(run_args(out)) leaves it
     assert main(run_args(out, "--seed", "5", "--accept-change", "seed,model_options")) == 0
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["fingerprint"]["seed"] == 5
@@ -239,10 +246,9 @@ def test_progress_off_a_terminal_is_plain_periodic_lines() -> None:
 
 
 def test_a_manifest_from_before_fingerprints_still_guards_the_seed(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], finished: Path,
 ) -> None:
-    out = tmp_path / "run"
-    assert main(run_args(out)) == 0
+    out = shutil.copytree(finished, tmp_path / "run")  # as main(run_args(out)) leaves it
     path = out / "manifest.json"
     manifest = json.loads(path.read_text())
     del manifest["fingerprint"]
