@@ -19,8 +19,6 @@ outcome are kept, provider errors are retried; ``--limit`` and ``--styles`` may 
 from __future__ import annotations
 
 import hashlib
-import json
-import os
 import re
 import unicodedata
 from collections.abc import Sequence
@@ -43,6 +41,9 @@ from ._run import (
     _model,
     _read_jsonl,
     _usd,
+    check_budget,
+    open_store,
+    replace_rows,
     retry_policy,
     run_pending,
 )
@@ -300,15 +301,10 @@ def estimate(jobs: Sequence[PageJob], cfg: PagesConfig) -> dict[str, Any]:
 
 def generate_pages(cfg: PagesConfig) -> int:
     """Run ``medmis generate pages``; returns the exit status (0, 1 page errors, 3 stopped)."""
-    if cfg.budget_usd is not None and cfg.price is None:
-        raise ConfigError("--budget-usd needs --price IN,OUT (USD per million tokens)")
+    check_budget(cfg)
     jobs = build_jobs(cfg)
     fp = fingerprint(cfg)
-    store = None
-    if cfg.cache != "live":
-        from medmis.tools import RecordStore
-
-        store = RecordStore(cfg.cache_dir or cfg.side(".cache"), cfg.cache)
+    store = open_store(cfg)
     model = _model(cfg, cfg.temperature, store)  # before any file: a missing key creates nothing
 
     def finish(previous: dict[str, Any] | None, stopped: bool) -> dict[str, Any]:
@@ -338,10 +334,7 @@ def _order_rows(cfg: PagesConfig, jobs: Sequence[PageJob]) -> None:
             url = f"{row['url'].rstrip('/')}-{n}"
         row["url"] = url
         seen.add(url)
-    tmp = cfg.out.with_name(cfg.out.name + ".tmp")
-    tmp.write_text("".join(json.dumps(redact_json(r), ensure_ascii=False) + "\n" for r in ranked),
-                   encoding="utf-8")
-    os.replace(tmp, cfg.out)
+    replace_rows(cfg.out, (redact_json(r) for r in ranked))
 
 
 def _write_manifest(cfg: PagesConfig, fp: dict[str, Any], previous: dict[str, Any] | None,

@@ -24,7 +24,6 @@ from pydantic import BaseModel, ConfigDict, Field
 from medmis.agents import RetryPolicy, StructuredOutput
 from medmis.experiments.benchmark import Item
 from medmis.experiments.grading import Criterion, ItemRubric
-from medmis.tools import ConfigError
 
 from . import _prompts as P
 from ._finish import exit_status, write_manifest_file
@@ -36,6 +35,9 @@ from ._run import (
     _model,
     _read_jsonl,
     _usd,
+    check_budget,
+    open_store,
+    replace_rows,
     retry_policy,
     run_pending,
 )
@@ -177,29 +179,18 @@ def estimate(jobs: Sequence[RubricJob], cfg: RubricsConfig) -> dict[str, Any]:
 
 
 def _order_rows(cfg: RubricsConfig, jobs: Sequence[RubricJob]) -> None:
-    import json
-    import os
-
     order = {j.item.id: n for n, j in enumerate(jobs)}
     latest = {r["item_id"]: r for r in _read_jsonl(cfg.out)}
-    ranked = sorted(latest.values(), key=lambda r: (order.get(r["item_id"], len(order)), r["item_id"]))
-    tmp = cfg.out.with_name(cfg.out.name + ".tmp")
-    tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in ranked), encoding="utf-8")
-    os.replace(tmp, cfg.out)
+    replace_rows(cfg.out, sorted(latest.values(), key=lambda r: (order.get(r["item_id"], len(order)), r["item_id"])))
 
 
 def generate_rubrics(cfg: RubricsConfig) -> int:
     """Run ``medmis generate rubrics``; returns the exit status (0, 1 item errors, 3 stopped)."""
 
-    if cfg.budget_usd is not None and cfg.price is None:
-        raise ConfigError("--budget-usd needs --price IN,OUT (USD per million tokens)")
+    check_budget(cfg)
     jobs = build_jobs(cfg)
     fp = fingerprint(cfg)
-    store = None
-    if cfg.cache != "live":
-        from medmis.tools import RecordStore
-
-        store = RecordStore(cfg.cache_dir or cfg.side(".cache"), cfg.cache)
+    store = open_store(cfg)
     model = _model(cfg, cfg.temperature, store)  # before any file: a missing key creates nothing
 
     def finish(previous: dict[str, Any] | None, stopped: bool) -> dict[str, Any]:

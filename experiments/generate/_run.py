@@ -13,7 +13,7 @@ import asyncio
 import hashlib
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
@@ -29,6 +29,7 @@ from ._sources import detect_format, read_source
 
 if TYPE_CHECKING:
     from medmis.agents import RetryPolicy
+    from medmis.tools import RecordStore
 
 CacheMode = Literal["live", "record", "replay", "refresh"]
 
@@ -292,6 +293,28 @@ def _check_resume(cfg: GenerationSettings, fp: dict[str, Any]) -> dict[str, Any]
     return previous
 
 
+def check_budget(cfg: GenerationSettings) -> None:
+    """Refuse ``--budget-usd`` without ``--price`` (a spend cannot be counted without prices)."""
+    if cfg.budget_usd is not None and cfg.price is None:
+        raise ConfigError("--budget-usd needs --price IN,OUT (USD per million tokens)")
+
+
+def open_store(cfg: GenerationSettings) -> RecordStore | None:
+    """The record/replay store the generator's calls go through (None for ``--cache live``)."""
+    if cfg.cache == "live":
+        return None
+    from medmis.tools import RecordStore
+
+    return RecordStore(cfg.cache_dir or cfg.side(".cache"), cfg.cache)
+
+
+def replace_rows(path: Path, rows: Iterable[dict[str, Any]]) -> None:
+    """Rewrite the JSONL file ``path`` with ``rows`` (in that order), atomically."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    os.replace(tmp, path)
+
+
 def _model(cfg: GenerationSettings, temperature: float, store: Any) -> Any:
     """The generator at ``temperature``, behind the record/replay store when there is one."""
     from medmis.agents import ModelOptions, load_model
@@ -378,15 +401,10 @@ def _record(cfg: GenerationSettings, outcome: Result) -> None:
 
 def generate(cfg: GenerateConfig) -> int:
     """Run ``medmis generate``; returns the exit status (0, 1 case errors, 3 stopped)."""
-    if cfg.budget_usd is not None and cfg.price is None:
-        raise ConfigError("--budget-usd needs --price IN,OUT (USD per million tokens)")
+    check_budget(cfg)
     jobs, mode = build_jobs(cfg)
     fp = fingerprint(cfg, mode)
-    store = None
-    if cfg.cache != "live":
-        from medmis.tools import RecordStore
-
-        store = RecordStore(cfg.cache_dir or cfg.side(".cache"), cfg.cache)
+    store = open_store(cfg)
     model, extract_model = _models(cfg, store)  # before any file: a missing key creates nothing
     pipeline: Pipeline
     if cfg.attack == "adaptive":
@@ -422,10 +440,7 @@ def _order_rows(cfg: GenerateConfig, jobs: list[Job]) -> None:
     order = {(j.item.subset, j.item.id): i for i, j in enumerate(jobs)}
     latest = {(r["subset"], r["id"]): r for r in _read_jsonl(cfg.out)}
     ranked = sorted(latest.items(), key=lambda kv: order.get(kv[0], len(order)))
-    tmp = cfg.out.with_name(cfg.out.name + ".tmp")
-    tmp.write_text("".join(json.dumps(redact_json(r), ensure_ascii=False) + "\n" for _, r in ranked),
-                   encoding="utf-8")
-    os.replace(tmp, cfg.out)
+    replace_rows(cfg.out, (redact_json(r) for _, r in ranked))
 
 
 def _write_manifest(cfg: GenerateConfig, fp: dict[str, Any], previous: dict[str, Any] | None,
