@@ -9,27 +9,18 @@ errors must stop the case instead of becoming answers.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 import pytest
-from fakes import FakeExaminee, FakeToolset, toy_case
+from fakes import FakeExaminee, FakeToolset, available, toy_case
 
 from medmis.agents import BlockedResponseError, ScriptedChatModel
-from medmis.defenses import DefenderContext, create_defender, defender_unavailable, list_defenders
+from medmis.defenses import DefenderContext, create_defender, list_defenders
 from medmis.experiments import Answer, Item
 from medmis.tools import ReplayMissError, ToolError
 
 SPECS = {spec.name: spec for spec in list_defenders()}
-
-
-def available(names: Iterable[str]) -> list[Any]:
-    """Each defender name as a test parameter, skipped (with the reason) when this installation
-    lacks what it needs, e.g. ``trustrag`` without the ``trustrag`` extra."""
-    return [
-        pytest.param(n, marks=pytest.mark.skipif(bool(why := defender_unavailable(n)), reason=f"{n}: {why}"))
-        for n in names
-    ]
 PROTOCOLS = ("clean", "type1", "type2")
 TOOLSETS: dict[str, Callable[[], FakeToolset | None]] = {
     "tools": FakeToolset,

@@ -18,6 +18,7 @@ import httpx
 import pytest
 import respx
 from conftest import clear_provider_env
+from fakes import available
 from langchain_core.messages import (
     AIMessage,
     BaseMessage,
@@ -28,15 +29,11 @@ from langchain_core.messages import (
 )
 
 from medmis.agents import ModelOptions, ScriptedChatModel, load_model, message_text
-from medmis.defenses import DefenderContext, create_defender, defender_unavailable, list_defenders
+from medmis.defenses import DefenderContext, create_defender, list_defenders
 from medmis.defenses.testing import FakeExaminee, FakeToolset, toy_case, toy_item
 
 PROTOCOLS = ("clean", "type1", "type2")
-DEFENDERS = [
-    # skipped, with the reason, when this installation lacks what the defender needs
-    pytest.param(n, marks=pytest.mark.skipif(bool(why := defender_unavailable(n)), reason=f"{n}: {why}"))
-    for n in sorted(spec.name for spec in list_defenders())
-]
+DEFENDERS = available(sorted(spec.name for spec in list_defenders()))
 # defenders that bind search_web / visit_web to the model itself on a case with context
 # (the other tool users search through the context, without model tool calls)
 MODEL_TOOL_USERS = {"search_agent"}

@@ -22,6 +22,7 @@ no other marker, so nothing long is left out of the default run without a reason
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -66,10 +67,23 @@ def snippets(page: Path) -> list[Snippet]:
             for m in BLOCK.finditer(text)]
 
 
+PAGE_NEEDS = {"docs/exports.md": "inspect_ai"}
+"""Pages whose blocks need an optional extra (``medmis export inspect`` needs ``medmis[inspect]``):
+skipped, with the reason, where the README's test command alone installed ``.[test]``."""
+
+
 def _page_params() -> list[object]:
     """One test per page that has a block to run."""
-    return [pytest.param(page, id=page.relative_to(ROOT).as_posix())
-            for page in PAGES if any(not s.skipped for s in snippets(page))]
+    params = []
+    for page in PAGES:
+        if not any(not s.skipped for s in snippets(page)):
+            continue
+        name = page.relative_to(ROOT).as_posix()
+        module = PAGE_NEEDS.get(name)
+        missing = module is not None and importlib.util.find_spec(module) is None
+        params.append(pytest.param(page, id=name, marks=pytest.mark.skipif(
+            missing, reason=f"{name} needs {module} (an optional extra)")))
+    return params
 
 
 def offline_env(home: Path) -> dict[str, str]:

@@ -12,14 +12,14 @@ import json
 from typing import Any
 
 import pytest
-from fakes import FakeExaminee, FakeToolset, check_defender, toy_case
+from fakes import FakeExaminee, FakeToolset, available, check_defender, toy_case
 from langchain_core.messages import BaseMessage, HumanMessage
 
 from medmis.agents import ScriptedChatModel, message_text
 from medmis.defenses import DefenderContext, create_defender, list_defenders
 from medmis.experiments import Item
 
-NAMES = sorted(spec.name for spec in list_defenders())
+NAMES = available(sorted(spec.name for spec in list_defenders()))
 PROTOCOLS = ("clean", "type1", "type2")
 
 # Words our defenders' prompts use to frame evidence; a renamed one must change nothing.
