@@ -295,3 +295,9 @@ def test_ray_runs_the_grid_matches_the_single_run_and_a_failed_shard_resumes(
 
     assert main([*argv, "--ray", ray_cluster]) == 0  # the merged grid: nothing to do, nothing started
     assert "nothing to do" in capsys.readouterr().out
+    before = (out / "records.jsonl").read_bytes()
+    # a changed setting over the merged grid is refused in one line, never "nothing to do"
+    assert main([*argv, "--set", "seed=7", "--ray", ray_cluster]) == 2
+    said = capsys.readouterr()
+    assert "nothing to do" not in said.out and len(said.err.strip().splitlines()) == 1 and "seed" in said.err
+    assert (out / "records.jsonl").read_bytes() == before and not ray.is_initialized()

@@ -73,9 +73,9 @@ def _earlier_count(out: Path) -> int | None:
     return counts.pop() if len(counts) == 1 else None
 
 
-def _merged_already(out: Path, shards: int | None) -> int | None:
-    """The exit status of a grid an earlier ``--ray`` run merged into ``out`` from its shard
-    folders ("nothing to do"); None when ``out`` is new or empty.
+def _merged_already(out: Path, shards: int | None) -> bool:
+    """Whether ``out`` holds the grid an earlier ``--ray`` run merged from its shard folders
+    (False when ``out`` is new or empty).
 
     Raises:
         ConfigError: ``out`` holds something else (before any shard runs; the merge needs a new folder).
@@ -83,13 +83,12 @@ def _merged_already(out: Path, shards: int | None) -> int | None:
     from medmis.tools import json_file
 
     if not out.is_dir() or not any(out.iterdir()):
-        return None
+        return False
     manifest = json_file(out / "manifest.json") if (out / "manifest.json").is_file() else {}
     merged = manifest.get("merged") or {}
     count = shards or _earlier_count(out)
     if count and merged.get("from") == [str(shard_folder(out, k, count)) for k in range(count)]:
-        print(f"nothing to do: {out} holds the merged grid of its {count} shards ({shards_root(out)})")
-        return int((manifest.get("outcome") or {}).get("exit_code", 0))
+        return True
     raise ConfigError(f"--out {out} holds another run; the shards are merged into a new folder (give --out)")
 
 
@@ -219,8 +218,13 @@ def ablate_on_ray(path: str, *, address: str | None, shards: int | None = None, 
     out_dir = Path(out or config.out).resolve()
     config_path = str(Path(path).resolve())
     plugins = [str(Path(p).resolve()) for p in plugins]
-    if (done := _merged_already(out_dir, shards)) is not None:
-        return done
+    if _merged_already(out_dir, shards):
+        # The merged grid is an ordinary grid folder: `medmis ablate` on it compares its
+        # fingerprints with this config (a changed seed, prompt, defender option or server is
+        # refused in one line, never answered "nothing to do" over the old results) and says
+        # "nothing to do" only when every case is recorded; cases a grown config adds run here.
+        return ablate_command(config_path, out=str(out_dir), overrides=overrides, accept_changes=accept_changes,
+                              plugins=plugins, argv=argv)
     if address is not None:
         _reachable(address)
     # the whole grid's plan and estimate, and every other check `medmis ablate` makes before it runs
