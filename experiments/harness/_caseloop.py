@@ -100,7 +100,7 @@ class CaseLoop:
 
     def _write(self, record: Record, record_line: str, trace_line: str) -> None:
         h = self.harness
-        key = record.trace_file or h._trace_file(record.model, record.defender)
+        key = record.trace_file or h.trace_file(record.model, record.defender)
         fh = self.trace_handles.get(key)
         if fh is None:
             try:
@@ -125,8 +125,8 @@ class CaseLoop:
             failing = h.out / key if in_trace else Path(getattr(self.rec_fh, "name", h.out / "records.jsonl"))
             raise WriteFailed(failing, exc, self.written) from None
         self.written += 1
-        if h._fresh_errors is not None and record.error is not None:
-            h._fresh_errors.append(record.error)
+        if h.fresh_errors is not None and record.error is not None:
+            h.fresh_errors.append(record.error)
         h.stats.add(record, self.clean_state)
         if self.progress is not None:
             self.progress.advance(h.stats.describe(), h.limiter.state())

@@ -132,7 +132,7 @@ class Harness:
         self._trace_files: dict[tuple[str, str], str] = {}
         # the error texts this invocation wrote into a folder that had no records: with the
         # count of records written (stats.done) the outcome needs no read of records.jsonl
-        self._fresh_errors: list[str] | None = None
+        self.fresh_errors: list[str] | None = None
         self._loop: CaseLoop | None = None
         self._planned: list[tuple[int, ProtocolName, str | None]] | None = None
         self.retry = RetryPolicy(
@@ -273,7 +273,7 @@ class Harness:
         is): what :func:`._prepare.check_writable` checks before anything is made."""
         files: list[str | Path] = [LOCK_FILE, OWNER_FILE, "manifest.json", PLAN_FILE, "records.jsonl",
                                    INVALID_ROWS_FILE]
-        files += [self._trace_file(m, d.label) for m in self.config.models for d in self.defenders]
+        files += [self.trace_file(m, d.label) for m in self.config.models for d in self.defenders]
         folders: list[str | Path] = ["traces"]
         if self.config.cache != "live":
             folders.append(self._cache_dir())
@@ -304,7 +304,7 @@ class Harness:
             write_plan(self.out, fingerprint.models, fingerprint.defenders, dataset.items, self._planned,
                        self.config.epochs)
 
-    def _trace_file(self, model: str, defender: str) -> str:
+    def trace_file(self, model: str, defender: str) -> str:
         """The trace file of a model x defender, relative to the run folder (``traces/…``)."""
         name = self._trace_files.get((model, defender))
         if name is None:
@@ -378,7 +378,7 @@ class Harness:
             prompt_version=prompt_preset(case.prompt).version_for(case.answer_format),
             defender_options=defender.options.model_dump(mode="json"),
             extra=answer.extra,
-            trace_file=self._trace_file(spec, defender.label),
+            trace_file=self.trace_file(spec, defender.label),
             poison=poison.exposure(answer) if poison else None,
             epoch=case.epoch,
         )
@@ -451,7 +451,7 @@ class Harness:
                                keep=self.out if has_plan(self.out) else None)
         if resumed.outside.count and self.notice is not None:
             self.notice(describe_outside(records_path, resumed.outside))
-        self._fresh_errors = [] if resumed.records == 0 else None
+        self.fresh_errors = [] if resumed.records == 0 else None
         clean_state: dict[tuple[str, str, str], bool] = {}
         resumed.apply(self.stats, clean_state)
         self.stats.done = 0  # progress counts this invocation's work
@@ -502,7 +502,7 @@ class Harness:
                          outcome=self.outcome)
 
     def _finish(self, records_path: Path) -> int:
-        tally = (self.stats.done, self._fresh_errors) if self._fresh_errors is not None else None
+        tally = (self.stats.done, self.fresh_errors) if self.fresh_errors is not None else None
         limiter = self._loop.limiter_summary() if self._loop is not None else self.limiter.summary()
         n, self.outcome = record_outcome(self.out, records_path, self.stats.stopped_reason,
                                          scrub_argv(self.argv), limiter, tally=tally)
