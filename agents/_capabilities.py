@@ -51,23 +51,21 @@ GOOGLE_FAMILIES = frozenset({"google", "google_genai", "google_vertexai"})
 """Families served by Gemini (this toolkit's adapter, or LangChain's Google integrations)."""
 
 
-# LangChain derives ls_provider from the class name when an integration does not set one;
-# only the integrations that set theirs are trusted.
-_LANGCHAIN_MODULES = ("langchain_",)
+# A LangChain integration lives in its provider's package (langchain_openai, langchain_anthropic,
+# langchain_google_genai, ...); the package name is the family. The core and community packages
+# hold no one provider's models.
+_NO_FAMILY_PACKAGES = frozenset({"langchain_core", "langchain_community", "langchain"})
 
 
 def provider_family(model: Any) -> str:
-    """The provider family a chat model declares (``"other"`` when it declares none)."""
+    """The provider family a chat model declares (``"other"`` when it declares none): its
+    ``provider_family`` attribute, else the provider package of a LangChain integration."""
     family = getattr(model, "provider_family", None)
     if isinstance(family, str) and family:
         return family
-    if type(model).__module__.startswith(_LANGCHAIN_MODULES):
-        try:
-            reported = model._get_ls_params().get("ls_provider")
-        except Exception:  # a tracing helper must never decide a run's outcome
-            reported = None
-        if isinstance(reported, str) and reported:
-            return reported
+    package = type(model).__module__.partition(".")[0]
+    if package.startswith("langchain_") and package not in _NO_FAMILY_PACKAGES:
+        return package.removeprefix("langchain_")
     return "other"
 
 

@@ -74,7 +74,7 @@ def effective_base_url(spec: str, opts: ModelOptions, model: BaseChatModel | Non
 
     provider, model_id = parse_spec(spec)
     if model is not None and provider != "langchain":
-        url = model._identifying_params.get("base_url")
+        url = model.asdict().get("base_url")  # the identifying parameters, and the type
         if isinstance(url, str) and url:
             return url
     if opts.base_url:

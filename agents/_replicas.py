@@ -33,7 +33,7 @@ from typing import Any
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage
-from langchain_core.outputs import ChatResult
+from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.runnables import RunnableBinding
 from pydantic import ConfigDict, PrivateAttr, model_validator
 
@@ -139,14 +139,17 @@ class ReplicaChatModel(BaseChatModel):
     # -- identity: the first replica's, so keys, families and tracing match one server -------
     @property
     def _llm_type(self) -> str:
-        return f"replicas-{self.members[0]._llm_type}"
+        return f"replicas-{self.members[0].asdict()['_type']}"
 
     @property
     def _identifying_params(self) -> dict[str, Any]:
-        return dict(self.members[0]._identifying_params)
+        return {k: v for k, v in self.members[0].asdict().items() if k != "_type"}
 
+    # The one shim of this module: LangChain has no public accessor for a chat model's cache key
+    # (``_get_llm_string``, the record/replay key: any replica's answer must be the same entry as
+    # a one-server run's) or its tracing parameters (``_get_ls_params``), so these two hooks of
+    # the replica model hand the call to the same hook of its first member.
     def _get_llm_string(self, stop: list[str] | None = None, **kwargs: Any) -> str:
-        # the record/replay key: any replica's answer is the same entry
         return self.members[0]._get_llm_string(stop=stop, **kwargs)
 
     def _get_ls_params(self, stop: list[str] | None = None, **kwargs: Any) -> Any:
@@ -277,7 +280,9 @@ class ReplicaChatModel(BaseChatModel):
             member = replica.model
 
             async def call(member: BaseChatModel = member) -> ChatResult:
-                return await member._agenerate(messages, stop, run_manager, **kwargs)
+                # the member's public entry (the replica model's own run is the one traced)
+                reply = await member.ainvoke(messages, stop=stop, **kwargs)
+                return ChatResult(generations=[ChatGeneration(message=reply)])
 
             with self._attempt(replica, failures):
                 return await replica.limiter.run(call)
@@ -295,5 +300,7 @@ class ReplicaChatModel(BaseChatModel):
         failures: list[Exception] = []
         for replica in self._candidates():
             with self._attempt(replica, failures):
-                return replica.model._generate(messages, stop, run_manager, **kwargs)
+                reply = replica.model.invoke(messages, stop=stop, **kwargs)
+                return ChatResult(generations=[ChatGeneration(message=reply)])
         raise failures[-1]
+

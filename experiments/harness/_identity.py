@@ -162,9 +162,11 @@ def examinee_identity(model: Any) -> dict[str, Any]:
     """What a simulated model decides with: the identifying parameters it reports (for the
     simulated examinee: policy, the seed it uses, its rates, the answer key's digest), as
     JSON values. Whatever the model is built with and reports is covered, new knobs too."""
-    params = getattr(model, "_identifying_params", None)
+    asdict = getattr(model, "asdict", None)  # a chat model's identifying parameters (and its type)
+    params = asdict() if callable(asdict) else None
     if not isinstance(params, Mapping):
         return {}
+    params = {k: v for k, v in params.items() if k != "_type"}
     return json.loads(json.dumps(dict(params), default=str, sort_keys=True))
 
 
