@@ -13,6 +13,7 @@ from medmis.experiments.reporting._plots import (
     PLOTS_DIR,
     cost_axis,
     defender_order,
+    draw_plots,
     write_plots,
 )
 
@@ -111,7 +112,19 @@ def test_missing_strata_cost_and_pairs_still_draw(tmp_path: Path) -> None:
                                    tokens=None, calls=None, strata=False)}}
     del metrics["m"]["none"]["cost"]
     del metrics["m"]["none"]["paired"]
-    _assert_pngs(write_plots(tmp_path, metrics), tmp_path)
+    (tmp_path / PLOTS_DIR).mkdir()
+    _assert_pngs(draw_plots(tmp_path / PLOTS_DIR, metrics, list(PLOT_FILES)), tmp_path)
+
+
+def test_one_defender_per_model_draws_no_comparison(tmp_path: Path) -> None:
+    # one bar pair or one point compares nothing: only the strata heatmap is drawn
+    one = {m: {"none": by["none"]} for m, by in sample_metrics().items()}
+    paths = write_plots(tmp_path / "one", one)
+    assert list(paths) == ["strata_heatmap"]
+    assert sorted(p.name for p in (tmp_path / "one" / PLOTS_DIR).iterdir()) == ["strata_heatmap.png"]
+    # a second defender under any one model brings every comparison back
+    two = {**one, "mock/examinee": sample_metrics()["mock/examinee"]}
+    assert set(write_plots(tmp_path / "two", two)) == set(PLOT_FILES)
 
 
 def test_no_models_writes_nothing(tmp_path: Path) -> None:

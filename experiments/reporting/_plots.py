@@ -152,11 +152,25 @@ def write_plots(run_dir: Path, metrics: dict[str, Any]) -> dict[str, Path]:
     """Write the run's figures as PNGs under ``run_dir/plots``; their paths, keyed as in
     ``PLOT_FILES`` (empty when ``metrics``, the parsed ``metrics.json``, holds no model).
     """
-    if not model_order(metrics):
+    models = model_order(metrics)
+    if not models:
         return {}
     out_dir = Path(run_dir) / PLOTS_DIR
     out_dir.mkdir(parents=True, exist_ok=True)
-    return draw_plots(out_dir, metrics, list(PLOT_FILES))
+    return draw_plots(out_dir, metrics, plot_keys(metrics))
+
+
+COMPARISONS = ("asr_by_defender", "robustness_tradeoff", "cost_vs_asr")
+"""Figures that set defenders side by side: a run with one defender per model has nothing
+for them to compare (one bar pair, one point), so they are left out there; the strata
+heatmap is drawn for any run."""
+
+
+def plot_keys(metrics: Mapping[str, Any]) -> list[str]:
+    """The figures ``write_plots`` draws for ``metrics``: every one of ``PLOT_FILES`` when some
+    model has two defenders or more, else the strata heatmap only."""
+    compared = any(isinstance(by, Mapping) and len(by) > 1 for by in metrics.values())
+    return [key for key in PLOT_FILES if compared or key not in COMPARISONS]
 
 
 def draw_plots(out_dir: Path, metrics: dict[str, Any], keys: Sequence[str]) -> dict[str, Path]:
