@@ -127,6 +127,17 @@ def test_one_defender_per_model_draws_no_comparison(tmp_path: Path) -> None:
     assert set(write_plots(tmp_path / "two", two)) == set(PLOT_FILES)
 
 
+def test_one_defender_and_one_strata_cell_draw_nothing(tmp_path: Path) -> None:
+    one_cell = {"content_type": {CT[0]: {"type1_asr": prop(2, 4)}}, "provenance": {PV[0]: {"type1_asr": prop(2, 4)}},
+                "content_type_x_provenance": {CT[0] + JOIN + PV[0]: {"type1_asr": prop(2, 4)}}}
+    metrics = {"m": {"none": {**block((2, 4), (1, 4)), "strata": one_cell}}}
+    assert write_plots(tmp_path, metrics) == {}
+    assert not (tmp_path / PLOTS_DIR).exists()
+    # a second defender brings the defender comparisons; one cell each still draws no heatmap
+    metrics["m"]["warning"] = {**block((1, 4), (0, 4)), "strata": one_cell}
+    assert set(write_plots(tmp_path, metrics)) == set(PLOT_FILES) - {"strata_heatmap"}
+
+
 def test_no_models_writes_nothing(tmp_path: Path) -> None:
     assert write_plots(tmp_path, {}) == {}
     assert not (tmp_path / PLOTS_DIR).exists()

@@ -48,6 +48,7 @@ from typing import Any
 
 from ._compute import compare_defenders
 from ._metrics import Cost, DefenderMetrics, MetricsReport, PairedComparison
+from ._stats import holm
 from ._units import Proportion
 
 ALPHA = 0.05
@@ -57,7 +58,7 @@ MIN_UNITS = 20
 from it; fewer is "too few cases to tell"."""
 FAMILY_METHOD = "holm"
 """The family-wise control over each model's comparisons with the baseline
-(``statsmodels.stats.multitest.multipletests`` method name)."""
+(:func:`~medmis.experiments.analysis._stats.holm`; statsmodels' ``multipletests`` name for it)."""
 
 
 @dataclass(frozen=True)
@@ -426,12 +427,10 @@ def _tasr_rise(report: MetricsReport, model: str, d: str, settings: VerdictSetti
 def _adjust(findings: list[tuple[str, ModelVerdict, Finding]]) -> None:
     """Holm's adjustment over one model's family (every finding with a raw Type 1 p and not a
     control, in every run decided together); sets ``p_adjusted`` and ``better``."""
-    from statsmodels.stats.multitest import multipletests
-
     members = [(run, f) for run, _, f in findings if f.p_raw is not None and not f.control]
     if not members:
         return
-    adjusted = multipletests([f.p_raw for _, f in members], alpha=ALPHA, method=FAMILY_METHOD)[1]
+    adjusted = holm([f.p_raw for _, f in members if f.p_raw is not None])
     family = []
     for (run, f), p_adj in zip(members, adjusted, strict=True):
         f.p_adjusted = float(p_adj)

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from matplotlib.axes import Axes
-from matplotlib.figure import Figure
+if TYPE_CHECKING:  # matplotlib is imported when a figure is drawn, not when the report starts
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 _LABEL_FONT = 7
 _MARKER_PT = 5  # the plots' point marker size, in points
@@ -21,6 +23,8 @@ _PENDING: weakref.WeakKeyDictionary[Figure, list[tuple[Axes, list[tuple[str, flo
 def label_points(ax: Axes, points: Sequence[tuple[str, float, float]]) -> None:
     """Ask for labels on ``points`` (name, x, y); :func:`place_labels` puts them when the
     figure's layout is final (after ``mark_simulated`` adds its title line, when the figure is saved)."""
+    from matplotlib.figure import Figure
+
     fig = ax.figure
     assert isinstance(fig, Figure)
     _PENDING.setdefault(fig, []).append((ax, list(points)))

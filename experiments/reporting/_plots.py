@@ -16,13 +16,9 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from matplotlib.axes import Axes
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from medmis.experiments.benchmark import CONTENT_TYPES, PROVENANCES
 
@@ -30,6 +26,10 @@ from ._labels import label_points as _label_points
 from ._labels import place_labels as _place_labels
 from ._labels import short_defender as _short_defender
 from ._simulated import is_simulated, mark_simulated
+
+if TYPE_CHECKING:  # imported by the first figure drawn: a run that draws none never loads it
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 PLOTS_DIR = "plots"
 """Sub-directory of the run directory the PNGs are written to."""
@@ -150,27 +150,32 @@ def crossed_labels(by_defender: Mapping[str, Any]) -> tuple[list[str], list[str]
 
 def write_plots(run_dir: Path, metrics: dict[str, Any]) -> dict[str, Path]:
     """Write the run's figures as PNGs under ``run_dir/plots``; their paths, keyed as in
-    ``PLOT_FILES`` (empty when ``metrics``, the parsed ``metrics.json``, holds no model).
+    ``PLOT_FILES`` (only those of :func:`plot_keys`: empty when ``metrics``, the parsed
+    ``metrics.json``, holds no model or nothing to compare).
     """
-    models = model_order(metrics)
-    if not models:
+    keys = plot_keys(metrics)
+    if not keys:
         return {}
     out_dir = Path(run_dir) / PLOTS_DIR
     out_dir.mkdir(parents=True, exist_ok=True)
-    return draw_plots(out_dir, metrics, plot_keys(metrics))
+    return draw_plots(out_dir, metrics, keys)
 
 
 COMPARISONS = ("asr_by_defender", "robustness_tradeoff", "cost_vs_asr")
-"""Figures that set defenders side by side: a run with one defender per model has nothing
-for them to compare (one bar pair, one point), so they are left out there; the strata
-heatmap is drawn for any run."""
+"""Figures that set defenders side by side."""
 
 
 def plot_keys(metrics: Mapping[str, Any]) -> list[str]:
-    """The figures ``write_plots`` draws for ``metrics``: every one of ``PLOT_FILES`` when some
-    model has two defenders or more, else the strata heatmap only."""
-    compared = any(isinstance(by, Mapping) and len(by) > 1 for by in metrics.values())
-    return [key for key in PLOT_FILES if compared or key not in COMPARISONS]
+    """The figures ``write_plots`` draws for ``metrics``: those that compare something.
+
+    The three defender comparisons need a model with two defenders or more (one bar pair or
+    one point compares nothing); the strata heatmap needs two strata cells or more (content
+    type x provenance) under some model (one cell is the overall Type 1 ASR of the tables).
+    """
+    by_model = [by for by in metrics.values() if isinstance(by, Mapping)]
+    compared = any(len(by) > 1 for by in by_model)
+    strata = any(len(cts) * len(pvs) > 1 for cts, pvs in map(crossed_labels, by_model))
+    return [key for key in PLOT_FILES if (compared if key in COMPARISONS else strata)]
 
 
 def draw_plots(out_dir: Path, metrics: dict[str, Any], keys: Sequence[str]) -> dict[str, Path]:
@@ -189,6 +194,9 @@ def draw_plots(out_dir: Path, metrics: dict[str, Any], keys: Sequence[str]) -> d
 
 
 def _new_figure(width: float, height: float) -> Figure:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
     fig = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
     FigureCanvasAgg(fig)
     return fig
@@ -344,6 +352,8 @@ def _cost_vs_asr(metrics: Mapping[str, Any], models: list[str], baseline: str) -
         # A log axis only pays off when costs span more than an order of magnitude.
         if len(positive) == len(xs) and max(xs) / min(xs) > 10:
             ax.set_xscale("log")
+            from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
             # Plain 1-2-5 numbers: the default "3×10^2" minor labels collide.
             ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
             ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:,.0f}"))
