@@ -16,6 +16,8 @@ import httpx
 import httpx2
 import pytest
 
+from medmis.tools._bounded import shared_ssl_context
+
 # httpx has decoded and measured the body already: these would describe the wire body
 _BODY_HEADERS = frozenset({"content-encoding", "content-length", "transfer-encoding"})
 
@@ -36,7 +38,7 @@ def _error(exc: httpx.TransportError, request: httpx2.Request) -> httpx2.Transpo
 
 
 async def _handle_async(self: Any, request: httpx2.Request) -> httpx2.Response:
-    async with httpx.AsyncClient() as client:
+    async with httpx.AsyncClient(verify=shared_ssl_context()) as client:  # no new CA read per request
         try:
             response = await client.request(**_request(request, await request.aread()))
         except httpx.TransportError as exc:
@@ -45,7 +47,7 @@ async def _handle_async(self: Any, request: httpx2.Request) -> httpx2.Response:
 
 
 def _handle(self: Any, request: httpx2.Request) -> httpx2.Response:
-    with httpx.Client() as client:
+    with httpx.Client(verify=shared_ssl_context()) as client:
         try:
             response = client.request(**_request(request, request.read()))
         except httpx.TransportError as exc:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+from typing import Any
 
 import openai
 import pytest
@@ -74,3 +75,28 @@ def test_a_client_left_open_by_an_ended_event_loop_does_not_fail_the_next_runs_c
 
     asyncio.run(leave_open())
     asyncio.run(aclose_transports())  # another loop's close: no RuntimeError
+
+
+def test_every_client_the_toolkit_makes_shares_one_ssl_context_per_family() -> None:
+    # building a verifying context reads the CA bundle (about 50 ms): once per process, not per client
+    import ssl
+
+    from medmis.agents._http import (
+        async_client,
+        httpx2_async_client,
+        httpx2_sync_client,
+        sync_client,
+    )
+    from medmis.tools._bounded import BoundedClient, shared_ssl_context
+
+    def context(client: Any) -> ssl.SSLContext:
+        return client._transport._pool._ssl_context  # type: ignore[union-attr]
+
+    old = [async_client(5.0), sync_client(5.0)]
+    new = [httpx2_async_client(5.0), httpx2_sync_client(5.0)]
+    assert {id(context(c)) for c in old} == {id(shared_ssl_context())}
+    assert {id(context(c)) for c in new} == {id(shared_ssl_context("httpx2"))}
+    assert shared_ssl_context().verify_mode == ssl.CERT_REQUIRED and shared_ssl_context().check_hostname
+    # a context the caller gives is kept
+    mine = ssl.create_default_context()
+    assert context(BoundedClient(deadline_s=None, verify=mine)) is mine

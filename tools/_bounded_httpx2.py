@@ -25,6 +25,7 @@ from ._bounded import (
     _CappedStreamBody,
     _SyncBounded,
     _SyncCappedStreamBody,
+    shared_ssl_context,
 )
 
 __all__ = ["Httpx2BoundedAsyncClient", "Httpx2BoundedClient", "Httpx2RequestDeadlineError"]
@@ -58,6 +59,7 @@ class Httpx2BoundedAsyncClient(_Httpx2Types, _AsyncBounded, httpx2.AsyncClient):
 
     def __init__(self, *, deadline_s: float | None, max_bytes: int | None = DEFAULT_MAX_RESPONSE_BYTES,
                  **kwargs: Any) -> None:
+        kwargs.setdefault("verify", shared_ssl_context("httpx2"))
         super().__init__(**kwargs)
         self._set_bounds(deadline_s, max_bytes, kwargs.get("headers"))
 
@@ -67,5 +69,6 @@ class Httpx2BoundedClient(_Httpx2Types, _SyncBounded, httpx2.Client):
 
     def __init__(self, *, deadline_s: float | None, max_bytes: int | None = DEFAULT_MAX_RESPONSE_BYTES,
                  **kwargs: Any) -> None:
+        kwargs.setdefault("verify", shared_ssl_context("httpx2"))
         super().__init__(**kwargs)
         self._set_bounds(deadline_s, max_bytes, kwargs.get("headers"))

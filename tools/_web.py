@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import httpx
 
+from ._bounded import shared_ssl_context
 from ._corpus import LocalSearch
 from ._jina import JinaReader
 from ._safety import Blocklist, Resolver, UrlPolicy
@@ -157,6 +158,7 @@ class WebTools:
         if client is None:
             # redirects are followed by fetch_page itself, hop by hop, under the URL policy
             client = httpx.AsyncClient(
+                verify=shared_ssl_context(),
                 follow_redirects=False,
                 headers=DEFAULT_HEADERS,
                 timeout=httpx.Timeout(15.0, connect=10.0),
