@@ -13,6 +13,8 @@ from medmis.experiments import Record
 from medmis.experiments.analysis import compare_records, compute_metrics
 from medmis.experiments.analysis._cluster import _sign_flip_exact, cluster_sign_test
 
+pytestmark = pytest.mark.figures  # these draw the report's figures for real (tests/conftest.py)
+
 
 def _recs(model: str, unparsed_t1: set[int]) -> list[Record]:
     out = []

@@ -23,6 +23,8 @@ from medmis.experiments.reporting import write_html, write_report
 from medmis.experiments.reporting._cases import case_data, parse_question
 from medmis.experiments.reporting._sensitivity import delivery_sensitivity, sensitivity_markdown
 
+pytestmark = pytest.mark.figures  # these draw the report's figures for real (tests/conftest.py)
+
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 MODEL = "mock/examinee"
 QUESTION = "Which vitamin deficiency causes scurvy?"

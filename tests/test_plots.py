@@ -17,6 +17,8 @@ from medmis.experiments.reporting._plots import (
     write_plots,
 )
 
+pytestmark = pytest.mark.figures  # these draw the report's figures for real (tests/conftest.py)
+
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 CT = ("Cue Remapping", "Exception Poisoning", "A content type the paper never named")
 PV = ("Neutral False Statement", "Authority (Guideline / Discharge Note / SOP)")

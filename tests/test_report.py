@@ -22,6 +22,8 @@ from medmis.experiments.reporting._report import (
     write_report,
 )
 
+pytestmark = pytest.mark.figures  # these draw the report's figures for real (tests/conftest.py)
+
 SIM = "mock/examinee-demo"
 TAGS = {
     "q1": ("Cue Remapping", "Neutral False Statement"),

@@ -15,6 +15,8 @@ import pytest
 from medmis.experiments.harness import DefenderConfig, Harness, RunConfig
 from medmis.experiments.reporting import write_report
 
+pytestmark = pytest.mark.figures  # these draw the report's figures for real (tests/conftest.py)
+
 ROOT = Path(__file__).resolve().parents[1]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 INJECTION = "<script>document.title='pwned'</script><img src=x onerror=alert(1)>"
