@@ -29,6 +29,23 @@ def _httpx2_through_respx(request: pytest.FixtureRequest, monkeypatch: pytest.Mo
         yield
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Byte-compile the five packages once, in the controlling process, as a regular
+    ``pip install`` does: the xdist workers and the dozens of ``python -m medmis`` child
+    processes then load the modules instead of compiling 47,000 lines each (about 0.4 s per
+    process; an editable install, or ``PYTHONDONTWRITEBYTECODE``, leaves that to every start).
+    Up-to-date files are skipped, so a second run costs nothing."""
+    if hasattr(config, "workerinput"):  # an xdist worker: the controller did it
+        return
+    import compileall
+    import importlib.util
+
+    for name in ("agents", "tools", "graphs", "defenses", "experiments"):
+        spec = importlib.util.find_spec(f"medmis.{name}")  # where the install loads it from
+        for folder in (spec.submodule_search_locations or []) if spec else []:
+            compileall.compile_dir(folder, quiet=1)
+
+
 @functools.cache
 def _placeholder_png() -> bytes:
     """A valid 1x1 PNG: what a run's report links and embeds when its figures are not drawn."""
