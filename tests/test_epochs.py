@@ -18,7 +18,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-import statsmodels.api as sm
 from langchain_core.messages import BaseMessage
 
 from medmis.agents import ScriptedChatModel
@@ -58,6 +57,8 @@ def _clustered_interval(y: Sequence[int], groups: Sequence[Hashable]) -> tuple[f
     """The mean with a 95% Wilson interval on ``n / deff``, ``deff`` the cluster-robust variance
     (statsmodels, intercept-only OLS, clusters ``groups``) over the binomial one."""
     ids = {g: i for i, g in enumerate(dict.fromkeys(groups))}
+    import statsmodels.api as sm  # 3.6 s to import: only where it is used, not at collection
+
     fit = sm.OLS(np.asarray(y, dtype=float), np.ones(len(y))).fit(
         cov_type="cluster", cov_kwds={"groups": np.asarray([ids[g] for g in groups])})
     n = len(y)

@@ -125,7 +125,7 @@ class RunView:
             raise FileNotFoundError(f"no records.jsonl in {self.run_dir}")
         self.baseline = baseline
         self._lock = threading.Lock()
-        self._con = connect(memory_limit="1GB")
+        self._con = connect(memory_limit="1GB", private=True)  # its tables are ordinary ones
         records_view(self._con, compact_records(records, con=self._con))
         self._con.execute(_CASES, {"baseline": baseline})
         self._con.execute("DROP VIEW records")
