@@ -303,4 +303,3 @@ class ReplicaChatModel(BaseChatModel):
                 reply = replica.model.invoke(messages, stop=stop, **kwargs)
                 return ChatResult(generations=[ChatGeneration(message=reply)])
         raise failures[-1]
-

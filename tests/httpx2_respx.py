@@ -38,7 +38,7 @@ def _error(exc: httpx.TransportError, request: httpx2.Request) -> httpx2.Transpo
 
 
 async def _handle_async(self: Any, request: httpx2.Request) -> httpx2.Response:
-    async with httpx.AsyncClient(verify=shared_ssl_context()) as client:  # no new CA read per request
+    async with httpx.AsyncClient(verify=shared_ssl_context("httpx")) as client:  # no new CA read per request
         try:
             response = await client.request(**_request(request, await request.aread()))
         except httpx.TransportError as exc:
@@ -47,7 +47,7 @@ async def _handle_async(self: Any, request: httpx2.Request) -> httpx2.Response:
 
 
 def _handle(self: Any, request: httpx2.Request) -> httpx2.Response:
-    with httpx.Client(verify=shared_ssl_context()) as client:
+    with httpx.Client(verify=shared_ssl_context("httpx")) as client:
         try:
             response = client.request(**_request(request, request.read()))
         except httpx.TransportError as exc:

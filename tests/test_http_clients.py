@@ -94,9 +94,9 @@ def test_every_client_the_toolkit_makes_shares_one_ssl_context_per_family() -> N
 
     old = [async_client(5.0), sync_client(5.0)]
     new = [httpx2_async_client(5.0), httpx2_sync_client(5.0)]
-    assert {id(context(c)) for c in old} == {id(shared_ssl_context())}
+    assert {id(context(c)) for c in old} == {id(shared_ssl_context("httpx"))}
     assert {id(context(c)) for c in new} == {id(shared_ssl_context("httpx2"))}
-    assert shared_ssl_context().verify_mode == ssl.CERT_REQUIRED and shared_ssl_context().check_hostname
+    assert shared_ssl_context("httpx").verify_mode == ssl.CERT_REQUIRED and shared_ssl_context("httpx").check_hostname
     # a context the caller gives is kept
     mine = ssl.create_default_context()
     assert context(BoundedClient(deadline_s=None, verify=mine)) is mine

@@ -266,11 +266,29 @@ def _reader_for(response: Any, request: Any, max_bytes: int, decoding_error: Cal
     return reader
 
 
+@functools.cache
+def shared_ssl_context(family: str) -> ssl.SSLContext:
+    """The verifying SSL context every client of ``family`` (``"httpx"`` or ``"httpx2"``) made by
+    the toolkit shares, built once per process by that library's public ``create_ssl_context``
+    (certifi's bundle, or ``SSL_CERT_FILE`` / ``SSL_CERT_DIR`` as the library reads them).
+
+    Left to itself, each client builds its own context and reads the CA bundle again: about 50 ms
+    of CPU per client, twice per model (its synchronous and asynchronous client) and once per
+    web tool. A context may serve any number of connections; a client given ``verify=`` keeps it.
+    """
+    if family == "httpx2":
+        import httpx2
+
+        return httpx2.create_ssl_context()
+    return httpx.create_ssl_context()
+
+
 class _Bounds:
     """What the bounded clients of both libraries share: the bounds and the library's types.
 
     A subclass names its library's ``AsyncByteStream`` and ``SyncByteStream`` subclasses of
-    the bodies above, its ``DecodingError`` and its deadline error.
+    the bodies above, its ``DecodingError``, its deadline error and the library whose verifying
+    context it shares (:func:`shared_ssl_context`).
     """
 
     async_stream: ClassVar[type[_CappedStreamBody]] = _CappedStream
@@ -279,9 +297,16 @@ class _Bounds:
     sync_base: ClassVar[type] = httpx.SyncByteStream
     decoding_error: ClassVar[Callable[..., Exception]] = httpx.DecodingError
     deadline_type: ClassVar[Callable[..., Exception]]
+    library: ClassVar[str] = "httpx"
     deadline_s: float | None
     max_bytes: int | None
     headers: Any
+
+    def __init__(self, *, deadline_s: float | None, max_bytes: int | None = DEFAULT_MAX_RESPONSE_BYTES,
+                 **kwargs: Any) -> None:
+        kwargs.setdefault("verify", shared_ssl_context(self.library))
+        super().__init__(**kwargs)  # the library's client
+        self._set_bounds(deadline_s, max_bytes, kwargs.get("headers"))
 
     def _set_bounds(self, deadline_s: float | None, max_bytes: int | None, given_headers: Any) -> None:
         self.deadline_s = deadline_s
@@ -354,23 +379,6 @@ class _SyncBounded(_Bounds):
         return response
 
 
-@functools.cache
-def shared_ssl_context(family: str = "httpx") -> ssl.SSLContext:
-    """The verifying SSL context every client of ``family`` (``"httpx"`` or ``"httpx2"``) made by
-    the toolkit shares, built once per process by that library's public ``create_ssl_context``
-    (certifi's bundle, or ``SSL_CERT_FILE`` / ``SSL_CERT_DIR`` as the library reads them).
-
-    Left to itself, each client builds its own context and reads the CA bundle again: about 50 ms
-    of CPU per client, twice per model (its synchronous and asynchronous client) and once per
-    web tool. A context may serve any number of connections; a client given ``verify=`` keeps it.
-    """
-    if family == "httpx2":
-        import httpx2
-
-        return httpx2.create_ssl_context()
-    return httpx.create_ssl_context()
-
-
 class BoundedAsyncClient(_AsyncBounded, httpx.AsyncClient):
     """An ``httpx.AsyncClient`` with a whole-request deadline and a decoded reply size cap.
 
@@ -386,20 +394,8 @@ class BoundedAsyncClient(_AsyncBounded, httpx.AsyncClient):
 
     deadline_type = RequestDeadlineError
 
-    def __init__(self, *, deadline_s: float | None, max_bytes: int | None = DEFAULT_MAX_RESPONSE_BYTES,
-                 **kwargs: Any) -> None:
-        kwargs.setdefault("verify", shared_ssl_context())
-        super().__init__(**kwargs)
-        self._set_bounds(deadline_s, max_bytes, kwargs.get("headers"))
-
 
 class BoundedClient(_SyncBounded, httpx.Client):
     """The synchronous :class:`BoundedAsyncClient` (the deadline is checked between reads)."""
 
     deadline_type = RequestDeadlineError
-
-    def __init__(self, *, deadline_s: float | None, max_bytes: int | None = DEFAULT_MAX_RESPONSE_BYTES,
-                 **kwargs: Any) -> None:
-        kwargs.setdefault("verify", shared_ssl_context())
-        super().__init__(**kwargs)
-        self._set_bounds(deadline_s, max_bytes, kwargs.get("headers"))

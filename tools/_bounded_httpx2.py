@@ -13,19 +13,15 @@ the SDK reports it as its own timeout.
 
 from __future__ import annotations
 
-from typing import Any
-
 import httpx2
 
 from ._bounded import (
-    DEFAULT_MAX_RESPONSE_BYTES,
     RequestDeadlineError,
     _AsyncBounded,
     _Bounds,
     _CappedStreamBody,
     _SyncBounded,
     _SyncCappedStreamBody,
-    shared_ssl_context,
 )
 
 __all__ = ["Httpx2BoundedAsyncClient", "Httpx2BoundedClient", "Httpx2RequestDeadlineError"]
@@ -51,24 +47,13 @@ class _Httpx2Types(_Bounds):
     sync_base = httpx2.SyncByteStream
     decoding_error = httpx2.DecodingError
     deadline_type = Httpx2RequestDeadlineError
+    library = "httpx2"
 
 
 class Httpx2BoundedAsyncClient(_Httpx2Types, _AsyncBounded, httpx2.AsyncClient):
     """An ``httpx2.AsyncClient`` with a whole-request deadline and a decoded reply size cap
     (the arguments of :class:`~medmis.tools._bounded.BoundedAsyncClient`)."""
 
-    def __init__(self, *, deadline_s: float | None, max_bytes: int | None = DEFAULT_MAX_RESPONSE_BYTES,
-                 **kwargs: Any) -> None:
-        kwargs.setdefault("verify", shared_ssl_context("httpx2"))
-        super().__init__(**kwargs)
-        self._set_bounds(deadline_s, max_bytes, kwargs.get("headers"))
-
 
 class Httpx2BoundedClient(_Httpx2Types, _SyncBounded, httpx2.Client):
     """The synchronous :class:`Httpx2BoundedAsyncClient` (the deadline is checked between reads)."""
-
-    def __init__(self, *, deadline_s: float | None, max_bytes: int | None = DEFAULT_MAX_RESPONSE_BYTES,
-                 **kwargs: Any) -> None:
-        kwargs.setdefault("verify", shared_ssl_context("httpx2"))
-        super().__init__(**kwargs)
-        self._set_bounds(deadline_s, max_bytes, kwargs.get("headers"))

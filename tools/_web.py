@@ -158,7 +158,7 @@ class WebTools:
         if client is None:
             # redirects are followed by fetch_page itself, hop by hop, under the URL policy
             client = httpx.AsyncClient(
-                verify=shared_ssl_context(),
+                verify=shared_ssl_context("httpx"),
                 follow_redirects=False,
                 headers=DEFAULT_HEADERS,
                 timeout=httpx.Timeout(15.0, connect=10.0),
