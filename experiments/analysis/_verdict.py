@@ -427,15 +427,15 @@ def _tasr_rise(report: MetricsReport, model: str, d: str, settings: VerdictSetti
 def _adjust(findings: list[tuple[str, ModelVerdict, Finding]]) -> None:
     """Holm's adjustment over one model's family (every finding with a raw Type 1 p and not a
     control, in every run decided together); sets ``p_adjusted`` and ``better``."""
-    members = [(run, f) for run, _, f in findings if f.p_raw is not None and not f.control]
+    members = [(run, f, f.p_raw) for run, _, f in findings if f.p_raw is not None and not f.control]
     if not members:
         return
-    adjusted = holm([f.p_raw for _, f in members if f.p_raw is not None])
+    adjusted = holm([p for _, _, p in members])
     family = []
-    for (run, f), p_adj in zip(members, adjusted, strict=True):
-        f.p_adjusted = float(p_adj)
+    for (run, f, p), p_adj in zip(members, adjusted, strict=True):
+        f.p_adjusted = p_adj
         f.better = f.interval_below and f.p_adjusted < ALPHA
-        family.append(FamilyMember(run, f.defender, float(f.p_raw), f.p_adjusted))  # type: ignore[arg-type]
+        family.append(FamilyMember(run, f.defender, float(p), f.p_adjusted))
     for _, mv, _ in findings:  # every run of the model names the whole family
         mv.family = family
 

@@ -180,7 +180,7 @@ def plan(settings: GradeSettings) -> tuple[RubricSet, dict[str, Any], list[_Job]
         rubric = rubrics.items[record.item_id]
         for criterion in rubric.for_case(record.protocol, record.target):
             for judge in settings.judges:
-                key = (*record.key[:5], judge, criterion.id)  # an open run has one epoch
+                key = (*record.case_key, judge, criterion.id)  # an open run has one epoch
                 if key not in done:
                     jobs.append(_Job(record, text, rubric.question, criterion, judge))
     return rubrics, block, jobs, skipped
@@ -191,7 +191,7 @@ def _order_grades(settings: GradeSettings, rubrics: RubricSet) -> None:
     as in the rubric, then judges as given), one line per key, atomically: calls finish in any
     order, and a replayed grading must write the same bytes as the recorded one."""
     run_dir = settings.run_dir
-    position = {r.key[:5]: n for n, r in enumerate(read_records(run_dir / "records.jsonl"))}
+    position = {r.case_key: n for n, r in enumerate(read_records(run_dir / "records.jsonl"))}
     judge = {j: n for n, j in enumerate(settings.judges)}
 
     def rank(line: dict[str, Any]) -> tuple[int, int, int, str]:

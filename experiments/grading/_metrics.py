@@ -156,7 +156,7 @@ def graded_records(records: Iterable[Record], grades: Iterable[Mapping[str, Any]
         if r.error is not None:
             out.append(r)
             continue
-        s = scores.get(r.key[:5])  # an open run has one epoch
+        s = scores.get(r.case_key)  # an open run has one epoch
         if s is None or s["score"] is None:
             out.append(r.model_copy(update={"error": NOT_GRADED, "correct": None, "choice": None}))
             continue

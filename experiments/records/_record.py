@@ -90,3 +90,8 @@ class Record(BaseModel):
     def key(self) -> tuple[str, str, str, str, str | None, int]:
         """The resume key: ``(model, defender, protocol, item_key, target, epoch)``."""
         return (self.model, self.defender, self.protocol, self.item_key, self.target, self.epoch)
+
+    @property
+    def case_key(self) -> tuple[str, str, str, str, str | None]:
+        """``(model, defender, protocol, item_key, target)``: the case answered, in any epoch."""
+        return (self.model, self.defender, self.protocol, self.item_key, self.target)
