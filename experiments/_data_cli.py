@@ -20,10 +20,12 @@ import os
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from medmis.experiments._errors import CliError
-from medmis.experiments.benchmark import Item
+
+if TYPE_CHECKING:  # the data types load with the command that reads data, not with `medmis --help`
+    from medmis.experiments.benchmark import Item
 
 PAPER_SUBSET = "MEDMISQA=150,MEDMISMCQA=180,MEDMISXPERTQA=120,MEDMISJOURNEY=120,MEDMISHLE=30"
 """The 600-item subset of the paper's generator-swap and defensive-prompt studies (§D.1)."""

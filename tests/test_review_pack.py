@@ -328,7 +328,8 @@ def test_a_reviewer_fills_exports_and_reimports_the_form_in_chromium(run_dir: Pa
 def test_the_command_line_stays_light_and_reports_sampling_errors_in_one_line(
         run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     probe = ("import sys; from medmis.experiments.cli import build_parser; build_parser(); "
-             "print(sorted(m for m in ('numpy', 'matplotlib', 'scipy', 'statsmodels') if m in sys.modules))")
+             "print(sorted(m for m in ('numpy', 'matplotlib', 'scipy', 'statsmodels', 'duckdb', 'langchain_core', "
+             "'langgraph', 'openai', 'httpx') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
     assert main(["review", "sample", str(run_dir), "--n", "3", "--out", str(tmp_path / "p"),
