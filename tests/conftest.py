@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import io
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +16,13 @@ from medmis.experiments import Item
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "fixtures"
+
+# pytest keeps each test module's assertion-rewritten code in tests/__pycache__, its default.
+# Under PYTHONDONTWRITEBYTECODE (set on this project's development machine) it would not, and
+# every xdist worker would rewrite all the test modules again at every run: about 7 s of each
+# worker's start. Set here, before the test modules are collected; child processes keep the
+# environment's setting.
+sys.dont_write_bytecode = False
 
 
 @pytest.fixture(autouse=True)

@@ -22,8 +22,6 @@ from medmis.experiments.reporting._report import (
     write_report,
 )
 
-pytestmark = pytest.mark.figures  # these draw the report's figures for real (tests/conftest.py)
-
 SIM = "mock/examinee-demo"
 TAGS = {
     "q1": ("Cue Remapping", "Neutral False Statement"),
@@ -111,6 +109,7 @@ def test_load_run_tolerates_torn_line(sim_run: Path) -> None:
     assert run.simulated
 
 
+@pytest.mark.figures  # draws the report's figures for real (tests/conftest.py)
 def test_files_written_and_json_contract(sim_run: Path) -> None:
     paths = write_report(sim_run, figures=False)
     assert set(paths) == {"metrics.json", "metrics.csv", "report.md", "verdict.json"}
@@ -192,6 +191,7 @@ def test_report_markdown_content(sim_run: Path) -> None:
     assert "| Exception Poisoning | 100.0% (1/1) | — | — | 100.0% (1/1) |" in md
 
 
+@pytest.mark.figures  # the figures too are the same bytes twice
 def test_report_is_deterministic(sim_run: Path) -> None:
     first = {k: p.read_bytes() for k, p in write_report(sim_run).items()}
     second = {k: p.read_bytes() for k, p in write_report(sim_run).items()}
