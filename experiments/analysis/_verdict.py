@@ -165,10 +165,6 @@ class Pairwise:
     def a_ahead(self) -> bool:
         return self.hi is not None and self.hi < 0
 
-    @property
-    def b_ahead(self) -> bool:
-        return self.lo is not None and self.lo > 0
-
 
 @dataclass
 class Finding:
@@ -272,11 +268,6 @@ class ModelVerdict:
     def tied(self) -> list[list[str]]:
         """Groups of named defenders the paired comparisons cannot separate."""
         return [t for t in self.tiers if len(t) > 1]
-
-    @property
-    def winners(self) -> list[str]:
-        """The first tier: the defender(s) nothing else named is ahead of."""
-        return list(self.tiers[0]) if self.tiers else []
 
     def pair(self, a: str, b: str) -> Pairwise | None:
         """The comparison of ``a`` with ``b`` (either order; Δ read as ``a`` - ``b``)."""

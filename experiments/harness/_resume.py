@@ -209,18 +209,6 @@ def _progress_figures(con: duckdb.DuckDBPyConnection, state: ResumeState, *, cle
         state.flips = [int(flips[0] or 0), int(flips[1])]
 
 
-def count_records(path: str | Path) -> int:
-    """Distinct record keys in ``records.jsonl`` (as ``len(read_records(path))``), keys only."""
-    p = Path(path)
-    if not p.exists() or p.stat().st_size == 0:
-        return 0
-    con = connect()
-    try:
-        return load_records_table(con, p, columns=KEY)
-    finally:
-        con.close()
-
-
 def error_texts(path: str | Path) -> tuple[int, list[str]]:
     """Distinct record keys and the error text of every key whose latest record is an error
     (what the run's outcome needs), without a Python object per record."""
