@@ -24,6 +24,10 @@ Sections (each with its target):
   ``_replicas``);
 - ``timings``: answer extraction on a long reply and the pytest plug-in's import (targets
   < 1 ms, < 1 s; see :mod:`._timings`): latencies the tests no longer assert with a clock;
+- ``layers``: CPU per chat completion through each layer of the call path (httpx, the openai
+  SDK on its own, the toolkit's and aiohttp clients, LangChain's ``ChatOpenAI``, the toolkit's
+  ``openai/`` model), each in a fresh interpreter (no target; not in the default set), see
+  :mod:`._layers`;
 - ``peak_rss_mb``: peak resident memory of this process.
 
 """
@@ -219,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", action="append", default=None,
                         choices=["harness_overhead", "concurrency", "throughput", "inspect", "store_lookup",
-                                 "extraction", "scale", "replicas", "timings"])
+                                 "extraction", "scale", "replicas", "timings", "layers"])
     parser.add_argument("--quick", action="store_true", help="smaller sizes (smoke run, not the targets)")
     parser.add_argument("--scale-run", type=Path, default=None,
                         help="reuse a run folder from medmis.experiments.bench._scale_run.generate_run for 'scale'")
@@ -261,6 +265,10 @@ def main(argv: list[str] | None = None) -> int:
         from ._timings import bench_timings
 
         out["timings"] = bench_timings(20 if args.quick else 200)
+    if "layers" in wanted:
+        from ._layers import bench_layers
+
+        out["layers"] = bench_layers(100 if args.quick else 1000, repeats=1 if args.quick else 3)
     out["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     print(json.dumps(out, indent=2))
     return 0
