@@ -67,13 +67,21 @@ def _placeholder_png() -> bytes:
 @pytest.fixture(autouse=True)
 def _figures_drawn_where_tested(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     """Matplotlib draws a run's figures only in tests marked ``figures`` (and in child
-    processes): elsewhere each figure ``write_plots`` decides to draw is a 1x1 PNG under its
-    file name, so the report links, embeds and lists the same files without 0.2-0.9 s of
-    rendering per figure, a quarter of the suite's CPU. Which figures a report gets
-    (``plot_keys``) is decided by the real code either way."""
+    processes): elsewhere each figure ``write_plots`` decides to draw, and the poisoned grid's
+    figure, is a 1x1 PNG under its file name, so the report links, embeds and lists the same
+    files without 0.2-0.9 s of rendering per figure, a quarter of the suite's CPU. Which
+    figures a report gets (``plot_keys``, a grid's share runs) is decided by the real code
+    either way."""
     if request.node.get_closest_marker("figures") is not None:
         return
-    from medmis.experiments.reporting import _plots
+    from medmis.experiments.reporting import _plots, _poison
+
+    def poison_placeholder(grid: object, path: Path) -> Path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(_placeholder_png())
+        return path
+
+    monkeypatch.setattr(_poison, "draw_poison_plot", poison_placeholder)
 
     def placeholders(out_dir: Path, metrics: object, keys: list[str]) -> dict[str, Path]:
         out = {}

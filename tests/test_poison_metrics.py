@@ -223,6 +223,7 @@ def test_unmeasured_everywhere_says_no_share_can_be_named() -> None:
 
 # -- files and the report ----------------------------------------------------------------------
 
+@pytest.mark.figures  # the plot is drawn for real (tests/conftest.py)
 def test_the_report_writes_the_poison_table_plot_and_section_from_the_share_runs(tmp_path: Path) -> None:
     write_grid(tmp_path, {0.0: {"search_agent": "better", "warning": "same"},
                           0.5: {"search_agent": "better", "warning": "same"},
